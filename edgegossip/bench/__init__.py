@@ -1,0 +1,1 @@
+"""Benchmarks: each measures edgegossip beside a reference measured in the same run."""

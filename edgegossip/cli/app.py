@@ -1,0 +1,34 @@
+"""The click group; every command lives in its own module and is wired here."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+from edgegossip import __version__
+from edgegossip.cli import exit_codes
+from edgegossip.cli.bench import bench
+from edgegossip.cli.exchange import exchange
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="edgegossip")
+@click.option("-v", "--verbose", is_flag=True, help="Log at debug level.")
+def cli(verbose: bool) -> None:
+    """Train one neural network across a fleet of small devices over lossy UDP gossip."""
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+
+
+cli.add_command(bench)
+cli.add_command(exchange)
+
+
+def main() -> None:
+    try:
+        cli.main(standalone_mode=True)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(exit_codes.INTERRUPTED)

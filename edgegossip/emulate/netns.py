@@ -1,0 +1,151 @@
+"""An emulated LAN: one network namespace per node on a Linux bridge, with kernel packet loss
+(nftables `numgen random` in each node's namespace, on packets arriving from other nodes) and an
+optional egress rate cap (tbf). Needs root. Every object is named with a per-run prefix so that
+teardown, and `cleanup()` of an earlier crashed run, remove exactly what we made.
+
+Addresses are 10.77.<run>.<node+1>/24 and exist only inside the namespaces this module creates.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import subprocess
+from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
+
+PREFIX = "eg"  # every namespace, bridge and veth we create starts with this
+
+
+class EmulationError(RuntimeError):
+    pass
+
+
+def is_root() -> bool:
+    return os.geteuid() == 0
+
+
+def _run(*args: str, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess:
+    p = subprocess.run(args, capture_output=True, text=True, input=input)
+    if check and p.returncode != 0:
+        raise EmulationError(f"{' '.join(args)}: {p.stderr.strip() or p.stdout.strip()}")
+    return p
+
+
+def loss_rules(loss: float, udp_ports: tuple[int, int] | None = None) -> str:
+    """nftables ruleset for a node: drop `loss` of IPv4 packets arriving from the other nodes.
+
+    Loss applies to UDP and TCP alike (the all-reduce baseline must pay for it too); ICMP and ARP
+    are left alone so the LAN itself stays up."""
+    pct = round(loss * 10000)
+    if not 0 <= pct <= 10000:
+        raise ValueError("loss must be a fraction in [0, 1]")
+    rule = (f"meta l4proto {{ udp, tcp }} numgen random mod 10000 < {pct} counter drop"
+            if pct else "")
+    return f"""table inet edgegossip {{
+  chain input {{
+    type filter hook input priority 0; policy accept;
+    iifname "lo" accept
+    {rule}
+  }}
+}}
+"""
+
+
+@dataclass
+class Lan:
+    n_nodes: int
+    loss: float = 0.0
+    rate: str | None = None  # tbf rate, e.g. "20mbit"
+    run_id: int = field(default_factory=lambda: os.getpid() % 250)
+    created: list[str] = field(default_factory=list)
+
+    @property
+    def bridge(self) -> str:
+        return f"{PREFIX}br{self.run_id}"
+
+    def ns(self, i: int) -> str:
+        return f"{PREFIX}{self.run_id}n{i}"
+
+    def address(self, i: int) -> str:
+        return f"10.77.{self.run_id}.{i + 1}"
+
+    def up(self) -> Lan:
+        if not is_root():
+            raise EmulationError("network emulation needs root (network namespaces, nftables)")
+        try:
+            _run("ip", "link", "add", self.bridge, "type", "bridge")
+            self.created.append(f"link:{self.bridge}")
+            _run("ip", "link", "set", self.bridge, "up")
+            for i in range(self.n_nodes):
+                self._add_node(i)
+        except Exception:
+            self.down()
+            raise
+        return self
+
+    def _add_node(self, i: int) -> None:
+        ns, host_end, ns_end = self.ns(i), f"{PREFIX}{self.run_id}h{i}", f"{PREFIX}{self.run_id}v{i}"
+        _run("ip", "netns", "add", ns)
+        self.created.append(f"ns:{ns}")
+        _run("ip", "link", "add", host_end, "type", "veth", "peer", "name", ns_end)
+        self.created.append(f"link:{host_end}")
+        _run("ip", "link", "set", host_end, "master", self.bridge, "up")
+        _run("ip", "link", "set", ns_end, "netns", ns)
+        _run("ip", "-n", ns, "addr", "add", f"{self.address(i)}/24", "dev", ns_end)
+        _run("ip", "-n", ns, "link", "set", ns_end, "up")
+        _run("ip", "-n", ns, "link", "set", "lo", "up")
+        if self.rate:
+            _run("ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", ns_end, "root", "tbf",
+                 "rate", self.rate, "burst", "32kbit", "latency", "50ms")
+        self.set_loss(i, self.loss)
+
+    def set_loss(self, i: int, loss: float) -> None:
+        """(Re)install node i's loss rule; 1.0 cuts it off, 0.0 heals it."""
+        ns = self.ns(i)
+        _run("ip", "netns", "exec", ns, "nft", "delete", "table", "inet", "edgegossip", check=False)
+        _run("ip", "netns", "exec", ns, "nft", "-f", "-", input=loss_rules(loss))
+
+    def dropped_packets(self, i: int) -> int:
+        """Packets node i's loss rule has dropped so far."""
+        out = _run("ip", "netns", "exec", self.ns(i), "nft", "list", "table", "inet",
+                   "edgegossip", check=False).stdout
+        m = re.search(r"counter packets (\d+)", out)
+        return int(m.group(1)) if m else 0
+
+    def exec_args(self, i: int) -> list[str]:
+        """Command prefix that runs a program inside node i's namespace."""
+        return ["ip", "netns", "exec", self.ns(i)]
+
+    def down(self) -> None:
+        for item in reversed(self.created):
+            kind, name = item.split(":", 1)
+            if kind == "ns":
+                _run("ip", "netns", "delete", name, check=False)
+            else:
+                _run("ip", "link", "delete", name, check=False)
+        self.created.clear()
+
+    def __enter__(self) -> Lan:
+        return self.up()
+
+    def __exit__(self, *exc) -> None:
+        self.down()
+
+
+def cleanup() -> list[str]:
+    """Remove every namespace and link an earlier run left behind; returns what was removed."""
+    removed = []
+    for line in _run("ip", "netns", "list", check=False).stdout.splitlines():
+        name = line.split()[0] if line.strip() else ""
+        if re.fullmatch(rf"{PREFIX}\d+n\d+", name):
+            _run("ip", "netns", "delete", name, check=False)
+            removed.append(name)
+    for line in _run("ip", "-o", "link", "show", check=False).stdout.splitlines():
+        m = re.match(rf"\d+: ({PREFIX}(?:br\d+|\d+h\d+))[@:]", line)
+        if m:
+            _run("ip", "link", "delete", m.group(1), check=False)
+            removed.append(m.group(1))
+    return removed

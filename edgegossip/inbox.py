@@ -1,0 +1,233 @@
+"""Receive side: validate every datagram, count drops by reason, scatter payloads into per-peer
+receive slots with one mask byte per chunk, and hand complete-or-expired slots to the agent.
+
+Runs on the transport's receive thread. Nothing raises out of ingest(): a datagram is accepted
+or dropped and counted. Slot buffers are allocated once per (sender, message type); the hot
+path allocates no payload-sized memory.
+"""
+
+from __future__ import annotations
+
+import hmac
+import threading
+import time
+from collections import Counter, deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from edgegossip import kernels, wire
+from edgegossip.chunking import ChunkPlan
+from edgegossip.replay import ReplayWindow
+
+DROP_REASONS = (
+    "truncated", "oversized", "bad_group", "bad_version", "bad_type", "bad_dtype", "wrong_fleet",
+    "bad_tag", "replayed", "stale", "old_round", "out_of_bounds", "non_finite", "unknown_sender",
+)
+
+
+class DropCounter:
+    """Counts accepted datagrams and drops by reason; written by one receive thread."""
+
+    def __init__(self) -> None:
+        self.drops: Counter[str] = Counter()
+        self.accepted = 0
+        self.accepted_bytes = 0
+
+    def drop(self, reason: str) -> None:
+        self.drops[reason] += 1
+
+    @property
+    def dropped(self) -> int:
+        return sum(self.drops.values())
+
+    def snapshot(self) -> dict:
+        return {"accepted": self.accepted, "accepted_bytes": self.accepted_bytes,
+                "dropped": self.dropped, "drops": dict(self.drops)}
+
+
+@dataclass
+class Event:
+    """First datagram of a new round from a sender: lets the agent answer exchanges."""
+    sender: int
+    msg_type: int
+    round: int
+    flags: int
+    block: int
+
+
+class Round:
+    """One round's receive buffer and mask."""
+
+    def __init__(self, plan: ChunkPlan):
+        self.buf = np.zeros(plan.n_params, dtype=np.float32)
+        self.bytes = self.buf.view(np.uint8)
+        self.mask = np.zeros(plan.n_chunks, dtype=np.uint8)
+        self.round = -1
+        self.received = 0
+        self.expected = 0
+        self.updated = 0.0
+
+
+class Slot:
+    """Receive buffers of one (sender, message type): the round being filled, and the round
+    before it kept intact, so a peer that starts its next round before we collected the
+    previous one does not overwrite it (double buffering, allocated once)."""
+
+    def __init__(self, plan: ChunkPlan):
+        self.current = Round(plan)
+        self.previous = Round(plan)
+
+    def advance(self, round: int, expected: int) -> Round:
+        self.current, self.previous = self.previous, self.current
+        cur = self.current
+        cur.mask[:] = 0
+        cur.round = round
+        cur.received = 0
+        cur.expected = expected
+        return cur
+
+    def find(self, round: int) -> Round | None:
+        if self.current.round == round:
+            return self.current
+        if self.previous.round == round:
+            return self.previous
+        return None
+
+
+class Inbox:
+    def __init__(self, plan: ChunkPlan, key: bytes, fleet: int, peers: set[int] | None = None,
+                 rps_blocks: int = 0, max_events: int = 1024):
+        self.plan = plan
+        self.rps_blocks = rps_blocks
+        self._n_chunks = plan.n_chunks
+        self._chunk_bytes = plan.chunk_bytes
+        self._model_bytes = plan.model_bytes
+        self.key = key
+        self.fleet = fleet
+        self.peers = peers  # None admits any sender id whose tag verifies
+        self.max_body = wire.HEADER_SIZE + plan.chunk_bytes + wire.TAG_SIZE
+        self.counter = DropCounter()
+        self._replay: dict[int, ReplayWindow] = {}
+        self._slots: dict[tuple[int, int], Slot] = {}
+        self._events: deque[Event] = deque(maxlen=max_events)
+        self._cond = threading.Condition()
+
+    # -- receive thread ------------------------------------------------------------------------
+    def ingest(self, body: memoryview) -> None:
+        """Validate one datagram body (group framing removed) and file it; never raises."""
+        reason = self._ingest(body)
+        if reason is not None:
+            self.counter.drop(reason)
+
+    def _ingest(self, body: memoryview) -> str | None:
+        n = len(body)
+        if n > self.max_body:
+            return "oversized"
+        try:
+            h = wire.unpack(body)
+        except wire.WireError as e:
+            return e.reason
+        if h.fleet != self.fleet:
+            return "wrong_fleet"
+        end = wire.HEADER_SIZE + h.length
+        if not hmac.compare_digest(wire.make_tag(self.key, body[:end]), body[end:]):
+            return "bad_tag"
+        sender = h.sender
+        if self.peers is not None and sender not in self.peers:
+            return "unknown_sender"
+        window = self._replay.get(sender)
+        if window is None:
+            window = self._replay[sender] = ReplayWindow()
+        reason = window.check(h.seq)
+        if reason is not None:
+            return reason
+        if h.msg_type == wire.MsgType.REQUEST:
+            self._event(h)
+            self.counter.accepted += 1
+            return None
+        c = h.chunk_index
+        if (h.chunk_count != self._n_chunks or c >= self._n_chunks
+                or h.byte_offset != c * self._chunk_bytes
+                or h.length != min(self._chunk_bytes, self._model_bytes - h.byte_offset)):
+            return "out_of_bounds"
+        payload = body[wire.HEADER_SIZE:end]
+        if not kernels.all_finite(payload):
+            return "non_finite"
+        return self._file(h, payload)
+
+    def _file(self, h: wire.Header, payload: memoryview) -> str | None:
+        with self._cond:
+            key = (h.sender, h.msg_type)
+            slot = self._slots.get(key)
+            if slot is None:
+                slot = self._slots[key] = Slot(self.plan)
+            cur = slot.current
+            if h.round != cur.round:
+                if h.round < cur.round:
+                    if h.round != slot.previous.round:
+                        return "old_round"
+                    cur = slot.previous  # late chunk of the round before: still useful
+                else:
+                    cur = slot.advance(h.round, self._expected_chunks(h))
+                    self._event(h)
+            fresh = not cur.mask[h.chunk_index]
+            if not kernels.scatter_chunk(cur.bytes, cur.mask, payload, h.byte_offset,
+                                         h.chunk_index):
+                return "out_of_bounds"
+            cur.received += fresh
+            cur.updated = time.monotonic()
+            self.counter.accepted += 1
+            self.counter.accepted_bytes += h.length
+            if cur.received >= cur.expected:
+                self._cond.notify_all()
+        return None
+
+    def _expected_chunks(self, h: wire.Header) -> int:
+        # the whole model for PARAMS; one block for RPS messages, whose block id names it
+        if self.rps_blocks and h.msg_type in (wire.MsgType.REDUCE, wire.MsgType.GATHER):
+            return len(self.plan.block_chunks(h.block, self.rps_blocks))
+        return self.plan.n_chunks
+
+    def _event(self, h: wire.Header) -> None:
+        with self._cond:
+            self._events.append(Event(h.sender, h.msg_type, h.round, h.flags, h.block))
+            self._cond.notify_all()
+
+    # -- agent thread --------------------------------------------------------------------------
+    def events(self) -> list[Event]:
+        with self._cond:
+            out = list(self._events)
+            self._events.clear()
+        return out
+
+    def wait_event(self, timeout: float) -> None:
+        with self._cond:
+            if not self._events:
+                self._cond.wait(timeout)
+
+    def collect(self, sender: int, msg_type: int, round: int, deadline: float,
+                out: np.ndarray, out_mask: np.ndarray, settle: float = 0.0) -> int:
+        """Wait until `round` from (sender, msg_type) is complete, a later round from that
+        sender has begun (this one is then final), no datagram of it came for `settle` seconds,
+        or `deadline` (time.monotonic()) passes; copy what arrived into out/out_mask.
+        Returns the number of chunks that arrived (0: nothing of that round)."""
+        key = (sender, msg_type)
+        with self._cond:
+            while True:
+                slot = self._slots.get(key)
+                found = slot.find(round) if slot is not None else None
+                now = time.monotonic()
+                if found is not None:
+                    if (found.received >= found.expected or slot.current.round > round
+                            or (settle and found.received and now - found.updated > settle)):
+                        break
+                if now >= deadline:
+                    break
+                self._cond.wait(min(deadline - now, 0.05))
+            if found is None:
+                out_mask[:] = 0
+                return 0
+            np.copyto(out, found.buf)
+            np.copyto(out_mask, found.mask)
+            return int(found.received)

@@ -1,0 +1,32 @@
+"""The one place that picks the compiled kernels or the NumPy reference.
+
+EDGEGOSSIP_NO_EXTENSIONS=1 forces the NumPy reference. IMPLEMENTATION is "cython" or "numpy".
+"""
+
+from __future__ import annotations
+
+import os
+
+from edgegossip import _kernels_py
+
+if os.environ.get("EDGEGOSSIP_NO_EXTENSIONS", "") not in ("", "0"):
+    _impl = _kernels_py
+    IMPLEMENTATION = "numpy"
+else:
+    try:
+        from edgegossip import _kernels_c as _impl  # type: ignore[no-redef]
+
+        IMPLEMENTATION = "cython"
+    except ImportError:  # no compiler on this device: slower, same results
+        _impl = _kernels_py
+        IMPLEMENTATION = "numpy"
+
+NAMES = ("elastic_pull", "masked_copy", "masked_accumulate", "masked_average",
+         "scatter_chunk", "all_finite")
+
+elastic_pull = _impl.elastic_pull
+masked_copy = _impl.masked_copy
+masked_accumulate = _impl.masked_accumulate
+masked_average = _impl.masked_average
+scatter_chunk = _impl.scatter_chunk
+all_finite = _impl.all_finite

@@ -1,0 +1,25 @@
+"""Token-bucket pacing: a sender spreads its datagrams at a set byte rate so it never overruns
+its own socket buffer, the link or the receiver. Loss is what the network does, not what we do."""
+
+from __future__ import annotations
+
+import time
+
+
+class Pacer:
+    def __init__(self, rate_bytes_per_s: float | None, burst_s: float = 0.002):
+        self.rate = rate_bytes_per_s if rate_bytes_per_s and rate_bytes_per_s > 0 else None
+        self.burst_s = burst_s
+        self._next = time.perf_counter()
+
+    def wait(self, nbytes: int) -> None:
+        """Block until nbytes more may leave at the configured rate."""
+        if self.rate is None:
+            return
+        now = time.perf_counter()
+        if self._next < now - self.burst_s:  # idle: do not save up an unbounded burst
+            self._next = now - self.burst_s
+        self._next += nbytes / self.rate
+        ahead = self._next - now
+        if ahead > 0.0005:  # sleep only when worth it; smaller gaps are absorbed by the burst
+            time.sleep(ahead)

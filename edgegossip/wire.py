@@ -1,0 +1,147 @@
+"""Datagram framing: bytes in, typed header out. No sockets here.
+
+A datagram on the wire is ``[1 byte group length][group bytes][body]``, the framing libzmq's
+RADIO/DISH use over udp://, so a plain UDP socket and a DISH read the same bytes. The body is:
+
+    offset size  field
+    0      1     version      protocol version, VERSION (1)
+    1      1     msg_type     PARAMS, REQUEST, REDUCE or GATHER (MsgType)
+    2      1     dtype        DTYPE_F32 (1): little-endian IEEE float32 payload
+    3      1     flags        FLAG_REPLY: the sender wants our parameters back (Elastic Gossip)
+    4      4     fleet        fleet id; datagrams of another fleet are dropped
+    8      2     sender       worker id of the sender, 0 .. 65535
+    10     2     block        block id (RPS server block; 0 for whole-model messages)
+    12     4     round        the sender's model round (exchange number) this chunk belongs to
+    16     4     chunk_index  index of this chunk in the whole model, 0 .. chunk_count - 1
+    20     4     chunk_count  chunks in the whole model at this chunk size
+    24     4     byte_offset  where the payload goes in the flat parameter vector, in bytes
+    28     4     length       payload length in bytes (multiple of 4)
+    32     8     seq          per-sender sequence number, strictly increasing per datagram
+    40     len   payload      float32 parameters
+    40+len 16    tag          HMAC-SHA256(fleet key, bytes 0 .. 40+len)[:16]
+
+All integers are little-endian. The tag covers header and payload; a receiver checks it before it
+trusts any field beyond the fleet id. HMAC-SHA256 was chosen over keyed BLAKE2b because CPython's
+OpenSSL-backed HMAC hashes about 1.5 times faster here (SHA extensions) and on ARMv8 crypto cores.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import struct
+from enum import IntEnum
+from typing import NamedTuple
+
+VERSION = 1
+DTYPE_F32 = 1
+FLAG_REPLY = 0x01
+
+HEADER = struct.Struct("<BBBBIHHIIIIIQ")
+HEADER_SIZE = HEADER.size  # 40
+TAG_SIZE = 16
+MTU_UDP_PAYLOAD = 1472  # 1500-byte MTU minus IPv4 and UDP headers: no IP fragmentation
+ZMQ_MAX_DATAGRAM = 8192  # libzmq 4.3.x udp_engine buffer, group framing included
+DEFAULT_GROUP = b"eg"
+
+
+class MsgType(IntEnum):
+    PARAMS = 1   # a (partial) model for a gossip exchange
+    REQUEST = 2  # "send me your parameters" (Gossiping SGD pull); no payload
+    REDUCE = 3   # RPS reduce-scatter: my copy of your block
+    GATHER = 4   # RPS all-gather: the averaged block I serve
+
+
+class Header(NamedTuple):
+    version: int
+    msg_type: int
+    dtype: int
+    flags: int
+    fleet: int
+    sender: int
+    block: int
+    round: int
+    chunk_index: int
+    chunk_count: int
+    byte_offset: int
+    length: int
+    seq: int
+
+
+class WireError(ValueError):
+    """A datagram that cannot be decoded; reason is a drop-counter key."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def framing_overhead(group: bytes = DEFAULT_GROUP) -> int:
+    """Bytes of a datagram that are not payload."""
+    return 1 + len(group) + HEADER_SIZE + TAG_SIZE
+
+
+def default_chunk_bytes(group: bytes = DEFAULT_GROUP) -> int:
+    """Largest payload (multiple of 4) whose datagram fits one 1500-byte-MTU packet."""
+    return (MTU_UDP_PAYLOAD - framing_overhead(group)) // 4 * 4
+
+
+def max_chunk_bytes(group: bytes = DEFAULT_GROUP) -> int:
+    """Largest payload (multiple of 4) libzmq can carry: body <= 8192 - 1 - len(group)."""
+    return (ZMQ_MAX_DATAGRAM - framing_overhead(group)) // 4 * 4
+
+
+def check_chunk_bytes(chunk_bytes: int, group: bytes = DEFAULT_GROUP) -> int:
+    if chunk_bytes <= 0 or chunk_bytes % 4:
+        raise ValueError(f"chunk size {chunk_bytes} must be a positive multiple of 4 bytes")
+    if chunk_bytes > max_chunk_bytes(group):
+        raise ValueError(f"chunk size {chunk_bytes} exceeds the largest datagram libzmq carries "
+                         f"({max_chunk_bytes(group)} payload bytes)")
+    return chunk_bytes
+
+
+def frame_prefix(group: bytes) -> bytes:
+    if not 0 < len(group) <= 255:
+        raise ValueError("group must be 1..255 bytes")
+    return bytes([len(group)]) + group
+
+
+def make_tag(key: bytes, signed: bytes | memoryview) -> bytes:
+    return hmac.digest(key, signed, "sha256")[:TAG_SIZE]
+
+
+def derive_key(secret: str | bytes) -> bytes:
+    """Fleet key from a passphrase or raw bytes (32 bytes; stretching is not needed for a key
+    the operator generated, but a human passphrase gets a fixed-salt scrypt)."""
+    raw = secret.encode() if isinstance(secret, str) else bytes(secret)
+    return hashlib.scrypt(raw, salt=b"edgegossip-fleet-key-v1", n=2**14, r=8, p=1, dklen=32)
+
+
+def pack_into(buf: bytearray | memoryview, offset: int, h: Header) -> None:
+    HEADER.pack_into(buf, offset, *h)
+
+
+def unpack(body: bytes | memoryview) -> Header:
+    """Decode the header of a datagram body; checks only what needs no key."""
+    n = len(body)
+    if n < HEADER_SIZE + TAG_SIZE:
+        raise WireError("truncated")
+    h = _make_header(HEADER.unpack_from(body, 0))
+    if h.version != VERSION:
+        raise WireError("bad_version")
+    if HEADER_SIZE + h.length + TAG_SIZE != n:
+        raise WireError("truncated")
+    if h.msg_type not in _MSG_TYPES:
+        raise WireError("bad_type")
+    if h.dtype != DTYPE_F32 or h.length % 4:
+        raise WireError("bad_dtype")
+    return h
+
+
+def verify(key: bytes, body: memoryview, length: int) -> bool:
+    end = HEADER_SIZE + length
+    return hmac.compare_digest(make_tag(key, body[:end]), body[end:end + TAG_SIZE])
+
+
+_MSG_TYPES = frozenset(int(t) for t in MsgType)
+_make_header = Header._make

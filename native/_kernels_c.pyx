@@ -1,0 +1,163 @@
+# Compiled gossip kernels. Each public function is a thin typed-memoryview wrapper that checks
+# shapes once, then runs a `noexcept nogil` pointer loop with the GIL released so the receive
+# thread keeps draining sockets while a kernel runs. edgegossip/_kernels_py.py holds the NumPy
+# reference with the same names; tests compare the two.
+#
+# Chunk geometry shared by every masked kernel: element i belongs to chunk i // chunk; the last
+# chunk may be short; mask[c] != 0 means every datagram of chunk c arrived.
+
+from libc.string cimport memcpy
+from libc.stdint cimport uint32_t, int32_t
+
+ctypedef unsigned char u8
+
+
+cdef inline Py_ssize_t _nchunks(Py_ssize_t n, Py_ssize_t chunk) noexcept nogil:
+    return (n + chunk - 1) // chunk
+
+
+cdef int _check(Py_ssize_t n, Py_ssize_t m, Py_ssize_t nmask, Py_ssize_t chunk) except -1:
+    if chunk <= 0:
+        raise ValueError("chunk must be positive")
+    if m != n:
+        raise ValueError(f"length mismatch: {n} != {m}")
+    if nmask < _nchunks(n, chunk):
+        raise ValueError(f"mask has {nmask} entries, need {_nchunks(n, chunk)}")
+    return 0
+
+
+cdef void _elastic_pull(float* x, const float* ref, const float* y, const u8* mask,
+                        Py_ssize_t n, Py_ssize_t chunk, float alpha) noexcept nogil:
+    cdef Py_ssize_t c, i, start, stop
+    for c in range(_nchunks(n, chunk)):
+        if mask[c]:
+            start = c * chunk
+            stop = start + chunk if start + chunk < n else n
+            for i in range(start, stop):
+                x[i] -= alpha * (ref[i] - y[i])
+
+
+def elastic_pull(float[::1] x, const float[::1] ref, const float[::1] y,
+                 const u8[::1] mask, Py_ssize_t chunk, float alpha):
+    """x[i] -= alpha * (ref[i] - y[i]) where mask[i // chunk]; ref may be x itself."""
+    cdef Py_ssize_t n = x.shape[0]
+    _check(n, y.shape[0], mask.shape[0], chunk)
+    _check(n, ref.shape[0], mask.shape[0], chunk)
+    if n == 0:
+        return
+    with nogil:
+        _elastic_pull(&x[0], &ref[0], &y[0], &mask[0], n, chunk, alpha)
+
+
+cdef void _masked_copy(float* x, const float* y, const u8* mask,
+                       Py_ssize_t n, Py_ssize_t chunk) noexcept nogil:
+    cdef Py_ssize_t c, start, stop
+    for c in range(_nchunks(n, chunk)):
+        if mask[c]:
+            start = c * chunk
+            stop = start + chunk if start + chunk < n else n
+            memcpy(&x[start], &y[start], (stop - start) * sizeof(float))
+
+
+def masked_copy(float[::1] x, const float[::1] y, const u8[::1] mask, Py_ssize_t chunk):
+    """x[i] = y[i] where mask[i // chunk]"""
+    cdef Py_ssize_t n = x.shape[0]
+    _check(n, y.shape[0], mask.shape[0], chunk)
+    if n == 0:
+        return
+    with nogil:
+        _masked_copy(&x[0], &y[0], &mask[0], n, chunk)
+
+
+cdef void _masked_accumulate(float* acc, int32_t* count, const float* y, const u8* mask,
+                             Py_ssize_t n, Py_ssize_t chunk) noexcept nogil:
+    cdef Py_ssize_t c, i, start, stop
+    for c in range(_nchunks(n, chunk)):
+        if mask[c]:
+            count[c] += 1
+            start = c * chunk
+            stop = start + chunk if start + chunk < n else n
+            for i in range(start, stop):
+                acc[i] += y[i]
+
+
+def masked_accumulate(float[::1] acc, int32_t[::1] count, const float[::1] y,
+                      const u8[::1] mask, Py_ssize_t chunk):
+    """acc[i] += y[i] and count[c] += 1 where mask[c], c = i // chunk"""
+    cdef Py_ssize_t n = acc.shape[0]
+    _check(n, y.shape[0], mask.shape[0], chunk)
+    if count.shape[0] < _nchunks(n, chunk):
+        raise ValueError("count has fewer entries than chunks")
+    if n == 0:
+        return
+    with nogil:
+        _masked_accumulate(&acc[0], &count[0], &y[0], &mask[0], n, chunk)
+
+
+cdef void _masked_average(float* x, const float* acc, const int32_t* count,
+                          Py_ssize_t n, Py_ssize_t chunk) noexcept nogil:
+    cdef Py_ssize_t c, i, start, stop
+    cdef float inv
+    for c in range(_nchunks(n, chunk)):
+        if count[c] > 0:
+            inv = 1.0 / count[c]
+            start = c * chunk
+            stop = start + chunk if start + chunk < n else n
+            for i in range(start, stop):
+                x[i] = acc[i] * inv
+
+
+def masked_average(float[::1] x, const float[::1] acc, const int32_t[::1] count,
+                   Py_ssize_t chunk):
+    """x[i] = acc[i] / count[c] where count[c] > 0, c = i // chunk; x unchanged elsewhere"""
+    cdef Py_ssize_t n = x.shape[0]
+    if chunk <= 0:
+        raise ValueError("chunk must be positive")
+    if acc.shape[0] != n:
+        raise ValueError(f"length mismatch: {n} != {acc.shape[0]}")
+    if count.shape[0] < _nchunks(n, chunk):
+        raise ValueError("count has fewer entries than chunks")
+    if n == 0:
+        return
+    with nogil:
+        _masked_average(&x[0], &acc[0], &count[0], n, chunk)
+
+
+def scatter_chunk(u8[::1] buf, u8[::1] mask, const u8[::1] payload,
+                  Py_ssize_t byte_offset, Py_ssize_t chunk_index):
+    """buf[byte_offset:byte_offset+len(payload)] = payload; mask[chunk_index] = 1.
+
+    Returns False, touching nothing, when the range or the chunk index lies outside the buffer."""
+    cdef Py_ssize_t length = payload.shape[0]
+    if (byte_offset < 0 or length < 0 or byte_offset > buf.shape[0] - length
+            or chunk_index < 0 or chunk_index >= mask.shape[0]):
+        return False
+    if length:
+        with nogil:
+            memcpy(&buf[byte_offset], &payload[0], length)
+    mask[chunk_index] = 1
+    return True
+
+
+cdef bint _all_finite(const u8* p, Py_ssize_t nbytes) noexcept nogil:
+    # Checks exponent bits on the raw words: payloads sit at odd offsets inside datagrams, so
+    # they cannot be read as float* directly; memcpy of 4 bytes compiles to one unaligned load.
+    cdef Py_ssize_t i
+    cdef uint32_t w, bad = 0
+    for i in range(0, nbytes - 3, 4):
+        memcpy(&w, p + i, 4)
+        bad |= ((w & 0x7F800000u) == 0x7F800000u)
+    return bad == 0
+
+
+def all_finite(const u8[::1] payload):
+    """True when every float32 in payload (little-endian bytes) is neither NaN nor +-Inf."""
+    cdef Py_ssize_t nbytes = payload.shape[0]
+    cdef bint ok
+    if nbytes % 4:
+        raise ValueError("payload length is not a multiple of 4")
+    if nbytes == 0:
+        return True
+    with nogil:
+        ok = _all_finite(&payload[0], nbytes)
+    return ok

@@ -1,0 +1,37 @@
+import os
+import socket
+
+import pytest
+
+from edgegossip import _kernels_py
+
+try:
+    from edgegossip import _kernels_c
+except ImportError:  # pragma: no cover - CI builds the extension; a missing one fails below
+    _kernels_c = None
+
+IMPLS = {"numpy": _kernels_py}
+if _kernels_c is not None:
+    IMPLS["cython"] = _kernels_c
+
+
+@pytest.fixture(params=sorted(IMPLS))
+def impl(request):
+    """Runs a kernel test against both the compiled kernels and the NumPy reference."""
+    return IMPLS[request.param]
+
+
+def pytest_sessionstart(session):
+    if os.environ.get("CI") == "true" and _kernels_c is None:
+        raise pytest.UsageError("CI must test the compiled kernels: edgegossip._kernels_c missing")
+
+
+@pytest.fixture
+def free_udp_port():
+    def pick():
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+        return port
+    return pick

@@ -1,0 +1,131 @@
+"""Every kind of bad datagram is dropped and counted under its reason; the model is unchanged."""
+import time
+
+import numpy as np
+import pytest
+
+from edgegossip import wire
+from edgegossip.chunking import ChunkPlan
+from edgegossip.inbox import Inbox
+from edgegossip.outbox import Encoder
+
+KEY = b"k" * 32
+PLAN = ChunkPlan(1000, 400)
+
+
+def _datagrams(x, round=0, key=KEY, fleet=1, sender=2):
+    enc = Encoder(PLAN, key, fleet, sender)
+    return [bytes(d)[3:] for d in enc.chunks(x, wire.MsgType.PARAMS, round)]
+
+
+def _collect(inbox, sender=2, round=0):
+    out = np.zeros(PLAN.n_params, np.float32)
+    mask = np.zeros(PLAN.n_chunks, np.uint8)
+    got = inbox.collect(sender, wire.MsgType.PARAMS, round, time.monotonic() + 0.05, out, mask)
+    return got, out, mask
+
+
+def test_valid_model_arrives_whole():
+    x = np.arange(1000, dtype=np.float32)
+    inbox = Inbox(PLAN, KEY, 1)
+    for d in _datagrams(x):
+        inbox.ingest(memoryview(d))
+    got, out, mask = _collect(inbox)
+    assert got == PLAN.n_chunks and mask.all()
+    np.testing.assert_array_equal(out, x)
+    assert inbox.counter.dropped == 0
+
+
+def _forge_payload(body, fn, key=KEY):
+    """Rebuild a datagram with a modified payload and a valid tag (an insider's mistake)."""
+    h = wire.unpack(memoryview(body))
+    b = bytearray(body)
+    fn(b, h)
+    end = wire.HEADER_SIZE + h.length
+    b[end:] = wire.make_tag(key, bytes(b[:end]))
+    return bytes(b)
+
+
+def _nan(b, h):
+    b[wire.HEADER_SIZE:wire.HEADER_SIZE + 4] = np.array([np.nan], np.float32).tobytes()
+
+
+def _offset_past_end(b, h):
+    wire.pack_into(b, 0, h._replace(byte_offset=4000, chunk_index=2))
+
+
+CASES = {
+    "truncated": lambda ds: ds[0][:30],
+    "truncated_tail": lambda ds: ds[0][:-3],
+    "random": lambda ds: bytes(np.random.default_rng(0).integers(0, 256, 300, dtype=np.uint8)),
+    "oversized": lambda ds: ds[0] + b"\x00" * 9000,
+    "bad_tag": lambda ds: ds[0][:-1] + bytes([ds[0][-1] ^ 1]),
+    "wrong_key": lambda ds: _datagrams(np.zeros(1000, np.float32), key=b"z" * 32)[0],
+    "wrong_fleet": lambda ds: _datagrams(np.zeros(1000, np.float32), fleet=9)[0],
+    "non_finite": lambda ds: _forge_payload(ds[0], _nan),
+    "out_of_bounds": lambda ds: _forge_payload(ds[0], _offset_past_end),
+}
+EXPECTED = {"truncated": "truncated", "truncated_tail": "truncated", "random": None,
+            "oversized": "oversized", "bad_tag": "bad_tag", "wrong_key": "bad_tag",
+            "wrong_fleet": "wrong_fleet", "non_finite": "non_finite",
+            "out_of_bounds": "out_of_bounds"}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_datagram_dropped_and_counted(case):
+    x = np.arange(1000, dtype=np.float32)
+    inbox = Inbox(PLAN, KEY, 1)
+    for d in _datagrams(x):
+        inbox.ingest(memoryview(d))
+    before = _collect(inbox)[1].copy()
+    bad = CASES[case](_datagrams(np.full(1000, 5, np.float32), round=0))
+    inbox.ingest(memoryview(bad))
+    assert inbox.counter.dropped == 1
+    if EXPECTED[case]:
+        assert inbox.counter.drops[EXPECTED[case]] == 1, inbox.counter.drops
+    np.testing.assert_array_equal(_collect(inbox)[1], before)
+
+
+def test_replayed_datagram_dropped():
+    x = np.arange(1000, dtype=np.float32)
+    inbox = Inbox(PLAN, KEY, 1)
+    ds = _datagrams(x)
+    for d in ds:
+        inbox.ingest(memoryview(d))
+    inbox.ingest(memoryview(ds[1]))
+    assert inbox.counter.drops["replayed"] == 1 and inbox.counter.accepted == len(ds)
+
+
+def test_partial_round_reports_mask():
+    x = np.arange(1000, dtype=np.float32)
+    inbox = Inbox(PLAN, KEY, 1)
+    ds = _datagrams(x)
+    inbox.ingest(memoryview(ds[0]))
+    inbox.ingest(memoryview(ds[2]))
+    got, out, mask = _collect(inbox)
+    assert got == 2 and mask.tolist() == [1, 0, 1] + [0] * 7
+    np.testing.assert_array_equal(out[:100], x[:100])
+
+
+def test_round_before_last_dropped_new_round_resets():
+    inbox = Inbox(PLAN, KEY, 1)
+    enc = Encoder(PLAN, KEY, 1, 2)
+    for r in (4, 5):
+        for d in enc.chunks(np.ones(1000, np.float32), 1, r, chunks=[1, 2]):
+            inbox.ingest(memoryview(bytes(d)[3:]))
+    late = bytes(next(enc.chunks(np.zeros(1000, np.float32), 1, 4)))[3:]  # chunk 0 of round 4
+    inbox.ingest(memoryview(late))
+    assert inbox.counter.drops["old_round"] == 0
+    assert _collect(inbox, round=4)[0] == 3  # the late chunk joined the round before
+    old = bytes(next(enc.chunks(np.zeros(1000, np.float32), 1, 3)))[3:]
+    inbox.ingest(memoryview(old))
+    assert inbox.counter.drops["old_round"] == 1
+    inbox.ingest(memoryview(bytes(next(enc.chunks(np.zeros(1000, np.float32), 1, 6)))[3:]))
+    got, _, mask = _collect(inbox, round=6)
+    assert got == 1 and mask.tolist() == [1] + [0] * 9
+
+
+def test_unknown_sender_dropped():
+    inbox = Inbox(PLAN, KEY, 1, peers={5})
+    inbox.ingest(memoryview(_datagrams(np.ones(1000, np.float32))[0]))
+    assert inbox.counter.drops["unknown_sender"] == 1

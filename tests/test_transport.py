@@ -1,0 +1,197 @@
+"""Both transports over real loopback sockets: delivery, interop with libzmq both ways, and bad
+datagrams sent at the socket. UDP tests assert fractions delivered, never exact counts."""
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+import zmq
+
+from edgegossip import wire
+from edgegossip.chunking import ChunkPlan
+from edgegossip.inbox import Inbox
+from edgegossip.outbox import Encoder
+from edgegossip.transport import ReceiveThread, make_transport
+
+KEY = b"k" * 32
+PLAN = ChunkPlan(200_000, wire.default_chunk_bytes())
+
+
+@pytest.fixture
+def receiver(free_udp_port):
+    opened = []
+
+    def start(kind):
+        t = make_transport(kind)
+        port = free_udp_port()
+        t.bind(("127.0.0.1", port))
+        inbox = Inbox(PLAN, KEY, 1)
+        rt = ReceiveThread(t, inbox.ingest, inbox.counter.drop).start()
+        opened.append((rt, t))
+        return ("127.0.0.1", port), inbox
+
+    yield start
+    for rt, t in opened:
+        rt.stop()
+        t.close()
+
+
+def _send_model(kind, peer, x, round=0, rate=50e6):
+    t = make_transport(kind, rate_bytes_per_s=rate)
+    try:
+        enc = Encoder(PLAN, KEY, 1, sender=2)
+        for d in enc.chunks(x, wire.MsgType.PARAMS, round):
+            t.send(peer, d)
+    finally:
+        time.sleep(0.05)
+        t.close()
+
+
+def _collect(inbox, round=0, wait=3.0):
+    out = np.zeros(PLAN.n_params, np.float32)
+    mask = np.zeros(PLAN.n_chunks, np.uint8)
+    got = inbox.collect(2, wire.MsgType.PARAMS, round, time.monotonic() + wait, out, mask)
+    return got, out, mask
+
+
+@pytest.mark.parametrize("tx,rx", [("udp", "udp"), ("zmq", "zmq"), ("zmq", "udp"), ("udp", "zmq")])
+def test_model_crosses(receiver, tx, rx):
+    """zmq->udp is a libzmq RADIO read by our native receiver; udp->zmq is our native sender
+    read by a libzmq DISH: the two speak the same bytes."""
+    peer, inbox = receiver(rx)
+    time.sleep(0.05)
+    x = np.random.default_rng(0).standard_normal(PLAN.n_params, dtype=np.float32)
+    _send_model(tx, peer, x, rate=20e6)
+    got, out, mask = _collect(inbox)
+    assert got >= 0.99 * PLAN.n_chunks, (got, inbox.counter.snapshot())
+    sel = np.repeat(mask.astype(bool), PLAN.chunk_elems)[:PLAN.n_params]
+    np.testing.assert_array_equal(out[sel], x[sel])
+    assert inbox.counter.dropped == 0
+
+
+def test_raw_socket_frame_reaches_dish(free_udp_port):
+    """FACTS: b'\\x02eg' + body sent by a plain socket is received by a DISH joined to 'eg'."""
+    ctx = zmq.Context.instance()
+    dish = ctx.socket(zmq.DISH)
+    dish.rcvtimeo = 2000
+    port = free_udp_port()
+    dish.bind(f"udp://127.0.0.1:{port}")
+    dish.join("eg")
+    time.sleep(0.1)  # bind and join complete asynchronously on libzmq's I/O thread
+    try:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.sendto(b"\x02eghello", ("127.0.0.1", port))
+        frame = dish.recv(copy=False)
+        assert frame.group == "eg" and bytes(frame.buffer) == b"hello"
+        s.close()
+    finally:
+        dish.close(linger=0)
+
+
+def _bad_datagrams():
+    enc = Encoder(PLAN, KEY, 1, sender=2)
+    good = [bytes(d) for d in enc.chunks(np.ones(PLAN.n_params, np.float32), 1, 0, chunks=[0, 1])]
+    other = Encoder(PLAN, b"z" * 32, 1, sender=2)
+    forged = bytes(next(other.chunks(np.ones(PLAN.n_params, np.float32), 1, 0, chunks=[2])))
+    nan = np.ones(PLAN.n_params, np.float32)
+    nan[PLAN.chunk_elems * 3] = np.nan
+    nan_dg = bytes(next(enc.chunks(nan, 1, 0, chunks=[3])))
+    h = wire.unpack(memoryview(good[1])[3:])
+    past = bytearray(good[1])
+    wire.pack_into(past, 3, h._replace(byte_offset=PLAN.model_bytes, seq=h.seq + 100))
+    end = 3 + wire.HEADER_SIZE + h.length
+    past[end:] = wire.make_tag(KEY, bytes(past[3:end]))
+    return good[0], {
+        "truncated": good[1][:25],
+        "random": bytes(np.random.default_rng(1).integers(0, 256, 500, dtype=np.uint8)) ,
+        "high_first_byte": b"\x80" + good[1][1:],
+        "oversized": b"\x02eg" + b"\x00" * 8900,
+        "bad_tag": forged,
+        "non_finite": nan_dg,
+        "out_of_bounds": bytes(past),
+        "replayed": good[0],
+    }
+
+
+@pytest.mark.parametrize("kind", ["udp", "zmq"])
+def test_bad_datagrams_over_the_socket(receiver, kind):
+    peer, inbox = receiver(kind)
+    time.sleep(0.05)
+    first, bad = _bad_datagrams()
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.sendto(first, peer)
+    deadline = time.monotonic() + 2
+    while inbox.counter.accepted < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    before = _collect(inbox, wait=0.01)[1].copy()
+    for dg in bad.values():
+        s.sendto(dg, peer)
+        time.sleep(0.005)
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline and inbox.counter.drops["out_of_bounds"] < 1:
+        time.sleep(0.01)
+    time.sleep(0.1)
+    s.close()
+    drops = inbox.counter.drops
+    for reason in ("bad_tag", "non_finite", "out_of_bounds", "replayed", "truncated"):
+        assert drops[reason] >= 1, (reason, dict(drops))
+    if kind == "udp":  # libzmq filters these before we see them: wrong group, oversized
+        assert drops["oversized"] == 1 and drops["bad_group"] >= 1, dict(drops)
+    assert inbox.counter.accepted == 1
+    np.testing.assert_array_equal(_collect(inbox, wait=0.01)[1], before)
+    # still receiving after all of it
+    _send_model("udp", peer, np.full(PLAN.n_params, 3, np.float32), round=1, rate=20e6)
+    got, out, _ = _collect(inbox, round=1)
+    assert got >= 0.99 * PLAN.n_chunks
+
+
+RECEIVER = textwrap.dedent("""
+    import sys, time
+    from edgegossip.chunking import ChunkPlan
+    from edgegossip.inbox import Inbox
+    from edgegossip.transport import ReceiveThread, make_transport
+    t = make_transport("zmq"); t.bind(("127.0.0.1", int(sys.argv[1])))
+    inbox = Inbox(ChunkPlan(1000, 400), b"k" * 32, 1)
+    ReceiveThread(t, inbox.ingest, inbox.counter.drop).start()
+    print("ready", flush=True)
+    time.sleep(float(sys.argv[2]))
+    print("alive", inbox.counter.accepted, flush=True)
+""")
+
+
+def test_zmq_receiver_survives_high_first_byte(free_udp_port, tmp_path):
+    """Unpatched libzmq 4.3.4 aborts the whole process on such a datagram; ours must not."""
+    port = free_udp_port()
+    script = tmp_path / "recv.py"
+    script.write_text(RECEIVER)
+    p = subprocess.Popen([sys.executable, str(script), str(port), "1.5"], stdout=subprocess.PIPE,
+                         text=True, env=os.environ.copy())
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        for first in (0x80, 0xFF, 0xC3):
+            s.sendto(bytes([first]) + b"x" * 40, ("127.0.0.1", port))
+        s.sendto(b"", ("127.0.0.1", port))
+        enc = Encoder(ChunkPlan(1000, 400), KEY, 1, sender=2)
+        time.sleep(0.2)
+        s.sendto(bytes(next(enc.chunks(np.ones(1000, np.float32), 1, 0))), ("127.0.0.1", port))
+        out, _ = p.communicate(timeout=10)
+        assert p.returncode == 0, f"receiver died with {p.returncode}"
+        assert out.strip() == "alive 1"
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def test_zmq_refuses_oversized_body():
+    t = make_transport("zmq")
+    try:
+        with pytest.raises(ValueError):
+            t.send(("127.0.0.1", 9), memoryview(b"\x02eg" + b"\x00" * 8200))
+    finally:
+        t.close()
