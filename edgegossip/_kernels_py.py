@@ -85,3 +85,12 @@ def all_finite(payload) -> bool:
     if len(payload) % 4:
         raise ValueError("payload length is not a multiple of 4")
     return bool(np.isfinite(np.frombuffer(payload, dtype="<f4")).all())
+
+
+def nesterov_step(x, v, g, lr: float, mu: float) -> None:
+    """v = mu * v + g; x -= lr * (g + mu * v)   (SGD with Nesterov momentum, one pass)"""
+    if v.shape[0] != x.shape[0] or g.shape[0] != x.shape[0]:
+        raise ValueError("length mismatch")
+    v *= np.float32(mu)
+    v += g
+    x -= np.float32(lr) * (g + np.float32(mu) * v)

@@ -22,7 +22,7 @@ else:
         IMPLEMENTATION = "numpy"
 
 NAMES = ("elastic_pull", "masked_copy", "masked_accumulate", "masked_average",
-         "scatter_chunk", "all_finite")
+         "scatter_chunk", "all_finite", "nesterov_step")
 
 elastic_pull = _impl.elastic_pull
 masked_copy = _impl.masked_copy
@@ -30,3 +30,4 @@ masked_accumulate = _impl.masked_accumulate
 masked_average = _impl.masked_average
 scatter_chunk = _impl.scatter_chunk
 all_finite = _impl.all_finite
+nesterov_step = _impl.nesterov_step

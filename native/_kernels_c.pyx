@@ -161,3 +161,24 @@ def all_finite(const u8[::1] payload):
     with nogil:
         ok = _all_finite(&payload[0], nbytes)
     return ok
+
+
+cdef void _nesterov_step(float* x, float* v, const float* g, Py_ssize_t n, float lr,
+                         float mu) noexcept nogil:
+    cdef Py_ssize_t i
+    cdef float vi
+    for i in range(n):
+        vi = mu * v[i] + g[i]
+        v[i] = vi
+        x[i] -= lr * (g[i] + mu * vi)
+
+
+def nesterov_step(float[::1] x, float[::1] v, const float[::1] g, float lr, float mu):
+    """v = mu * v + g; x -= lr * (g + mu * v)   (SGD with Nesterov momentum, one pass)"""
+    cdef Py_ssize_t n = x.shape[0]
+    if v.shape[0] != n or g.shape[0] != n:
+        raise ValueError("length mismatch")
+    if n == 0:
+        return
+    with nogil:
+        _nesterov_step(&x[0], &v[0], &g[0], n, lr, mu)

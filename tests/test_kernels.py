@@ -134,3 +134,16 @@ def test_selector_env(monkeypatch):
                          capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "numpy"
     assert importlib.import_module("edgegossip.kernels").IMPLEMENTATION in ("cython", "numpy")
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_nesterov_step_matches_pytorch_formula(impl, n):
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal(n, dtype=np.float32)
+    v = rng.standard_normal(n, dtype=np.float32)
+    g = rng.standard_normal(n, dtype=np.float32)
+    v_exp = 0.99 * v.astype(np.float64) + g
+    x_exp = x - 0.001 * (g + 0.99 * v_exp)
+    impl.nesterov_step(x, v, g, 0.001, 0.99)
+    np.testing.assert_allclose(v, v_exp, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(x, x_exp, rtol=1e-5, atol=1e-6)

@@ -21,7 +21,7 @@ from edgegossip import wire
 from edgegossip.chunking import ChunkPlan
 
 N_PARAMS = 2_913_290
-ROUNDS = 3
+DATAGRAMS = 40_000  # per measurement: long enough that socket buffers do not flatter a burst
 KEY = b"bench-key-0123456789abcdef012345"
 FLEET = 1
 IDLE_S = 0.5
@@ -89,18 +89,23 @@ def _free_port() -> int:
     return port
 
 
+def rounds_for(chunk_bytes: int) -> int:
+    return max(3, -(-DATAGRAMS // ChunkPlan(N_PARAMS, chunk_bytes).n_chunks))
+
+
 def _send(kind: str, chunk_bytes: int, port: int, rate: float | None, x: np.ndarray) -> tuple[int, float]:
     from edgegossip.outbox import Encoder
     from edgegossip.transport import make_transport
 
     plan = ChunkPlan(N_PARAMS, chunk_bytes)
+    rounds = rounds_for(chunk_bytes)
     peer = ("127.0.0.1", port)
     t0 = time.perf_counter()
     if kind == "raw":
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         raw = memoryview(x.view(np.uint8))
         sent = 0
-        for _ in range(ROUNDS):
+        for _ in range(rounds):
             for c in range(plan.n_chunks):
                 a, b = plan.chunk_range(c)
                 s.sendto(raw[a:b], peer)
@@ -114,7 +119,7 @@ def _send(kind: str, chunk_bytes: int, port: int, rate: float | None, x: np.ndar
         t._radio(peer)
         time.sleep(0.2)
         t0 = time.perf_counter()
-    for r in range(ROUNDS):
+    for r in range(rounds):
         for d in enc.chunks(x, wire.MsgType.PARAMS, r):
             t.send(peer, d)
     elapsed = time.perf_counter() - t0
@@ -150,6 +155,7 @@ def measure(kind: str, chunk_bytes: int, rate: float | None, x: np.ndarray) -> d
         "delivered": round(got / sent, 5) if sent else 0.0,
         "pace_mbps": round(rate / 1e6, 1) if rate else None,
         "sent": sent, "received": got, "receiver_drops": drops,
+        "sender_s": round(send_s, 3),
     }
 
 
@@ -172,5 +178,6 @@ def run(transports=("raw", "udp", "zmq"), chunk_sizes=None, tries: int = 8) -> d
                 rate = 0.9 * min(sustained, rate or sustained)
                 row = measure(kind, cb, rate, x)
             rows.append(row)
-    return {"benchmark": "transport", "n_params": N_PARAMS, "rounds": ROUNDS,
+    return {"benchmark": "transport", "n_params": N_PARAMS,
+            "rounds": {cb: rounds_for(cb) for cb in chunk_sizes},
             "authentication": "hmac-sha256/128", "results": rows}

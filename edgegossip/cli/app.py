@@ -10,6 +10,8 @@ import click
 from edgegossip import __version__
 from edgegossip.cli import exit_codes
 from edgegossip.cli.bench import bench
+from edgegossip.cli.data import data
+from edgegossip.cli.simulate import simulate
 from edgegossip.cli.exchange import exchange
 
 
@@ -23,6 +25,8 @@ def cli(verbose: bool) -> None:
 
 
 cli.add_command(bench)
+cli.add_command(data)
+cli.add_command(simulate)
 cli.add_command(exchange)
 
 

@@ -1,0 +1,45 @@
+"""Elastic Gossip (Pramod 2018, arXiv 1812.02407).
+
+Each step every worker i independently, with probability p, picks one peer uniformly among the
+other W - 1. Its exchange set P_i is the peer it picked plus every worker that picked it (a mutual
+pick counts once). Both ends send their pre-step parameters, and each applies
+
+    x_i <- step(x_i) - alpha * sum_{j in P_i} m_j * (x_i - x_j)
+
+with x_i, x_j the pre-step parameters and m_j the per-chunk mask of what arrived from j. The
+momentum buffer is not touched by the elastic term. alpha defaults to 0.5.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edgegossip import kernels
+
+
+def choose_peers(workers: int, p: float, rng: np.random.Generator) -> list[int | None]:
+    """For each worker, the peer it picks this step, or None (probability 1 - p)."""
+    picks: list[int | None] = []
+    for i in range(workers):
+        if workers > 1 and rng.random() < p:
+            j = int(rng.integers(workers - 1))
+            picks.append(j + (j >= i))
+        else:
+            picks.append(None)
+    return picks
+
+
+def exchange_sets(picks: list[int | None]) -> list[set[int]]:
+    """P_i = {pick_i} | {j : pick_j == i}."""
+    sets = [set() if p is None else {p} for p in picks]
+    for j, p in enumerate(picks):
+        if p is not None:
+            sets[p].add(j)
+    return sets
+
+
+def apply(x: np.ndarray, pre: np.ndarray, received: list[tuple[np.ndarray, np.ndarray]],
+          alpha: float, chunk_elems: int) -> None:
+    """x (already stepped) -= alpha * m_j * (pre - y_j) for each received (y_j, m_j)."""
+    for y, mask in received:
+        kernels.elastic_pull(x, pre, y, mask, chunk_elems, alpha)

@@ -1,0 +1,22 @@
+"""Gossiping SGD, pull variant (Jin et al. 2016, arXiv 1611.04581).
+
+With probability p the initiator i picks a peer j uniformly, fetches x_j and applies
+
+    x_i <- step(x_i) - m_j * (x_i - x_j) / 2
+
+with x_i the pre-step parameters and m_j the mask of what arrived; j does not move.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edgegossip import kernels
+from edgegossip.algorithms.elastic_gossip import choose_peers
+
+__all__ = ["choose_peers", "apply"]
+
+
+def apply(x: np.ndarray, pre: np.ndarray, y: np.ndarray, mask: np.ndarray, chunk_elems: int) -> None:
+    """Initiator only: x (already stepped) -= m * (pre - y) / 2."""
+    kernels.elastic_pull(x, pre, y, mask, chunk_elems, 0.5)

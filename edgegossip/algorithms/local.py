@@ -1,0 +1,2 @@
+"""Local only: each worker trains on its own shard and never communicates, x_i <- step(x_i).
+The lower bound the gossip algorithms must beat."""

@@ -1,0 +1,77 @@
+"""`edgegossip simulate`: W workers in one process with datagram loss."""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+
+import click
+
+from edgegossip.algorithms import NAMES as ALGORITHMS
+from edgegossip.cli import exit_codes
+from edgegossip.cli.render import fail, table
+
+
+class Probability(click.ParamType):
+    """A probability written as 0.03125 or 1/32."""
+    name = "probability"
+
+    def convert(self, value, param, ctx):
+        try:
+            v = float(Fraction(str(value)))
+        except (ValueError, ZeroDivisionError):
+            self.fail(f"{value!r} is not a number or a fraction like 1/32", param, ctx)
+        if not 0 <= v <= 1:
+            self.fail(f"{value} is outside [0, 1]", param, ctx)
+        return v
+
+
+@click.command()
+@click.option("--algorithm", type=click.Choice(ALGORITHMS), required=True)
+@click.option("--model", type=click.Choice(["logreg", "mlp", "cnn"]), default="mlp", show_default=True)
+@click.option("--workers", type=click.IntRange(1, 256), default=4, show_default=True)
+@click.option("--p", "p", type=Probability(), default="1/32", show_default=True,
+              help="Exchange probability per worker per step.")
+@click.option("--alpha", type=click.FloatRange(0, 1), default=0.5, show_default=True)
+@click.option("--loss", type=Probability(), default="0", show_default=True,
+              help="Probability that a datagram is lost (fraction).")
+@click.option("--epochs", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True)
+@click.option("--batch", type=click.IntRange(1), default=128, show_default=True,
+              help="Examples per step, summed over workers.")
+@click.option("--lr", type=float, default=0.001, show_default=True)
+@click.option("--momentum", type=float, default=0.99, show_default=True)
+@click.option("--partition", type=click.Choice(["iid", "dirichlet", "classes"]), default="iid",
+              show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def simulate(algorithm, model, workers, p, alpha, loss, epochs, batch, lr, momentum, partition,
+             seed, as_json) -> None:
+    """Train W workers in one process; every datagram is lost with probability LOSS."""
+    from edgegossip.data import mnist
+    from edgegossip.simulate import SimConfig, simulate as run
+
+    cfg = SimConfig(algorithm=algorithm, model=model, workers=workers, p=p, alpha=alpha, loss=loss,
+                    epochs=epochs, batch=batch, lr=lr, momentum=momentum, seed=seed,
+                    partition=partition)
+    try:
+        cfg.check()
+        data = mnist.load()
+    except ValueError as e:
+        fail(str(e), exit_codes.USAGE)
+    except mnist.DataError as e:
+        fail(str(e), exit_codes.MISSING_DATA)
+    with click.progressbar(length=1, label=f"{algorithm} W={workers}", show_pos=True,
+                           file=click.get_text_stream("stderr")) as bar:
+        def progress(step, total, info):
+            bar.length = total
+            bar.label = f"{algorithm} W={workers} epoch {info['epoch']:.2f} loss {info['loss']:.3f}"
+            bar.update(1)
+        result = run(cfg, data, progress)
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    rows = [{"algorithm": algorithm, "workers": workers, "p": p, "loss": loss, "epochs": epochs,
+             "acc worker 0": result["acc_worker0"], "acc average": result["acc_average"],
+             "MB sent/worker": result["bytes_sent_per_worker"] / 1e6,
+             "datagrams lost": result["datagrams_lost"]}]
+    click.echo(table(rows, list(rows[0])))

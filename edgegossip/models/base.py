@@ -1,0 +1,66 @@
+"""The model interface and the flat parameter layout shared by every model."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import numpy as np
+
+
+class FlatLayout:
+    """Named tensors laid out back to back in one float32 vector."""
+
+    def __init__(self, shapes: list[tuple[str, tuple[int, ...]]]):
+        self.shapes = shapes
+        self.offsets = {}
+        off = 0
+        for name, shape in shapes:
+            size = int(np.prod(shape))
+            self.offsets[name] = (off, off + size, shape)
+            off += size
+        self.size = off
+
+    def views(self, flat: np.ndarray) -> dict[str, np.ndarray]:
+        """Views into flat (no copies): writing a view writes the vector."""
+        if flat.shape != (self.size,) or flat.dtype != np.float32:
+            raise ValueError(f"need a float32 vector of {self.size}")
+        return {n: flat[a:b].reshape(s) for n, (a, b, s) in self.offsets.items()}
+
+
+def log_softmax_xent(logits: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+    """Mean cross-entropy and its gradient with respect to the logits."""
+    z = logits - logits.max(axis=1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    n = len(y)
+    loss = -float(logp[np.arange(n), y].mean())
+    g = np.exp(logp)
+    g[np.arange(n), y] -= 1.0
+    g /= n
+    return loss, g.astype(np.float32, copy=False)
+
+
+class Model(ABC):
+    layout: FlatLayout
+
+    @property
+    def n_params(self) -> int:
+        return self.layout.size
+
+    @abstractmethod
+    def init(self, seed: int) -> np.ndarray:
+        """A freshly initialised flat parameter vector."""
+
+    @abstractmethod
+    def loss_grad(self, params: np.ndarray, grad: np.ndarray, x: np.ndarray, y: np.ndarray,
+                  rng: np.random.Generator | None) -> float:
+        """Mean loss on (x, y); writes d loss / d params into grad. rng=None disables dropout."""
+
+    @abstractmethod
+    def logits(self, params: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """Inference (no dropout)."""
+
+    def accuracy(self, params: np.ndarray, x: np.ndarray, y: np.ndarray, batch: int = 2000) -> float:
+        hits = 0
+        for i in range(0, len(x), batch):
+            hits += int((self.logits(params, x[i:i + batch]).argmax(1) == y[i:i + batch]).sum())
+        return hits / len(x)

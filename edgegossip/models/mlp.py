@@ -1,0 +1,89 @@
+"""Multilayer perceptron over a flat parameter vector; logistic regression is the no-hidden case.
+
+Forward, with inverted dropout (keep probability q, surviving units scaled by 1/q):
+    h_0 = dropout(x, p_in);  a_l = h_{l-1} W_l + b_l;  h_l = dropout(relu(a_l), p_hidden)
+    logits = h_{L-1} W_L + b_L;  loss = mean cross-entropy(logits, y)
+Backward: dW_l = h_{l-1}^T da_l, db_l = sum da_l, dh_{l-1} = da_l W_l^T, then through the dropout
+mask and relu'(a). Weights use Kaiming (He) normal init, std sqrt(2 / fan_in); biases start at 0.
+The seed MLP is 784-1024-1024-1024-10 with dropout 0.2 on the input and 0.5 after each hidden
+layer: 2,913,290 parameters.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edgegossip.models.base import FlatLayout, Model, log_softmax_xent
+
+
+class MLP(Model):
+    def __init__(self, sizes: list[int], dropout_in: float = 0.2, dropout_hidden: float = 0.5,
+                 seed: int = 0):
+        self.sizes = list(sizes)
+        self.dropout_in = dropout_in
+        self.dropout_hidden = dropout_hidden
+        shapes = []
+        for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+            shapes += [(f"W{i}", (a, b)), (f"b{i}", (b,))]
+        self.layout = FlatLayout(shapes)
+        self.n_layers = len(sizes) - 1
+        self.seed = seed
+
+    @classmethod
+    def seed_mlp(cls, seed: int = 0) -> MLP:
+        return cls([784, 1024, 1024, 1024, 10], 0.2, 0.5, seed)
+
+    def init(self, seed: int | None = None) -> np.ndarray:
+        rng = np.random.default_rng(self.seed if seed is None else seed)
+        flat = np.zeros(self.layout.size, np.float32)
+        v = self.layout.views(flat)
+        for i in range(self.n_layers):
+            fan_in = self.sizes[i]
+            v[f"W{i}"][...] = rng.standard_normal(v[f"W{i}"].shape, dtype=np.float32) * np.float32(np.sqrt(2.0 / fan_in))
+        return flat
+
+    @staticmethod
+    def _dropout(h: np.ndarray, p: float, rng: np.random.Generator | None):
+        if rng is None or p <= 0:
+            return h, None
+        keep = (rng.random(h.shape, dtype=np.float32) >= p).astype(np.float32)
+        keep *= np.float32(1.0 / (1.0 - p))
+        return h * keep, keep
+
+    def logits(self, params: np.ndarray, x: np.ndarray) -> np.ndarray:
+        v = self.layout.views(params)
+        h = x
+        for i in range(self.n_layers):
+            h = h @ v[f"W{i}"] + v[f"b{i}"]
+            if i < self.n_layers - 1:
+                np.maximum(h, 0, out=h)
+        return h
+
+    def loss_grad(self, params, grad, x, y, rng) -> float:
+        v = self.layout.views(params)
+        g = self.layout.views(grad)
+        acts, masks, pre = [], [], []
+        h, m = self._dropout(x, self.dropout_in, rng)
+        acts.append(h)
+        masks.append(m)
+        for i in range(self.n_layers):
+            a = h @ v[f"W{i}"] + v[f"b{i}"]
+            if i < self.n_layers - 1:
+                pre.append(a)
+                h = np.maximum(a, 0)
+                h, m = self._dropout(h, self.dropout_hidden, rng)
+                acts.append(h)
+                masks.append(m)
+            else:
+                h = a
+        loss, d = log_softmax_xent(h, y)
+        for i in reversed(range(self.n_layers)):
+            np.matmul(acts[i].T, d, out=g[f"W{i}"])
+            d.sum(axis=0, out=g[f"b{i}"])
+            if i == 0:
+                break
+            d = d @ v[f"W{i}"].T
+            if masks[i] is not None:
+                d *= masks[i]
+            d *= pre[i - 1] > 0
+        return loss

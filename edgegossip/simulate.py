@@ -1,0 +1,203 @@
+"""W workers in one process, with the algorithm modules and kernels the agent uses, and every
+datagram (one chunk of a message) lost independently with probability `loss`.
+
+One step: every worker draws a batch of batch/W examples from its own shard and computes its
+gradient; communicating workers snapshot their pre-step parameters; every worker takes its
+optimizer step (all-reduce first averages the gradients); then the algorithm's exchanges are
+applied with masks drawn from the loss model. Bytes are counted as datagrams on the wire
+(payload plus framing) for the UDP algorithms and as a ring all-reduce for the baseline.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from edgegossip import wire
+from edgegossip.algorithms import allreduce, elastic_gossip, gossip_pull, gossip_push, rps
+from edgegossip.algorithms import NAMES as ALGORITHMS
+from edgegossip.chunking import ChunkPlan
+from edgegossip.data import partition
+from edgegossip.data.mnist import Mnist
+from edgegossip.models import make_model
+from edgegossip.models.optim import NesterovSGD
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    algorithm: str = "elastic-gossip"   # one of ALGORITHMS
+    model: str = "mlp"                  # mlp | logreg | cnn
+    workers: int = 4
+    p: float = 1 / 32                   # exchange probability per worker per step (gossip)
+    alpha: float = 0.5                  # Elastic Gossip moving rate
+    loss: float = 0.0                   # probability that one datagram is lost
+    epochs: float = 1.0                 # passes over each worker's shard
+    batch: int = 128                    # examples per step summed over workers
+    lr: float = 0.001
+    momentum: float = 0.99
+    seed: int = 0
+    chunk_bytes: int = wire.default_chunk_bytes()
+    partition: str = "iid"              # iid | dirichlet | classes
+    beta: float = 0.5                   # Dirichlet concentration (partition=dirichlet)
+    classes_per_worker: int = 2         # partition=classes
+
+    def check(self) -> None:
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}")
+        if self.workers < 1 or (self.workers < 2 and self.algorithm not in ("local", "allreduce")):
+            raise ValueError("workers must be at least 2 for a gossip algorithm")
+        if not 0 <= self.loss <= 1:
+            raise ValueError("loss must be a fraction in [0, 1]")
+        if not 0 <= self.p <= 1:
+            raise ValueError("p must be in [0, 1]")
+        if self.batch < self.workers:
+            raise ValueError("batch must be at least the number of workers")
+        if self.epochs <= 0:
+            raise ValueError("epochs must be positive")
+
+
+class _Net:
+    """The loss model and the traffic counters."""
+
+    def __init__(self, plan: ChunkPlan, loss: float, workers: int, rng: np.random.Generator):
+        self.plan, self.loss, self.rng = plan, loss, rng
+        self.overhead = wire.framing_overhead()
+        self.bytes_sent = np.zeros(workers)
+        self.datagrams_sent = 0
+        self.datagrams_lost = 0
+
+    def send(self, sender: int, chunks: range) -> np.ndarray:
+        """Mask over the whole model's chunks: 1 where a datagram of `chunks` arrived."""
+        n = len(chunks)
+        mask = np.zeros(self.plan.n_chunks, np.uint8)
+        arrived = self.rng.random(n) >= self.loss if self.loss else np.ones(n, bool)
+        mask[chunks.start:chunks.stop] = arrived
+        a, b = self.plan.elem_range(chunks)
+        self.bytes_sent[sender] += 4 * (b - a) + n * self.overhead
+        self.datagrams_sent += n
+        self.datagrams_lost += n - int(arrived.sum())
+        return mask
+
+
+    def request(self, sender: int) -> None:
+        """A payload-less REQUEST datagram (Gossiping SGD pull); its loss is not modelled."""
+        self.bytes_sent[sender] += self.overhead
+        self.datagrams_sent += 1
+
+
+def _shards(cfg: SimConfig, labels: np.ndarray) -> list[np.ndarray]:
+    if cfg.partition == "iid":
+        return partition.iid(len(labels), cfg.workers, cfg.seed)
+    if cfg.partition == "dirichlet":
+        return partition.dirichlet(labels, cfg.workers, cfg.beta, cfg.seed)
+    if cfg.partition == "classes":
+        return partition.classes(labels, cfg.workers, cfg.classes_per_worker, cfg.seed)
+    raise ValueError("partition must be iid, dirichlet or classes")
+
+
+def simulate(cfg: SimConfig, data: Mnist,
+             progress: Callable[[int, int, dict], None] | None = None) -> dict:
+    cfg.check()
+    W = cfg.workers
+    model = make_model(cfg.model, cfg.seed)
+    plan = ChunkPlan(model.n_params, cfg.chunk_bytes)
+    ce = plan.chunk_elems
+    init = model.init(cfg.seed)
+    xs = [init.copy() for _ in range(W)]  # one shared initialisation, as in the reference runs
+    opts = [NesterovSGD(model.n_params, cfg.lr, cfg.momentum) for _ in range(W)]
+    grads = [np.zeros(model.n_params, np.float32) for _ in range(W)]
+    pres = [np.empty(model.n_params, np.float32) for _ in range(W)]
+    avg_grad = np.zeros(model.n_params, np.float32)
+    rngs = [np.random.default_rng([cfg.seed, w]) for w in range(W)]
+    net = _Net(plan, cfg.loss, W, np.random.default_rng([cfg.seed, 10_000]))
+    pick_rng = np.random.default_rng([cfg.seed, 20_000])
+    shards = _shards(cfg, data.y_train)
+    per_worker = cfg.batch // W
+    steps_per_epoch = max(1, min(len(s) for s in shards) // per_worker)
+    total = max(1, int(round(cfg.epochs * steps_per_epoch)))
+    orders = [rng.permutation(s) for rng, s in zip(rngs, shards)]
+    whole = range(plan.n_chunks)
+    allreduce_bytes = 0.0
+    losses = np.zeros(W)
+    t0 = time.perf_counter()
+
+    for step in range(total):
+        pos = (step % steps_per_epoch) * per_worker
+        if step and pos == 0:
+            orders = [rng.permutation(s) for rng, s in zip(rngs, shards)]
+        for w in range(W):
+            idx = orders[w][pos:pos + per_worker]
+            losses[w] = model.loss_grad(xs[w], grads[w], data.x_train[idx], data.y_train[idx], rngs[w])
+
+        if cfg.algorithm == "allreduce":
+            allreduce.average(grads, avg_grad)
+            for w in range(W):
+                opts[w].step(xs[w], avg_grad)
+            allreduce_bytes += allreduce.ring_bytes_per_step(plan.model_bytes, W)
+        elif cfg.algorithm in ("elastic-gossip", "gossip-pull", "gossip-push"):
+            picks = elastic_gossip.choose_peers(W, cfg.p, pick_rng)
+            involved = {w for w, p in enumerate(picks) if p is not None} | {p for p in picks if p is not None}
+            for w in involved:
+                np.copyto(pres[w], xs[w])
+            for w in range(W):
+                opts[w].step(xs[w], grads[w])
+            if cfg.algorithm == "elastic-gossip":
+                sets = elastic_gossip.exchange_sets(picks)
+                for i in range(W):
+                    received = [(pres[j], net.send(j, whole)) for j in sorted(sets[i])]
+                    elastic_gossip.apply(xs[i], pres[i], received, cfg.alpha, ce)
+            elif cfg.algorithm == "gossip-pull":
+                for i, j in enumerate(picks):
+                    if j is not None:
+                        net.request(i)
+                        gossip_pull.apply(xs[i], pres[i], pres[j], net.send(j, whole), ce)
+            else:
+                for i, j in enumerate(picks):
+                    if j is not None:
+                        gossip_push.apply(xs[j], pres[i], net.send(i, whole), ce)
+        else:
+            for w in range(W):
+                opts[w].step(xs[w], grads[w])
+            if cfg.algorithm == "rps":
+                _rps_round(xs, plan, net, W)
+
+        if progress is not None:
+            progress(step + 1, total, {"loss": float(losses.mean()), "epoch": (step + 1) / steps_per_epoch})
+
+    avg = np.mean(xs, axis=0, dtype=np.float64).astype(np.float32)
+    bytes_per_worker = (allreduce_bytes if cfg.algorithm == "allreduce"
+                        else float(net.bytes_sent.mean()))
+    return {
+        **{k: v for k, v in asdict(cfg).items() if k in ("algorithm", "model", "workers", "p", "alpha", "loss", "epochs", "seed")},
+        "steps": total,
+        "acc_worker0": model.accuracy(xs[0], data.x_test, data.y_test),
+        "acc_average": model.accuracy(avg, data.x_test, data.y_test),
+        "val_acc_worker0": model.accuracy(xs[0], data.x_val, data.y_val) if len(data.y_val) else None,
+        "bytes_sent_per_worker": bytes_per_worker,
+        "datagrams_sent": net.datagrams_sent,
+        "datagrams_lost": net.datagrams_lost,
+        "elapsed_s": round(time.perf_counter() - t0, 1),
+    }
+
+
+def _rps_round(xs: list[np.ndarray], plan: ChunkPlan, net: _Net, W: int) -> None:
+    """One RPS iteration over all W blocks (reduce-scatter then all-gather)."""
+    ce = plan.chunk_elems
+    averaged = []
+    for k in range(W):
+        sl, chunks = rps.block_slice(plan, k, W)
+        received = []
+        for w in range(W):
+            if w != k:
+                mask = net.send(w, chunks)[chunks.start:chunks.stop]
+                received.append((xs[w][sl], mask))
+        rps.reduce(xs[k][sl], received, ce)
+        averaged.append((sl, chunks))
+    for k, (sl, chunks) in enumerate(averaged):
+        for w in range(W):
+            if w != k:
+                mask = net.send(k, chunks)[chunks.start:chunks.stop]
+                rps.gather(xs[w][sl], xs[k][sl], mask, ce)

@@ -1,0 +1,97 @@
+"""Each rule on small vectors with partial masks, against values worked out by hand.
+Chunks of 2 elements: a mask [1, 0] means the first two elements arrived, the last two did not."""
+import numpy as np
+import pytest
+
+from edgegossip.algorithms import allreduce, elastic_gossip, gossip_pull, gossip_push, rps
+from edgegossip.chunking import ChunkPlan
+
+f32 = lambda *v: np.array(v, np.float32)  # noqa: E731
+
+
+def test_elastic_gossip_two_peers_partial_mask():
+    pre = f32(1, 1, 1, 1)
+    x = f32(0.9, 0.9, 0.9, 0.9)            # step(pre)
+    y1, m1 = f32(3, 3, 3, 3), np.array([1, 0], np.uint8)
+    y2, m2 = f32(-1, -1, 5, 5), np.array([1, 1], np.uint8)
+    elastic_gossip.apply(x, pre, [(y1, m1), (y2, m2)], 0.5, 2)
+    # first chunk: 0.9 - 0.5*(1-3) - 0.5*(1-(-1)) = 0.9 + 1 - 1 = 0.9
+    # second chunk: 0.9 - 0.5*(1-5) = 2.9 (y1 lost there)
+    np.testing.assert_allclose(x, [0.9, 0.9, 2.9, 2.9], rtol=1e-6)
+
+
+def test_elastic_gossip_is_symmetric():
+    a, b = f32(0, 0), f32(4, 4)
+    xa, xb = a.copy(), b.copy()
+    m = np.array([1], np.uint8)
+    elastic_gossip.apply(xa, a, [(b, m)], 0.25, 2)
+    elastic_gossip.apply(xb, b, [(a, m)], 0.25, 2)
+    np.testing.assert_allclose(xa, [1, 1])
+    np.testing.assert_allclose(xb, [3, 3])
+    assert xa.sum() + xb.sum() == a.sum() + b.sum()  # the pair's mean is conserved
+
+
+def test_exchange_sets_include_those_who_picked_me():
+    picks = [1, None, 1, 0]
+    sets = elastic_gossip.exchange_sets(picks)
+    assert sets == [{1, 3}, {0, 2}, {1}, {0}]
+    assert elastic_gossip.exchange_sets([1, 0]) == [{1}, {0}]  # a mutual pick counts once
+
+
+def test_choose_peers_probability_and_never_self():
+    rng = np.random.default_rng(0)
+    picks = [elastic_gossip.choose_peers(8, 0.25, rng) for _ in range(2000)]
+    flat = [(i, p) for ps in picks for i, p in enumerate(ps)]
+    assert all(p != i for i, p in flat if p is not None)
+    rate = sum(p is not None for _, p in flat) / len(flat)
+    assert 0.23 < rate < 0.27
+    assert elastic_gossip.choose_peers(4, 0.0, rng) == [None] * 4
+
+
+def test_gossip_pull_initiator_moves_halfway_on_arrived_chunks():
+    pre, x = f32(2, 2, 2, 2), f32(1, 1, 1, 1)
+    gossip_pull.apply(x, pre, f32(6, 6, 6, 6), np.array([0, 1], np.uint8), 2)
+    np.testing.assert_allclose(x, [1, 1, 3, 3])  # 1 - (2-6)/2 = 3
+
+
+def test_gossip_push_receiver_averages_arrived_chunks():
+    x = f32(0, 0, 0, 0)
+    gossip_push.apply(x, f32(4, 4, 4, 4), np.array([1, 0], np.uint8), 2)
+    np.testing.assert_allclose(x, [2, 2, 0, 0])
+
+
+def test_rps_reduce_divides_by_copies_that_arrived():
+    own = f32(1, 1, 1, 1)
+    received = [(f32(3, 3, 3, 3), np.array([1, 1], np.uint8)),
+                (f32(8, 8, 8, 8), np.array([0, 1], np.uint8))]
+    rps.reduce(own, received, 2)
+    # chunk 0: (1 + 3) / 2 = 2; chunk 1: (1 + 3 + 8) / 3 = 4
+    np.testing.assert_allclose(own, [2, 2, 4, 4])
+
+
+def test_rps_reduce_with_everything_lost_keeps_own():
+    own = f32(1, 2, 3)
+    rps.reduce(own, [(f32(9, 9, 9), np.array([0, 0], np.uint8))], 2)
+    np.testing.assert_allclose(own, [1, 2, 3])
+
+
+def test_rps_gather_keeps_own_block_where_lost():
+    block = f32(1, 1, 1, 1)
+    rps.gather(block, f32(5, 5, 5, 5), np.array([0, 1], np.uint8), 2)
+    np.testing.assert_allclose(block, [1, 1, 5, 5])
+
+
+def test_rps_blocks_partition_the_model():
+    plan = ChunkPlan(103, 8)  # chunks of 2 elements, 52 chunks
+    seen = np.zeros(103, int)
+    for k in range(4):
+        sl, chunks = rps.block_slice(plan, k, 4)
+        seen[sl] += 1
+        assert sl.start == chunks.start * 2
+    assert (seen == 1).all()
+
+
+def test_allreduce_average_and_traffic():
+    out = np.empty(2, np.float32)
+    np.testing.assert_allclose(allreduce.average([f32(1, 2), f32(3, 6)], out), [2, 4])
+    assert allreduce.ring_bytes_per_step(1000, 4) == pytest.approx(1500)
