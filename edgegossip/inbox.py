@@ -206,6 +206,17 @@ class Inbox:
             if not self._events:
                 self._cond.wait(timeout)
 
+    def ready(self, sender: int, msg_type: int, round: int, settle: float) -> bool:
+        """True when `round` from (sender, msg_type) will get no more chunks worth waiting for:
+        complete, superseded by a later round, or silent for `settle` seconds."""
+        with self._cond:
+            slot = self._slots.get((sender, msg_type))
+            found = slot.find(round) if slot is not None else None
+            if found is None:
+                return False
+            return (found.received >= found.expected or slot.current.round > round
+                    or (found.received > 0 and time.monotonic() - found.updated > settle))
+
     def collect(self, sender: int, msg_type: int, round: int, deadline: float,
                 out: np.ndarray, out_mask: np.ndarray, settle: float = 0.0) -> int:
         """Wait until `round` from (sender, msg_type) is complete, a later round from that

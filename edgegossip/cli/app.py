@@ -9,8 +9,10 @@ import click
 
 from edgegossip import __version__
 from edgegossip.cli import exit_codes
+from edgegossip.cli.agent import agent
 from edgegossip.cli.bench import bench
 from edgegossip.cli.data import data
+from edgegossip.cli.emulate import emulate
 from edgegossip.cli.simulate import simulate
 from edgegossip.cli.exchange import exchange
 
@@ -24,8 +26,10 @@ def cli(verbose: bool) -> None:
                         format="%(levelname)s %(name)s: %(message)s")
 
 
+cli.add_command(agent)
 cli.add_command(bench)
 cli.add_command(data)
+cli.add_command(emulate)
 cli.add_command(simulate)
 cli.add_command(exchange)
 
@@ -36,3 +40,7 @@ def main() -> None:
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         sys.exit(exit_codes.INTERRUPTED)
+
+
+if __name__ == "__main__":
+    main()

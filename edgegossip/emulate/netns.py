@@ -120,6 +120,9 @@ class Lan:
         return ["ip", "netns", "exec", self.ns(i)]
 
     def down(self) -> None:
+        for item in self.created:
+            if item.startswith("ns:"):
+                kill_namespace_processes(item[3:])
         for item in reversed(self.created):
             kind, name = item.split(":", 1)
             if kind == "ns":
@@ -135,12 +138,23 @@ class Lan:
         self.down()
 
 
+def kill_namespace_processes(ns: str) -> None:
+    """SIGKILL whatever still runs in a namespace: deleting it would not stop them."""
+    for pid in _run("ip", "netns", "pids", ns, check=False).stdout.split():
+        try:
+            os.kill(int(pid), 9)
+        except (ProcessLookupError, ValueError):
+            pass
+
+
 def cleanup() -> list[str]:
-    """Remove every namespace and link an earlier run left behind; returns what was removed."""
+    """Remove every namespace and link an earlier run left behind, and the processes still in
+    them; returns what was removed."""
     removed = []
     for line in _run("ip", "netns", "list", check=False).stdout.splitlines():
         name = line.split()[0] if line.strip() else ""
         if re.fullmatch(rf"{PREFIX}\d+n\d+", name):
+            kill_namespace_processes(name)
             _run("ip", "netns", "delete", name, check=False)
             removed.append(name)
     for line in _run("ip", "-o", "link", "show", check=False).stdout.splitlines():

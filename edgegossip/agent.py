@@ -1,0 +1,174 @@
+"""The long-running process on one device: composes data, model, optimizer, protocol, transport,
+checkpoints and metrics from one AgentConfig. Stops cleanly on SIGTERM/SIGINT (final checkpoint,
+sockets closed) and resumes from its last checkpoint after a crash."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from edgegossip import checkpoint, wire
+from edgegossip.chunking import ChunkPlan
+from edgegossip.config import AgentConfig
+from edgegossip.data import mnist
+from edgegossip.data import partition as partitions
+from edgegossip.exchange import injected_loss
+from edgegossip.inbox import Inbox
+from edgegossip.metrics import MetricsLog
+from edgegossip.models import make_model
+from edgegossip.models.optim import NesterovSGD
+from edgegossip.outbox import Encoder
+from edgegossip.protocol import Context, make_protocol
+from edgegossip.sender import Sender
+from edgegossip.transport import ReceiveThread, make_transport
+
+log = logging.getLogger(__name__)
+
+
+class Shard:
+    """This worker's training examples, visited in a fresh permutation each epoch; the order is
+    a function of (seed, worker, epoch), so a resumed agent continues where it stopped."""
+
+    def __init__(self, cfg: AgentConfig, data: mnist.Mnist):
+        labels = data.y_train
+        if cfg.partition == "iid":
+            shards = partitions.iid(len(labels), cfg.workers, cfg.seed)
+        elif cfg.partition == "dirichlet":
+            shards = partitions.dirichlet(labels, cfg.workers, 0.5, cfg.seed)
+        else:
+            shards = partitions.classes(labels, cfg.workers, 2, cfg.seed)
+        self.idx = shards[cfg.id]
+        self.x, self.y = data.x_train, data.y_train
+        self.batch = cfg.batch
+        self.seed, self.worker = cfg.seed, cfg.id
+        self.steps_per_epoch = max(1, len(self.idx) // self.batch)
+        self._epoch, self._order = -1, self.idx
+
+    def batch_at(self, step: int) -> tuple[np.ndarray, np.ndarray]:
+        epoch, pos = divmod(step, self.steps_per_epoch)
+        if epoch != self._epoch:
+            self._order = np.random.default_rng([self.seed, self.worker, epoch]).permutation(self.idx)
+            self._epoch = epoch
+        sel = self._order[pos * self.batch:(pos + 1) * self.batch]
+        return self.x[sel], self.y[sel]
+
+
+class Agent:
+    def __init__(self, cfg: AgentConfig, data: mnist.Mnist | None = None):
+        self.cfg = cfg
+        self.out = Path(cfg.output)
+        self.stop_event = threading.Event()
+        self.data = data or mnist.load()
+        self.model = make_model(cfg.model, cfg.seed)
+        self.plan = ChunkPlan(self.model.n_params, cfg.chunk_bytes)
+        self.shard = Shard(cfg, self.data)
+        n_eval = min(cfg.eval_examples, len(self.data.y_val))
+        self.eval_x, self.eval_y = self.data.x_val[:n_eval], self.data.y_val[:n_eval]
+        self.x = self.model.init(cfg.seed)  # one shared initialisation across the fleet
+        self.g = np.zeros_like(self.x)
+        self.opt = NesterovSGD(self.model.n_params, cfg.lr, cfg.momentum)
+        self.step = 0
+        self.rng = np.random.default_rng([cfg.seed, cfg.id, 7])
+        self.resumed = self._resume()
+
+    def _resume(self) -> bool:
+        state = checkpoint.load(self.out)
+        if state is None:
+            return False
+        if state["params"].shape != self.x.shape:
+            raise ValueError(f"checkpoint in {self.out} is for another model")
+        np.copyto(self.x, state["params"])
+        np.copyto(self.opt.v, state["momentum"])
+        self.step = int(state["step"])
+        self.rng = np.random.default_rng([self.cfg.seed, self.cfg.id, 7, self.step])
+        log.info("resumed from step %d", self.step)
+        return True
+
+    def save(self) -> None:
+        checkpoint.save(self.out, params=self.x, momentum=self.opt.v, step=self.step)
+
+    def install_signal_handlers(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: self.stop_event.set())
+
+    def _open_network(self):
+        cfg = self.cfg
+        peers = {p.id: (p.host, p.port) for p in cfg.peers}
+        if cfg.algorithm in ("local", "allreduce"):
+            return None, None, None, peers
+        key = wire.derive_key(cfg.key)
+        transport = make_transport(cfg.transport, rate_bytes_per_s=cfg.rate_mbps * 1e6 / 8)
+        transport.bind(cfg.listen_endpoint)
+        inbox = Inbox(self.plan, key, cfg.fleet, peers=set(peers),
+                      rps_blocks=cfg.workers if cfg.algorithm == "rps" else 0)
+        handler = inbox.ingest
+        if cfg.inject_loss:
+            handler = injected_loss(handler, cfg.inject_loss, inbox.counter, cfg.id + self.step)
+        receiver = ReceiveThread(transport, handler, inbox.counter.drop).start()
+        sender = Sender(transport, Encoder(self.plan, key, cfg.fleet, cfg.id), self.plan.n_params)
+        return transport, receiver, (inbox, sender), peers
+
+    def run(self) -> dict:
+        cfg = self.cfg
+        transport, receiver, io, peers = self._open_network()
+        inbox, sender = io if io else (None, None)
+        ctx = Context(cfg, self.plan, inbox, sender, peers, self.rng)
+        protocol = make_protocol(ctx)
+        metrics = MetricsLog(self.out / "metrics.jsonl")
+        t0 = time.monotonic()
+        losses: list[float] = []
+        metrics.write({"event": "start", "agent": cfg.id, "step": self.step, "resumed": self.resumed,
+                       "algorithm": cfg.algorithm, "transport": cfg.transport})
+        try:
+            while not self.stop_event.is_set():
+                if cfg.max_steps and self.step >= cfg.max_steps:
+                    break
+                if cfg.duration_s and time.monotonic() - t0 >= cfg.duration_s:
+                    break
+                protocol.before_step(self.x, self.step)
+                xb, yb = self.shard.batch_at(self.step)
+                losses.append(self.model.loss_grad(self.x, self.g, xb, yb, self.rng))
+                protocol.step(self.x, self.g, self.opt)
+                self.step += 1
+                protocol.after_step(self.x, self.step)
+                if self.step % cfg.eval_every == 0:
+                    metrics.write(self._record(losses, ctx, sender, inbox, protocol))
+                    losses.clear()
+                if self.step % cfg.checkpoint_every == 0:
+                    self.save()
+        finally:
+            self.save()
+            final = self._record(losses, ctx, sender, inbox, protocol)
+            metrics.write({**final, "event": "stop"})
+            metrics.close()
+            protocol.close()
+            if sender is not None:
+                sender.close()
+            if receiver is not None:
+                receiver.stop()
+            if transport is not None:
+                transport.close()
+        return final
+
+    def _record(self, losses, ctx: Context, sender, inbox, protocol) -> dict:
+        acc = self.model.accuracy(self.x, self.eval_x, self.eval_y)
+        rec = {"agent": self.cfg.id, "step": self.step,
+               "epoch": round(self.step / self.shard.steps_per_epoch, 3),
+               "loss": round(float(np.mean(losses)), 5) if losses else None,
+               "accuracy": acc, "exchanges": dict(ctx.exchanges)}
+        if sender is not None:
+            snap = inbox.counter.snapshot()
+            rec.update(bytes_sent=sender.encoder.bytes, datagrams_sent=sender.encoder.datagrams,
+                       bytes_received=snap["accepted_bytes"], datagrams_received=snap["accepted"],
+                       datagrams_dropped=snap["dropped"], drops=snap["drops"],
+                       send_skipped=sender.skipped)
+        else:
+            sent = getattr(protocol, "bytes_sent", 0)
+            rec.update(bytes_sent=sent, datagrams_sent=0, bytes_received=sent,
+                       datagrams_received=0, datagrams_dropped=0, drops={})
+        return rec

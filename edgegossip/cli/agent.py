@@ -1,0 +1,43 @@
+"""`edgegossip agent --config agent.toml`: the long-running process on one device."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from edgegossip.cli import exit_codes
+from edgegossip.cli.render import fail
+
+
+@click.command()
+@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
+              help="The agent's TOML configuration.")
+@click.option("--json", "as_json", is_flag=True, help="Print the final record as JSON.")
+def agent(config_path: str, as_json: bool) -> None:
+    """Train on this device's shard and gossip with peers until stopped (SIGTERM/SIGINT)."""
+    from edgegossip import config
+    from edgegossip.agent import Agent
+    from edgegossip.data.mnist import DataError
+    from edgegossip.protocol.allreduce import RingStalled
+
+    try:
+        cfg = config.load(config_path)
+        a = Agent(cfg)
+    except config.ConfigError as e:
+        fail(f"config: {e}", exit_codes.USAGE)
+    except DataError as e:
+        fail(str(e), exit_codes.MISSING_DATA)
+    except ValueError as e:
+        fail(str(e), exit_codes.USAGE)
+    a.install_signal_handlers()
+    try:
+        final = a.run()
+    except OSError as e:
+        fail(f"network: {e.strerror or e} (listen {cfg.listen})", exit_codes.FAILURE)
+    except RingStalled as e:
+        fail(str(e), exit_codes.FAILURE)
+    if as_json:
+        click.echo(json.dumps(final))
+    else:
+        click.echo(f"agent {cfg.id} stopped at step {final['step']}, accuracy {final['accuracy']:.4f}")

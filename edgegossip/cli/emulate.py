@@ -1,0 +1,128 @@
+"""`edgegossip emulate`: a fleet of agents on this machine with real kernel packet loss."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import click
+
+from edgegossip.algorithms import NAMES as ALGORITHMS
+from edgegossip.cli import exit_codes
+from edgegossip.cli.render import fail, table
+from edgegossip.cli.simulate import Probability
+
+
+def _progress_line(i: int, r: dict | None, alive: bool) -> str:
+    if r is None:
+        return f"  agent {i}: starting" if alive else f"  agent {i}: not running"
+    ex = r.get("exchanges", {})
+    return (f"  agent {i}: step {r['step']:>6}  loss {r.get('loss') or 0:.3f}  acc {r['accuracy']:.4f}"
+            f"  exchanges {sum(ex.values()):>4} ({ex.get('partial', 0)} partial, "
+            f"{ex.get('timed_out', 0)} timed out)  dropped {r.get('datagrams_dropped', 0)}"
+            + ("" if alive else "  [stopped]"))
+
+
+@click.command()
+@click.option("--nodes", type=click.IntRange(2, 32), default=4, show_default=True)
+@click.option("--algorithm", type=click.Choice(ALGORITHMS), default="elastic-gossip", show_default=True)
+@click.option("--loss", type=Probability(), default="0.1", show_default=True,
+              help="Fraction of packets from other agents the kernel drops at each node.")
+@click.option("--rate", default="20mbit", show_default=True, help="Link cap per node (tbf), or 'none'.")
+@click.option("--duration", type=click.FloatRange(min=0), default=0.0, help="Seconds to train.")
+@click.option("--epochs", type=click.FloatRange(min=0), default=0.0, help="Epochs over each shard.")
+@click.option("--transport", type=click.Choice(["udp", "zmq"]), default="udp", show_default=True)
+@click.option("--model", type=click.Choice(["mlp", "logreg"]), default="mlp", show_default=True)
+@click.option("--p", "p", type=Probability(), default="1/32", show_default=True)
+@click.option("--alpha", type=click.FloatRange(0, 1), default=0.5, show_default=True)
+@click.option("--backend", type=click.Choice(["auto", "netns", "loopback"]), default="auto",
+              show_default=True, help="netns needs root; loopback injects loss in the receive path.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Output folder (default runs/emulate-TIMESTAMP).")
+@click.option("--cleanup", is_flag=True, help="Remove namespaces, links and agents left by an earlier run.")
+@click.option("--json", "as_json", is_flag=True)
+def emulate(nodes, algorithm, loss, rate, duration, epochs, transport, model, p, alpha, backend,
+            out, cleanup, as_json) -> None:
+    """Run NODES agents, each in its own network namespace on one bridge, for a while."""
+    from edgegossip.emulate import netns
+    from edgegossip.emulate.fleet import Fleet, FleetSpec, rate_to_mbps
+    from edgegossip.emulate.report import summarize
+    from edgegossip.data import mnist
+
+    if cleanup:
+        if not netns.is_root():
+            fail("--cleanup needs root", exit_codes.NEEDS_ROOT)
+        removed = netns.cleanup()
+        click.echo(json.dumps({"removed": removed}) if as_json else
+                   (f"removed {len(removed)}: {' '.join(removed)}" if removed else "nothing to remove"))
+        return
+    if backend == "auto":
+        backend = "netns" if netns.is_root() else "loopback"
+    if backend == "netns" and not netns.is_root():
+        fail("network namespaces need root; rerun as root or add --backend loopback "
+             "(same agents on 127.0.0.0/8, loss injected in the receive path)", exit_codes.NEEDS_ROOT)
+    if not duration and not epochs:
+        fail("give --duration SECONDS or --epochs E", exit_codes.USAGE)
+    rate = None if rate.lower() == "none" else rate
+    try:
+        rate_to_mbps(rate)
+        mnist.load()
+    except ValueError as e:
+        fail(str(e), exit_codes.USAGE)
+    except mnist.DataError as e:
+        fail(str(e), exit_codes.MISSING_DATA)
+    if backend == "loopback" and rate:
+        rate = None  # tbf needs namespaces; the agents still pace at the configured rate
+    out = out or Path("runs") / time.strftime("emulate-%Y%m%d-%H%M%S")
+    spec = FleetSpec(nodes=nodes, algorithm=algorithm, loss=loss, rate=rate, backend=backend,
+                     out=out, duration_s=duration, epochs=epochs, transport=transport, model=model,
+                     p=p, alpha=alpha)
+    loss_kind = "kernel (nftables)" if backend == "netns" else "injected"
+    fleet = Fleet(spec)
+    t0 = time.monotonic()
+    try:
+        fleet.up()
+        if not as_json:
+            click.echo(f"{nodes} agents, {algorithm} over {transport}, {loss:.0%} loss ({loss_kind}), "
+                       f"links {rate or 'uncapped'}; output in {out}")
+        last_print = 0.0
+        while any(fleet.running()):
+            if fleet.failed():
+                raise RuntimeError(f"agent {fleet.failed()[0]} crashed; see {out}/agent{fleet.failed()[0]}.log")
+            time.sleep(0.5)
+            if not as_json and time.monotonic() - last_print > 5:
+                last_print = time.monotonic()
+                click.echo(f"[{time.monotonic() - t0:6.0f} s]")
+                for i, (r, alive) in enumerate(zip(fleet.latest(), fleet.running())):
+                    click.echo(_progress_line(i, r, alive))
+            if duration and time.monotonic() - t0 > duration + 120:
+                break  # agents overran their own limit: stop them
+        fleet.stop()
+        if fleet.failed():
+            raise RuntimeError(f"agent {fleet.failed()[0]} exited with an error; see {out}/agent{fleet.failed()[0]}.log")
+        kernel = fleet.kernel_dropped()
+    except KeyboardInterrupt:
+        fleet.down()
+        fail("interrupted; agents stopped and namespaces removed", exit_codes.INTERRUPTED)
+    except (RuntimeError, OSError, netns.EmulationError) as e:
+        fleet.down()
+        fail(str(e), exit_codes.FAILURE)
+    finally:
+        fleet.down()
+    summary = summarize(out, nodes, model, loss, loss_kind, time.monotonic() - t0, kernel)
+    summary.update(algorithm=algorithm, transport=transport, nodes=nodes, rate=rate, backend=backend)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    if as_json:
+        click.echo(json.dumps(summary))
+        return
+    rows = [{**{k: a[k] for k in ("agent", "accuracy", "steps", "bytes_sent", "datagrams_sent",
+                                  "datagrams_received", "datagrams_dropped")}} for a in summary["agents"]]
+    rows.append({"agent": "average", "accuracy": summary["average_model_accuracy"]})
+    click.echo(table(rows, ["agent", "accuracy", "steps", "bytes_sent", "datagrams_sent",
+                            "datagrams_received", "datagrams_dropped"]))
+    obs = summary["observed_loss"]
+    click.echo(f"loss configured {loss:.1%} ({loss_kind}), observed by receivers "
+               f"{'n/a (TCP)' if obs is None else f'{obs:.1%}'}; test accuracy of the average model "
+               f"{summary['average_model_accuracy']:.4f}")
+    click.echo(f"plots: {' '.join(summary['plots'])}")

@@ -1,0 +1,188 @@
+"""The agent's configuration: one frozen dataclass, read from TOML, validated with one-line
+errors that name the bad key.
+
+    [agent]    id, fleet, key, listen, peers ("ID@HOST:PORT"), output
+    [train]    algorithm, model, workers, partition, seed, batch, lr, momentum, p, alpha,
+               max_steps, duration_s, eval_every, eval_examples, checkpoint_every, rps_period
+    [net]      transport, chunk_bytes, rate_mbps, deadline_s, inject_loss
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from edgegossip import wire
+from edgegossip.algorithms import NAMES as ALGORITHMS
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Peer:
+    id: int
+    host: str
+    port: int
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    # [agent]
+    id: int                                  # this worker's id, 0 .. workers - 1
+    listen: str                              # HOST:PORT this agent receives datagrams on
+    peers: tuple[Peer, ...] = ()             # every other agent of the fleet
+    fleet: int = 1                           # fleet id carried in every datagram
+    key: str = "edgegossip"                  # fleet secret; the HMAC key is derived from it
+    output: str = "agent-out"                # checkpoints and metrics.jsonl go here
+    # [train]
+    algorithm: str = "elastic-gossip"
+    model: str = "mlp"
+    workers: int = 4                         # fleet size, for sharding the data
+    partition: str = "iid"
+    seed: int = 0
+    batch: int = 32                          # examples per local step
+    lr: float = 0.001
+    momentum: float = 0.99
+    p: float = 1 / 32                        # exchange probability per step (gossip)
+    alpha: float = 0.5                       # Elastic Gossip moving rate
+    max_steps: int = 0                       # 0: no step limit
+    duration_s: float = 0.0                  # 0: no time limit
+    eval_every: int = 100                    # steps between held-out evaluations
+    eval_examples: int = 2000                # size of the held-out slice
+    checkpoint_every: int = 200
+    rps_period: int = 8                      # local steps between RPS iterations
+    # [net]
+    transport: str = "udp"                   # udp | zmq (allreduce always uses ZeroMQ TCP)
+    chunk_bytes: int = field(default_factory=wire.default_chunk_bytes)
+    rate_mbps: float = 20.0                  # send pacing, megabits per second
+    deadline_s: float = 10.0                 # an exchange gives up on missing chunks after this
+    inject_loss: float = 0.0                 # loopback emulation only: drop this fraction on receive
+
+    @property
+    def listen_endpoint(self) -> tuple[str, int]:
+        return _endpoint(self.listen, "agent.listen")
+
+
+SECTIONS = {
+    "agent": ("id", "listen", "peers", "fleet", "key", "output"),
+    "train": ("algorithm", "model", "workers", "partition", "seed", "batch", "lr", "momentum", "p",
+              "alpha", "max_steps", "duration_s", "eval_every", "eval_examples",
+              "checkpoint_every", "rps_period"),
+    "net": ("transport", "chunk_bytes", "rate_mbps", "deadline_s", "inject_loss"),
+}
+
+
+def _endpoint(text: str, key: str) -> tuple[str, int]:
+    host, sep, port = str(text).rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"{key}: {text!r} is not HOST:PORT")
+    return host, int(port)
+
+
+def _peer(text: str, key: str) -> Peer:
+    ident, sep, rest = str(text).partition("@")
+    if not sep or not ident.isdigit():
+        raise ConfigError(f"{key}: {text!r} is not ID@HOST:PORT")
+    host, port = _endpoint(rest, key)
+    return Peer(int(ident), host, port)
+
+
+def from_dict(doc: dict) -> AgentConfig:
+    types = {f.name: f.type for f in fields(AgentConfig)}
+    values: dict = {}
+    for section, body in doc.items():
+        if section not in SECTIONS:
+            raise ConfigError(f"{section}: unknown section (expected {', '.join(SECTIONS)})")
+        if not isinstance(body, dict):
+            raise ConfigError(f"{section}: must be a table")
+        for k, v in body.items():
+            if k not in SECTIONS[section]:
+                raise ConfigError(f"{section}.{k}: unknown key")
+            values[k] = _coerce(f"{section}.{k}", types[k], v)
+    for required in ("id", "listen"):
+        if required not in values:
+            raise ConfigError(f"agent.{required}: missing")
+    if "peers" in values:
+        values["peers"] = tuple(_peer(p, "agent.peers") for p in values["peers"])
+    cfg = AgentConfig(**values)
+    validate(cfg)
+    return cfg
+
+
+def _coerce(key: str, typ: str, v):
+    if typ == "int" and isinstance(v, int) and not isinstance(v, bool):
+        return v
+    if typ == "float" and isinstance(v, (int, float)) and not isinstance(v, bool):
+        return float(v)
+    if typ == "str" and isinstance(v, str):
+        return v
+    if typ.startswith("tuple") and isinstance(v, list) and all(isinstance(x, str) for x in v):
+        return v
+    raise ConfigError(f"{key}: expected {typ.split('[')[0]}, got {type(v).__name__} {v!r}")
+
+
+def validate(c: AgentConfig) -> None:
+    def need(ok: bool, key: str, msg: str) -> None:
+        if not ok:
+            raise ConfigError(f"{key}: {msg}")
+    need(c.algorithm in ALGORITHMS, "train.algorithm", f"must be one of {', '.join(ALGORITHMS)}")
+    need(c.model in ("mlp", "logreg", "cnn"), "train.model", "must be mlp, logreg or cnn")
+    need(c.transport in ("udp", "zmq"), "net.transport", "must be udp or zmq")
+    need(c.partition in ("iid", "dirichlet", "classes"), "train.partition", "must be iid, dirichlet or classes")
+    need(c.workers >= 1, "train.workers", "must be at least 1")
+    need(0 <= c.id < c.workers, "agent.id", f"must be in 0..{c.workers - 1}")
+    need(0 <= c.p <= 1, "train.p", "must be in [0, 1]")
+    need(0 <= c.alpha <= 1, "train.alpha", "must be in [0, 1]")
+    need(c.batch >= 1, "train.batch", "must be positive")
+    need(c.lr > 0, "train.lr", "must be positive")
+    need(0 <= c.momentum < 1, "train.momentum", "must be in [0, 1)")
+    need(c.max_steps >= 0, "train.max_steps", "must be >= 0")
+    need(c.duration_s >= 0, "train.duration_s", "must be >= 0")
+    need(c.eval_every >= 1, "train.eval_every", "must be positive")
+    need(c.checkpoint_every >= 1, "train.checkpoint_every", "must be positive")
+    need(c.rps_period >= 1, "train.rps_period", "must be positive")
+    need(c.rate_mbps > 0, "net.rate_mbps", "must be positive")
+    need(c.deadline_s > 0, "net.deadline_s", "must be positive")
+    need(0 <= c.inject_loss < 1, "net.inject_loss", "must be in [0, 1)")
+    need(0 <= c.fleet < 2**32, "agent.fleet", "must fit 32 bits")
+    try:
+        wire.check_chunk_bytes(c.chunk_bytes)
+    except ValueError as e:
+        raise ConfigError(f"net.chunk_bytes: {e}") from None
+    c.listen_endpoint
+    ids = [p.id for p in c.peers]
+    need(len(set(ids)) == len(ids), "agent.peers", "duplicate peer id")
+    need(c.id not in ids, "agent.peers", "lists this agent itself")
+    need(all(0 <= i < c.workers for i in ids), "agent.peers", f"ids must be in 0..{c.workers - 1}")
+    if c.algorithm != "local":
+        need(len(c.peers) == c.workers - 1, "agent.peers",
+             f"{c.algorithm} needs all {c.workers - 1} other agents")
+
+
+def load(path: str | Path) -> AgentConfig:
+    try:
+        with open(path, "rb") as f:
+            doc = tomllib.load(f)
+    except OSError as e:
+        raise ConfigError(f"{path}: {e.strerror}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML ({e})") from None
+    return from_dict(doc)
+
+
+def to_toml(c: AgentConfig) -> str:
+    """Write a config back as TOML (used by `emulate` to configure each agent)."""
+    def val(v):
+        if isinstance(v, str):
+            return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        if isinstance(v, tuple):
+            return "[" + ", ".join(val(f"{p.id}@{p.host}:{p.port}") for p in v) + "]"
+        return repr(v)
+    out = []
+    for section, keys in SECTIONS.items():
+        out.append(f"[{section}]")
+        out += [f"{k} = {val(getattr(c, k))}" for k in keys]
+    return "\n".join(out) + "\n"

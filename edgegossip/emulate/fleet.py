@@ -1,0 +1,170 @@
+"""A local fleet: N agent processes, each in its own network namespace on one bridge (or, without
+root, on 127.0.0.0/8 with loss injected in the receive path), configured, watched and stopped.
+
+Teardown is unconditional: processes are stopped (SIGTERM, then SIGKILL), namespaces, veths,
+the bridge and their nftables tables are removed, whether the run ended, failed or was
+interrupted."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from edgegossip import config as agent_config
+from edgegossip.config import AgentConfig, Peer
+from edgegossip.emulate import netns
+from edgegossip.metrics import read as read_metrics
+
+log = logging.getLogger(__name__)
+
+PORT = 47000
+
+
+@dataclass(frozen=True)
+class FleetSpec:
+    nodes: int
+    algorithm: str
+    loss: float                 # fraction of packets dropped on arrival at each node
+    rate: str | None            # tbf link cap, e.g. "20mbit"
+    backend: str                # netns | loopback
+    out: Path
+    duration_s: float = 0.0
+    epochs: float = 0.0
+    transport: str = "udp"
+    model: str = "mlp"
+    p: float = 1 / 32
+    alpha: float = 0.5
+    batch: int = 32
+    seed: int = 0
+    deadline_s: float = 10.0
+    eval_every: int = 50
+
+
+def rate_to_mbps(rate: str | None) -> float | None:
+    if not rate:
+        return None
+    r = rate.strip().lower()
+    for unit, mult in (("gbit", 1000.0), ("mbit", 1.0), ("kbit", 0.001)):
+        if r.endswith(unit):
+            try:
+                return float(r[:-len(unit)]) * mult
+            except ValueError:
+                break
+    raise ValueError(f"--rate {rate!r}: write it as e.g. 20mbit, 500kbit or 1gbit")
+
+
+class Fleet:
+    def __init__(self, spec: FleetSpec):
+        self.spec = spec
+        self.lan: netns.Lan | None = None
+        self.procs: list[subprocess.Popen | None] = [None] * spec.nodes
+        self.configs: list[AgentConfig] = []
+        self.t0 = 0.0
+
+    def addresses(self) -> list[tuple[str, int]]:
+        if self.lan is not None:
+            return [(self.lan.address(i), PORT) for i in range(self.spec.nodes)]
+        return [("127.0.0.1", PORT + 100 + i) for i in range(self.spec.nodes)]
+
+    def _config(self, i: int, addrs: list[tuple[str, int]]) -> AgentConfig:
+        s = self.spec
+        link = rate_to_mbps(s.rate)
+        steps = 0
+        if s.epochs:
+            steps = int(s.epochs * (60_000 - 8_800) // s.nodes // s.batch)
+        return AgentConfig(
+            id=i, listen=f"{addrs[i][0]}:{addrs[i][1]}",
+            peers=tuple(Peer(j, h, p) for j, (h, p) in enumerate(addrs) if j != i),
+            fleet=4242, key="edgegossip-emulated-fleet", output=str(s.out / f"agent{i}"),
+            algorithm=s.algorithm, model=s.model, workers=s.nodes, seed=s.seed, batch=s.batch,
+            p=s.p, alpha=s.alpha, max_steps=steps, duration_s=s.duration_s,
+            eval_every=s.eval_every, checkpoint_every=200, transport=s.transport,
+            rate_mbps=0.9 * link if link else 200.0, deadline_s=s.deadline_s,
+            inject_loss=s.loss if s.backend == "loopback" else 0.0)
+
+    def up(self) -> None:
+        s = self.spec
+        s.out.mkdir(parents=True, exist_ok=True)
+        if s.backend == "netns":
+            self.lan = netns.Lan(s.nodes, loss=s.loss, rate=s.rate).up()
+        addrs = self.addresses()
+        self.configs = [self._config(i, addrs) for i in range(s.nodes)]
+        for i in range(s.nodes):
+            self.start_agent(i)
+        self.t0 = time.monotonic()
+
+    def start_agent(self, i: int) -> None:
+        cfg = self.configs[i]
+        path = self.spec.out / f"agent{i}.toml"
+        path.write_text(agent_config.to_toml(cfg))
+        prefix = self.lan.exec_args(i) if self.lan is not None else []
+        env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+        log_f = open(self.spec.out / f"agent{i}.log", "a")
+        self.procs[i] = subprocess.Popen(
+            prefix + [sys.executable, "-m", "edgegossip.cli.app", "agent", "--config", str(path)],
+            stdout=log_f, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        log_f.close()
+
+    def kill_agent(self, i: int, sig: int = signal.SIGKILL) -> None:
+        p = self.procs[i]
+        if p is not None and p.poll() is None:
+            p.send_signal(sig)
+            p.wait(timeout=30)
+
+    def set_loss(self, i: int, loss: float) -> None:
+        if self.lan is None:
+            raise RuntimeError("changing a link's loss needs the netns backend")
+        self.lan.set_loss(i, loss)
+
+    def latest(self) -> list[dict | None]:
+        out = []
+        for i in range(self.spec.nodes):
+            path = self.spec.out / f"agent{i}" / "metrics.jsonl"
+            recs = read_metrics(path) if path.is_file() else []
+            recs = [r for r in recs if "step" in r and "accuracy" in r]
+            out.append(recs[-1] if recs else None)
+        return out
+
+    def running(self) -> list[bool]:
+        return [p is not None and p.poll() is None for p in self.procs]
+
+    def failed(self) -> list[int]:
+        return [i for i, p in enumerate(self.procs)
+                if p is not None and p.poll() not in (None, 0, -signal.SIGTERM, -signal.SIGKILL)]
+
+    def stop(self, grace_s: float = 30.0) -> None:
+        for p in self.procs:
+            if p is not None and p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for p in self.procs:
+            if p is None:
+                continue
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    def kernel_dropped(self) -> list[int] | None:
+        if self.lan is None:
+            return None
+        return [self.lan.dropped_packets(i) for i in range(self.spec.nodes)]
+
+    def down(self) -> None:
+        try:
+            self.stop(grace_s=10.0)
+        finally:
+            if self.lan is not None:
+                self.lan.down()
+                self.lan = None
+
+
+def with_overrides(spec: FleetSpec, **kw) -> FleetSpec:
+    return replace(spec, **kw)

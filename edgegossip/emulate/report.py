@@ -1,0 +1,65 @@
+"""What an emulated run produced: per-agent and average-model accuracy on the test set, traffic,
+the loss receivers observed beside the loss configured, and the plots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from edgegossip import checkpoint
+from edgegossip.data import mnist
+from edgegossip.emulate.plot import line_plot
+from edgegossip.metrics import read as read_metrics
+from edgegossip.models import make_model
+
+
+def summarize(out: Path, nodes: int, model_name: str, configured_loss: float, loss_kind: str,
+              elapsed_s: float, kernel_dropped: list[int] | None, data: mnist.Mnist | None = None) -> dict:
+    data = data or mnist.load()
+    model = make_model(model_name)
+    params, agents, histories = [], [], {}
+    for i in range(nodes):
+        recs = read_metrics(out / f"agent{i}" / "metrics.jsonl") \
+            if (out / f"agent{i}" / "metrics.jsonl").is_file() else []
+        stops = [r for r in recs if r.get("event") == "stop"]
+        last = stops[-1] if stops else ([r for r in recs if "step" in r] or [{}])[-1]
+        histories[i] = [r for r in recs if "accuracy" in r]
+        state = checkpoint.load(out / f"agent{i}")
+        acc = None
+        if state is not None:
+            params.append(state["params"])
+            acc = model.accuracy(state["params"], data.x_test, data.y_test)
+        agents.append({
+            "agent": i, "accuracy": acc, "steps": last.get("step", 0),
+            "bytes_sent": last.get("bytes_sent", 0), "datagrams_sent": last.get("datagrams_sent", 0),
+            "datagrams_received": last.get("datagrams_received", 0),
+            "datagrams_dropped": last.get("datagrams_dropped", 0), "drops": last.get("drops", {}),
+            "exchanges": last.get("exchanges", {}),
+            "restarts": sum(1 for r in recs if r.get("event") == "start") - 1,
+        })
+    avg_acc = None
+    if params:
+        avg = np.mean(params, axis=0, dtype=np.float64).astype(np.float32)
+        avg_acc = model.accuracy(avg, data.x_test, data.y_test)
+    sent = sum(a["datagrams_sent"] for a in agents)
+    # a datagram the receiver saw but rejected still crossed the network; injected loss did not
+    arrived = sum(a["datagrams_received"] + a["datagrams_dropped"]
+                  - a["drops"].get("injected_loss", 0) for a in agents)
+    observed = round(1 - arrived / sent, 4) if sent else None
+    _plots(out, histories)
+    return {"configured_loss": configured_loss, "observed_loss": observed, "loss_kind": loss_kind,
+            "average_model_accuracy": avg_acc, "elapsed_s": round(elapsed_s, 1),
+            "kernel_dropped_packets": kernel_dropped, "agents": agents,
+            "plots": [str(out / "accuracy_vs_time.svg"), str(out / "accuracy_vs_bytes.svg")]}
+
+
+def _plots(out: Path, histories: dict[int, list[dict]]) -> None:
+    t0 = min((h[0]["time"] for h in histories.values() if h), default=0.0)
+    line_plot(out / "accuracy_vs_time.svg",
+              {f"agent {i}": [(r["time"] - t0, r["accuracy"]) for r in h] for i, h in histories.items()},
+              "seconds", "held-out accuracy", "accuracy against time")
+    line_plot(out / "accuracy_vs_bytes.svg",
+              {f"agent {i}": [(r.get("bytes_sent", 0) / 1e6, r["accuracy"]) for r in h]
+               for i, h in histories.items()},
+              "MB sent", "held-out accuracy", "accuracy against bytes sent")

@@ -1,0 +1,53 @@
+"""What every protocol gets (Context) and the hooks the agent calls around each local step."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from edgegossip.chunking import ChunkPlan
+from edgegossip.config import AgentConfig
+from edgegossip.inbox import Inbox
+from edgegossip.models.optim import NesterovSGD
+from edgegossip.sender import Sender
+from edgegossip.transport.base import Endpoint
+
+
+@dataclass
+class Context:
+    cfg: AgentConfig
+    plan: ChunkPlan
+    inbox: Inbox | None
+    sender: Sender | None
+    peers: dict[int, Endpoint]
+    rng: np.random.Generator
+    exchanges: Counter = field(default_factory=Counter)  # completed / partial / timed_out / skipped
+
+
+class Protocol:
+    """The local-only protocol; the others override the hooks they need."""
+
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+
+    def before_step(self, x: np.ndarray, step: int) -> None:
+        """Start exchanges and answer peers, with x still pre-step."""
+
+    def step(self, x: np.ndarray, g: np.ndarray, opt: NesterovSGD) -> None:
+        opt.step(x, g)
+
+    def after_step(self, x: np.ndarray, step: int) -> None:
+        """Apply exchanges whose data arrived or whose deadline passed."""
+
+    def record(self, mask: np.ndarray, arrived: int, expected: int) -> None:
+        if arrived == 0:
+            self.ctx.exchanges["timed_out"] += 1
+        elif arrived >= expected:
+            self.ctx.exchanges["completed"] += 1
+        else:
+            self.ctx.exchanges["partial"] += 1
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,141 @@
+"""Elastic Gossip and Gossiping SGD (pull, push) between devices, with deadlines, no barrier.
+
+Round numbers: every PARAMS a worker sends carries the next value of its own counter, so each
+sender's stream of rounds only grows (the inbox drops older rounds). An exchange is matched by
+peer, not by round:
+
+- elastic-gossip: with probability p per step, i snapshots x_i (pre-step), sends it to a random
+  j flagged REPLY, and waits for j's next PARAMS. j, seeing a REPLY-flagged round from i,
+  snapshots its own pre-step x_j, sends it back, and waits for i's round. Each side applies
+  x <- x - alpha * m * (pre - y) once the other's round is complete, silent, or past deadline.
+- gossip-pull: i sends a REQUEST; j answers with its parameters; i applies x <- x - m (pre - y)/2.
+- gossip-push: i sends its parameters; j applies x <- x - m (x - y)/2 when they are in.
+
+Between snapshot and application the worker keeps training, so the elastic force is computed
+from the snapshot, as the rule's pre-step term, and applied a few steps later: the price of no
+barrier. A peer that never answers costs one deadline and nothing else.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from edgegossip import wire
+from edgegossip.algorithms import elastic_gossip, gossip_pull, gossip_push
+from edgegossip.protocol.base import Context, Protocol
+
+SETTLE_S = 0.5  # silence after the last chunk that ends waiting for the rest
+
+
+@dataclass
+class Pending:
+    peer: int
+    pre: np.ndarray | None     # our snapshot (None for push receipts: they use x itself)
+    deadline: float
+    round: int | None = None   # the peer's round we apply; None until its reply shows up
+
+
+class GossipProtocol(Protocol):
+    def __init__(self, ctx: Context, pool: int = 3):
+        super().__init__(ctx)
+        self.kind = ctx.cfg.algorithm
+        self.round = 0
+        self.pending: dict[int, Pending] = {}
+        self._free = [np.empty(ctx.plan.n_params, np.float32) for _ in range(pool)]
+        self._y = np.empty(ctx.plan.n_params, np.float32)
+        self._mask = np.zeros(ctx.plan.n_chunks, np.uint8)
+        self.ids = sorted(ctx.peers)
+
+    def _snapshot(self, x: np.ndarray) -> np.ndarray | None:
+        if not self._free:
+            return None
+        buf = self._free.pop()
+        np.copyto(buf, x)
+        return buf
+
+    def _send_params(self, peer: int, vec: np.ndarray, flags: int = 0) -> bool:
+        self.round += 1
+        return self.ctx.sender.send(self.ctx.peers[peer], vec, wire.MsgType.PARAMS, self.round,
+                                    flags=flags)
+
+    def before_step(self, x: np.ndarray, step: int) -> None:
+        ctx = self.ctx
+        now = time.monotonic()
+        for ev in ctx.inbox.events():
+            self._on_event(ev, x, now)
+        if ctx.rng.random() < ctx.cfg.p and ctx.sender.busy == 0:
+            j = self.ids[int(ctx.rng.integers(len(self.ids)))]
+            if j in self.pending:
+                return
+            if self.kind == "gossip-pull":
+                pre = self._snapshot(x)
+                if pre is not None:
+                    self.round += 1
+                    ctx.sender.request(ctx.peers[j], self.round)
+                    self.pending[j] = Pending(j, pre, now + ctx.cfg.deadline_s)
+            elif self.kind == "gossip-push":
+                self._send_params(j, x)
+            else:
+                pre = self._snapshot(x)
+                if pre is not None:
+                    if self._send_params(j, pre, wire.FLAG_REPLY):
+                        self.pending[j] = Pending(j, pre, now + ctx.cfg.deadline_s)
+                    else:
+                        self._free.append(pre)
+
+    def _on_event(self, ev, x: np.ndarray, now: float) -> None:
+        ctx = self.ctx
+        if ev.sender not in ctx.peers:
+            return
+        if ev.msg_type == wire.MsgType.REQUEST and self.kind == "gossip-pull":
+            self._send_params(ev.sender, x)
+            return
+        if ev.msg_type != wire.MsgType.PARAMS:
+            return
+        p = self.pending.get(ev.sender)
+        if p is not None and p.round is None:
+            p.round = ev.round  # the reply to our exchange (or, for EG, the peer's own pick)
+            if self.kind == "elastic-gossip" and ev.flags & wire.FLAG_REPLY:
+                pass  # mutual pick: both sent pre-step parameters already; counts once
+            return
+        if self.kind == "elastic-gossip" and ev.flags & wire.FLAG_REPLY and p is None:
+            pre = self._snapshot(x)
+            if pre is None:
+                ctx.exchanges["skipped"] += 1
+                return
+            self._send_params(ev.sender, pre)
+            self.pending[ev.sender] = Pending(ev.sender, pre, now + ctx.cfg.deadline_s, ev.round)
+        elif self.kind == "gossip-push" and p is None:
+            self.pending[ev.sender] = Pending(ev.sender, None, now + ctx.cfg.deadline_s, ev.round)
+
+    def after_step(self, x: np.ndarray, step: int) -> None:
+        now = time.monotonic()
+        for peer, p in list(self.pending.items()):
+            expired = now >= p.deadline
+            if p.round is None:
+                if expired:
+                    self._finish(p)
+                    self.ctx.exchanges["timed_out"] += 1
+                continue
+            if not expired and not self.ctx.inbox.ready(peer, wire.MsgType.PARAMS, p.round, SETTLE_S):
+                continue
+            got = self.ctx.inbox.collect(peer, wire.MsgType.PARAMS, p.round, 0.0, self._y,
+                                         self._mask)
+            self.record(self._mask, got, self.ctx.plan.n_chunks)
+            if got:
+                ce = self.ctx.plan.chunk_elems
+                if self.kind == "elastic-gossip":
+                    elastic_gossip.apply(x, p.pre, [(self._y, self._mask)], self.ctx.cfg.alpha, ce)
+                elif self.kind == "gossip-pull":
+                    gossip_pull.apply(x, p.pre, self._y, self._mask, ce)
+                else:
+                    gossip_push.apply(x, self._y, self._mask, ce)
+            self._finish(p)
+
+    def _finish(self, p: Pending) -> None:
+        del self.pending[p.peer]
+        if p.pre is not None:
+            self._free.append(p.pre)

@@ -1,0 +1,86 @@
+"""Background sender: the training loop hands over a snapshot of its parameters and goes on;
+this thread cuts it into datagrams and sends them paced, so a slow link never stalls a step.
+
+Snapshots come from a small pool of preallocated vectors; when every buffer is in flight the
+oldest queued job for the same peer is superseded rather than letting memory grow."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from edgegossip.outbox import Encoder
+from edgegossip.transport.base import Endpoint, Transport
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Job:
+    peer: Endpoint
+    vec: np.ndarray
+    msg_type: int
+    round: int
+    chunks: range | None
+    block: int
+    flags: int
+
+
+class Sender:
+    def __init__(self, transport: Transport, encoder: Encoder, n_params: int, pool: int = 4):
+        self.transport = transport
+        self.encoder = encoder
+        self._free: queue.Queue[np.ndarray] = queue.Queue()
+        for _ in range(pool):
+            self._free.put(np.empty(n_params, np.float32))
+        self._jobs: queue.Queue[Job | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="sender", daemon=True)
+        self._thread.start()
+        self.errors = 0
+        self.skipped = 0
+
+    def send(self, peer: Endpoint, vec: np.ndarray, msg_type: int, round: int,
+             chunks: range | None = None, block: int = 0, flags: int = 0) -> bool:
+        """Queue a copy of vec (or of its chunks); False if every buffer is busy (skipped)."""
+        try:
+            buf = self._free.get_nowait()
+        except queue.Empty:
+            self.skipped += 1
+            return False
+        np.copyto(buf, vec)
+        self._jobs.put(Job(peer, buf, msg_type, round, chunks, block, flags))
+        return True
+
+    def request(self, peer: Endpoint, round: int, flags: int = 0) -> None:
+        self._jobs.put(Job(peer, None, -1, round, None, 0, flags))  # type: ignore[arg-type]
+
+    @property
+    def busy(self) -> int:
+        return self._jobs.qsize()
+
+    def _run(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            try:
+                if job.vec is None:
+                    self.transport.send(job.peer, self.encoder.request(job.round, job.flags))
+                    continue
+                for d in self.encoder.chunks(job.vec, job.msg_type, job.round, job.chunks,
+                                             job.block, job.flags):
+                    self.transport.send(job.peer, d)
+            except OSError as e:  # unreachable peer, interface gone: the datagrams are lost
+                self.errors += 1
+                log.debug("send to %s failed: %s", job.peer, e)
+            finally:
+                if job.vec is not None:
+                    self._free.put(job.vec)
+
+    def close(self, timeout: float = 2.0) -> None:
+        self._jobs.put(None)
+        self._thread.join(timeout)
