@@ -163,7 +163,8 @@ class Agent:
                "accuracy": acc, "exchanges": dict(ctx.exchanges)}
         if sender is not None:
             snap = inbox.counter.snapshot()
-            rec.update(bytes_sent=sender.encoder.bytes, datagrams_sent=sender.encoder.datagrams,
+            link_arrived, link_expected = inbox.link_loss()
+            rec.update(link_arrived=link_arrived, link_expected=link_expected,bytes_sent=sender.encoder.bytes, datagrams_sent=sender.encoder.datagrams,
                        bytes_received=snap["accepted_bytes"], datagrams_received=snap["accepted"],
                        datagrams_dropped=snap["dropped"], drops=snap["drops"],
                        send_skipped=sender.skipped)

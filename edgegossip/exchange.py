@@ -59,7 +59,7 @@ def run_peer(me: int, my_addr: tuple[str, int], other: tuple[str, int], transpor
     try:
         for r in range(rounds):
             np.copyto(pre, x)
-            for d in enc.chunks(pre, wire.MsgType.PARAMS, r):
+            for d in enc.chunks(pre, wire.MsgType.PARAMS, r, stream=other):
                 t.send(other, d)
             got = inbox.collect(1 - me, wire.MsgType.PARAMS, r, time.monotonic() + deadline_s,
                                 y, mask, settle=0.3)
@@ -71,8 +71,10 @@ def run_peer(me: int, my_addr: tuple[str, int], other: tuple[str, int], transpor
         rt.stop()
         t.close()
     snap = inbox.counter.snapshot()
+    arrived, expected = inbox.link_loss()
     print(json.dumps({"peer": me, "final": True, "datagrams_sent": enc.datagrams,
-                      "bytes_sent": enc.bytes, **snap}), flush=True)
+                      "bytes_sent": enc.bytes, "link_arrived": arrived, "link_expected": expected,
+                      **snap}), flush=True)
 
 
 def main(argv: list[str]) -> None:

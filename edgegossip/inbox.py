@@ -109,6 +109,7 @@ class Inbox:
         self.max_body = wire.HEADER_SIZE + plan.chunk_bytes + wire.TAG_SIZE
         self.counter = DropCounter()
         self._replay: dict[int, ReplayWindow] = {}
+        self.links: dict[int, list[int]] = {}
         self._slots: dict[tuple[int, int], Slot] = {}
         self._events: deque[Event] = deque(maxlen=max_events)
         self._cond = threading.Condition()
@@ -142,6 +143,7 @@ class Inbox:
         reason = window.check(h.seq)
         if reason is not None:
             return reason
+        self._count_link(sender, h.seq)
         if h.msg_type == wire.MsgType.REQUEST:
             self._event(h)
             self.counter.accepted += 1
@@ -182,6 +184,26 @@ class Inbox:
             if cur.received >= cur.expected:
                 self._cond.notify_all()
         return None
+
+    def _count_link(self, sender: int, seq: int) -> None:
+        link = self.links.get(sender)
+        if link is None:
+            self.links[sender] = [seq, seq, 1]  # first seq, highest seq, authentic arrivals
+        else:
+            if seq < link[0]:
+                link[0] = seq
+            if seq > link[1]:
+                link[1] = seq
+            link[2] += 1
+
+    def link_loss(self) -> tuple[int, int]:
+        """(datagrams that arrived, datagrams the senders numbered) over every incoming link:
+        the loss this receiver observed, from gaps in the per-link sequence numbers."""
+        arrived = expected = 0
+        for first, highest, n in list(self.links.values()):
+            arrived += n
+            expected += highest - first + 1
+        return arrived, expected
 
     def _expected_chunks(self, h: wire.Header) -> int:
         # the whole model for PARAMS; one block for RPS messages, whose block id names it

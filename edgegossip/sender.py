@@ -69,10 +69,10 @@ class Sender:
                 return
             try:
                 if job.vec is None:
-                    self.transport.send(job.peer, self.encoder.request(job.round, job.flags))
+                    self.transport.send(job.peer, self.encoder.request(job.round, job.flags, job.peer))
                     continue
                 for d in self.encoder.chunks(job.vec, job.msg_type, job.round, job.chunks,
-                                             job.block, job.flags):
+                                             job.block, job.flags, job.peer):
                     self.transport.send(job.peer, d)
             except OSError as e:  # unreachable peer, interface gone: the datagrams are lost
                 self.errors += 1

@@ -35,3 +35,24 @@ def free_udp_port():
         s.close()
         return port
     return pick
+
+
+@pytest.fixture(scope="session")
+def mnist_data():
+    """Real MNIST from the cache (`make test` fetches it first); CI must not skip these."""
+    from edgegossip.data import mnist
+    try:
+        return mnist.load()
+    except mnist.DataError:
+        if os.environ.get("CI") == "true":
+            pytest.fail("MNIST missing in CI: `make test` fetches it before pytest")
+        pytest.skip("MNIST not cached: run `edgegossip data fetch mnist`")
+
+
+@pytest.fixture
+def root_only():
+    from edgegossip.emulate import netns
+    if not netns.is_root():
+        if os.environ.get("CI") == "true":
+            pytest.fail("root-only test reached CI without root")
+        pytest.skip("needs root (network namespaces, nftables)")

@@ -129,3 +129,13 @@ def test_unknown_sender_dropped():
     inbox = Inbox(PLAN, KEY, 1, peers={5})
     inbox.ingest(memoryview(_datagrams(np.ones(1000, np.float32))[0]))
     assert inbox.counter.drops["unknown_sender"] == 1
+
+
+def test_link_loss_counts_sequence_gaps():
+    enc = Encoder(PLAN, KEY, 1, 2)
+    inbox = Inbox(PLAN, KEY, 1)
+    ds = [bytes(d)[3:] for d in enc.chunks(np.ones(1000, np.float32), 1, 0, stream="a")]
+    for k, d in enumerate(ds):
+        if k % 5 != 1:  # lose 2 of 10
+            inbox.ingest(memoryview(d))
+    assert inbox.link_loss() == (8, 10)  # datagrams 1 and 6 of 0..9 lost

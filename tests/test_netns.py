@@ -37,6 +37,7 @@ def lan_factory():
 def test_loss_rules_text():
     assert "mod 10000 < 1000 counter drop" in netns.loss_rules(0.1)
     assert "drop" not in netns.loss_rules(0.0)
+    assert "numgen" not in netns.loss_rules(1.0) and "counter drop" in netns.loss_rules(1.0)
     with pytest.raises(ValueError):
         netns.loss_rules(1.5)
 
@@ -50,7 +51,12 @@ def test_exchange_under_kernel_loss(lan_factory, transport):
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)["results"][0]
     assert out["loss_kind"] == "kernel (nftables)"
-    assert abs(out["observed_loss"] - 0.2) < 0.03, out["observed_loss"]
+    if transport == "udp":
+        assert abs(out["observed_loss"] - 0.2) < 0.03, out["observed_loss"]
+    else:
+        # libzmq ignores ZMQ_RCVBUF on UDP: the DISH keeps the kernel's 212 KB buffer, which
+        # overflows when the CPU is busy, so zmq may see more than the network's loss
+        assert 0.17 < out["observed_loss"] < 0.35, out["observed_loss"]
     assert sum(out["kernel_dropped_packets"]) > 0
     last = [r for r in out["rounds"] if r["round"] == 2]
     assert all(0.4 < r["mean"] < 0.6 for r in last), last  # the two models met despite loss

@@ -53,11 +53,12 @@ def _run_pair(backend: str, transport: str, loss: float, params: int, rounds: in
     lines = [json.loads(line) for out, _ in outs for line in out.splitlines() if line.strip()]
     rounds_rows = [r for r in lines if "round" in r]
     finals = {r["peer"]: r for r in lines if r.get("final")}
-    sent = sum(f["datagrams_sent"] for f in finals.values())
-    received = sum(f["accepted"] for f in finals.values())
+    arrived = sum(f["link_arrived"] for f in finals.values())
+    expected = sum(f["link_expected"] for f in finals.values())
     return {"transport": transport, "backend": backend,
             "loss_kind": "kernel (nftables)" if backend == "netns" else "injected",
-            "configured_loss": loss, "observed_loss": round(1 - received / sent, 4) if sent else None,
+            "configured_loss": loss,
+            "observed_loss": round(1 - arrived / expected, 4) if expected else None,
             "kernel_dropped_packets": kernel_drops, "rounds": rounds_rows,
             "peers": [finals[k] for k in sorted(finals)]}
 

@@ -20,6 +20,7 @@ from edgegossip import config as agent_config
 from edgegossip.config import AgentConfig, Peer
 from edgegossip.emulate import netns
 from edgegossip.metrics import read as read_metrics
+from edgegossip.models import make_model
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +43,9 @@ class FleetSpec:
     alpha: float = 0.5
     batch: int = 32
     seed: int = 0
-    deadline_s: float = 10.0
+    deadline_s: float = 0.0     # 0: three times one model's transfer time at the link rate, >= 5 s
     eval_every: int = 50
+    checkpoint_every: int = 200
 
 
 def rate_to_mbps(rate: str | None) -> float | None:
@@ -75,6 +77,10 @@ class Fleet:
     def _config(self, i: int, addrs: list[tuple[str, int]]) -> AgentConfig:
         s = self.spec
         link = rate_to_mbps(s.rate)
+        deadline = s.deadline_s
+        if not deadline:
+            model_bits = 8 * 4 * make_model(s.model).n_params
+            deadline = max(5.0, 3 * model_bits / ((link or 200.0) * 1e6))
         steps = 0
         if s.epochs:
             steps = int(s.epochs * (60_000 - 8_800) // s.nodes // s.batch)
@@ -84,8 +90,8 @@ class Fleet:
             fleet=4242, key="edgegossip-emulated-fleet", output=str(s.out / f"agent{i}"),
             algorithm=s.algorithm, model=s.model, workers=s.nodes, seed=s.seed, batch=s.batch,
             p=s.p, alpha=s.alpha, max_steps=steps, duration_s=s.duration_s,
-            eval_every=s.eval_every, checkpoint_every=200, transport=s.transport,
-            rate_mbps=0.9 * link if link else 200.0, deadline_s=s.deadline_s,
+            eval_every=s.eval_every, checkpoint_every=s.checkpoint_every, transport=s.transport,
+            rate_mbps=0.9 * link if link else 200.0, deadline_s=deadline,
             inject_loss=s.loss if s.backend == "loopback" else 0.0)
 
     def up(self) -> None:

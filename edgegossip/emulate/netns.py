@@ -42,8 +42,12 @@ def loss_rules(loss: float, udp_ports: tuple[int, int] | None = None) -> str:
     pct = round(loss * 10000)
     if not 0 <= pct <= 10000:
         raise ValueError("loss must be a fraction in [0, 1]")
-    rule = (f"meta l4proto {{ udp, tcp }} numgen random mod 10000 < {pct} counter drop"
-            if pct else "")
+    if pct == 10000:  # numgen's range is 0..9999: a cut link is a plain drop
+        rule = "meta l4proto { udp, tcp } counter drop"
+    elif pct:
+        rule = f"meta l4proto {{ udp, tcp }} numgen random mod 10000 < {pct} counter drop"
+    else:
+        rule = ""
     return f"""table inet edgegossip {{
   chain input {{
     type filter hook input priority 0; policy accept;

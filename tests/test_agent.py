@@ -1,0 +1,116 @@
+"""The agent as a process: clean stop on SIGTERM, resume after kill -9, a stray 0x80 datagram at
+its zmq port. Loopback, logreg on real MNIST so it runs in seconds."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from edgegossip import config
+from edgegossip.config import AgentConfig, Peer
+from edgegossip.metrics import read
+
+
+def _cfg(tmp_path, free_udp_port, **kw) -> AgentConfig:
+    me, other = free_udp_port(), free_udp_port()
+    base = dict(id=0, listen=f"127.0.0.1:{me}", peers=(Peer(1, "127.0.0.1", other),),
+                workers=2, model="logreg", output=str(tmp_path / "out"), eval_every=100,
+                checkpoint_every=100, deadline_s=1.0, p=0.2)
+    base.update(kw)
+    return AgentConfig(**base)
+
+
+def _start(cfg: AgentConfig, tmp_path):
+    path = tmp_path / "agent.toml"
+    path.write_text(config.to_toml(cfg))
+    return subprocess.Popen([sys.executable, "-m", "edgegossip.cli.app", "agent", "--config", str(path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+
+
+def _wait_for_step(out, step, timeout=60, timed_out=0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        path = out / "metrics.jsonl"
+        if path.is_file():
+            recs = [r for r in read(path) if "step" in r and r.get("event") is None]
+            if (recs and recs[-1]["step"] >= step
+                    and recs[-1]["exchanges"].get("timed_out", 0) >= timed_out):
+                return recs[-1]
+        time.sleep(0.2)
+    raise AssertionError(f"agent did not reach step {step}")
+
+
+@pytest.fixture
+def procs():
+    started = []
+    yield started
+    for p in started:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def test_sigterm_stops_cleanly_and_kill9_resumes(tmp_path, free_udp_port, mnist_data, procs):
+    """The peer never answers (nothing listens there): the agent still trains, paying deadlines."""
+    cfg = _cfg(tmp_path, free_udp_port)
+    p = _start(cfg, tmp_path)
+    procs.append(p)
+    _wait_for_step(tmp_path / "out", 300, timed_out=2)
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 0, err
+    recs = read(tmp_path / "out" / "metrics.jsonl")
+    stop = [r for r in recs if r.get("event") == "stop"][-1]
+    assert stop["step"] >= 300 and stop["exchanges"].get("timed_out", 0) >= 1
+    assert stop["accuracy"] > 0.8
+
+    p = _start(cfg, tmp_path)  # resumes from the final checkpoint
+    procs.append(p)
+    rec = _wait_for_step(tmp_path / "out", stop["step"] + 250)
+    p.kill()                   # kill -9: no chance to write anything
+    p.wait()
+    starts = [r for r in read(tmp_path / "out" / "metrics.jsonl") if r.get("event") == "start"]
+    assert starts[-1]["resumed"] and starts[-1]["step"] == stop["step"]
+
+    p = _start(cfg, tmp_path)
+    procs.append(p)
+    time.sleep(3)
+    p.send_signal(signal.SIGTERM)
+    p.communicate(timeout=30)
+    starts = [r for r in read(tmp_path / "out" / "metrics.jsonl") if r.get("event") == "start"]
+    # the last periodic checkpoint before the kill, never step 0 again
+    assert starts[-1]["resumed"] and starts[-1]["step"] >= rec["step"] - cfg.checkpoint_every
+
+
+def test_zmq_agent_survives_stray_high_byte_datagrams(tmp_path, free_udp_port, mnist_data, procs):
+    cfg = _cfg(tmp_path, free_udp_port, transport="zmq")
+    p = _start(cfg, tmp_path)
+    procs.append(p)
+    _wait_for_step(tmp_path / "out", 100)
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    host, port = cfg.listen_endpoint
+    for first in (0x80, 0x9F, 0xFF):
+        s.sendto(bytes([first]) + os.urandom(100), (host, port))
+    s.sendto(b"\x02eg" + os.urandom(200), (host, port))  # right group, garbage body
+    s.close()
+    before = _wait_for_step(tmp_path / "out", 0)["step"]
+    _wait_for_step(tmp_path / "out", before + 200)          # still training
+    assert p.poll() is None
+    p.send_signal(signal.SIGTERM)
+    p.communicate(timeout=30)
+    assert p.returncode == 0
+    stop = [r for r in read(tmp_path / "out" / "metrics.jsonl") if r.get("event") == "stop"][-1]
+    assert stop["datagrams_dropped"] >= 1 and stop["datagrams_received"] == 0
+
+
+def test_agent_missing_data_is_one_line(tmp_path, free_udp_port, monkeypatch):
+    monkeypatch.setenv("EDGEGOSSIP_CACHE", str(tmp_path / "nocache"))
+    cfg = _cfg(tmp_path, free_udp_port)
+    p = _start(cfg, tmp_path)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 4 and "data fetch mnist" in err and "Traceback" not in err

@@ -1,0 +1,56 @@
+import pytest
+
+from edgegossip import config
+from edgegossip.config import ConfigError
+
+BASE = {"agent": {"id": 0, "listen": "127.0.0.1:9000",
+                  "peers": ["1@127.0.0.1:9001", "2@127.0.0.1:9002", "3@127.0.0.1:9003"]}}
+
+
+def _with(section, key, value):
+    doc = {k: dict(v) for k, v in BASE.items()}
+    doc.setdefault(section, {})[key] = value
+    return doc
+
+
+def test_defaults_and_roundtrip(tmp_path):
+    c = config.from_dict(BASE)
+    assert c.algorithm == "elastic-gossip" and c.peers[2].port == 9003
+    path = tmp_path / "a.toml"
+    path.write_text(config.to_toml(c))
+    assert config.load(path) == c
+
+
+@pytest.mark.parametrize("doc,needle", [
+    (_with("train", "lrr", 0.1), "train.lrr: unknown key"),
+    (_with("train", "algorithm", "sgd"), "train.algorithm"),
+    (_with("train", "lr", "fast"), "train.lr: expected float"),
+    (_with("net", "chunk_bytes", 9000), "net.chunk_bytes"),
+    (_with("net", "transport", "tcp"), "net.transport"),
+    (_with("agent", "listen", "nowhere"), "agent.listen"),
+    (_with("agent", "peers", ["x@1.2.3.4:5"]), "agent.peers"),
+    (_with("agent", "id", 7), "agent.id"),
+    (_with("train", "p", 2.0), "train.p"),
+    ({"agent": {"listen": "127.0.0.1:1"}}, "agent.id: missing"),
+    ({"bogus": {}}, "bogus: unknown section"),
+])
+def test_bad_config_names_the_key(doc, needle):
+    with pytest.raises(ConfigError) as e:
+        config.from_dict(doc)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_cli_bad_config_is_one_line(tmp_path):
+    from click.testing import CliRunner
+
+    from edgegossip.cli.app import cli
+    p = tmp_path / "a.toml"
+    p.write_text("[train]\nlrr = 1\n")
+    res = CliRunner().invoke(cli, ["agent", "--config", str(p)])
+    assert res.exit_code == 2
+    assert res.output.strip().count("\n") == 0 and "train.lrr: unknown key" in res.output
+    res = CliRunner().invoke(cli, ["agent", "--config", str(tmp_path / "missing.toml")])
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    p.write_text("not = [toml")
+    res = CliRunner().invoke(cli, ["agent", "--config", str(p)])
+    assert res.exit_code == 2 and "not valid TOML" in res.output

@@ -1,0 +1,113 @@
+"""Emulated fleets in network namespaces (root; must run in CI): real kernel loss, agents killed
+and restarted, a link cut and healed, leftovers cleaned. logreg on real MNIST keeps runs short."""
+import json
+import subprocess
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from edgegossip.cli.app import cli
+from edgegossip.emulate import netns
+from edgegossip.emulate.fleet import Fleet, FleetSpec
+from edgegossip.emulate.report import summarize
+from edgegossip.metrics import read
+
+
+def _no_leftovers():
+    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    return not any(n.startswith(netns.PREFIX) and n[2:3].isdigit() for n in names.split()) \
+        and f": {netns.PREFIX}br" not in links
+
+
+@pytest.fixture
+def fleet_factory(root_only, tmp_path):
+    made = []
+
+    def make(**kw):
+        spec = FleetSpec(**{"nodes": 3, "algorithm": "elastic-gossip", "loss": 0.0, "rate": None,
+                            "backend": "netns", "out": tmp_path / f"f{len(made)}", "model": "logreg",
+                            "p": 0.1, "duration_s": 20, "deadline_s": 1.0, "checkpoint_every": 100,
+                            **kw})
+        f = Fleet(spec)
+        made.append(f)
+        f.up()
+        return f
+
+    yield make
+    for f in made:
+        f.down()
+    assert _no_leftovers()
+
+
+def _wait_done(fleet, timeout=120):
+    deadline = time.monotonic() + timeout
+    while any(fleet.running()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    fleet.stop()
+
+
+def test_emulate_cli_json_observed_loss(root_only, tmp_path, mnist_data):
+    res = CliRunner().invoke(cli, ["emulate", "--nodes", "3", "--model", "logreg", "--duration", "15",
+                                   "--loss", "0.2", "--p", "1/4", "--rate", "50mbit",
+                                   "--out", str(tmp_path / "run"), "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output.strip().splitlines()[-1])
+    for key in ("configured_loss", "observed_loss", "average_model_accuracy", "elapsed_s", "agents"):
+        assert key in out
+    for a in out["agents"]:
+        assert {"accuracy", "steps", "bytes_sent", "datagrams_sent", "datagrams_received",
+                "datagrams_dropped"} <= set(a)
+        assert a["steps"] > 0 and a["datagrams_sent"] > 100
+    assert out["loss_kind"] == "kernel (nftables)" and sum(out["kernel_dropped_packets"]) > 0
+    assert abs(out["observed_loss"] - 0.2) <= 0.02, out["observed_loss"]
+    assert out["average_model_accuracy"] > 0.85
+    assert (tmp_path / "run" / "accuracy_vs_time.svg").is_file()
+    assert _no_leftovers()
+
+
+def test_killed_agent_resumes_while_others_train(fleet_factory, mnist_data):
+    fleet = fleet_factory(duration_s=25)
+    time.sleep(8)
+    fleet.kill_agent(1)                  # SIGKILL mid-run
+    steps_then = [r["step"] if r else 0 for r in fleet.latest()]
+    time.sleep(3)
+    steps_later = [r["step"] if r else 0 for r in fleet.latest()]
+    assert steps_later[0] > steps_then[0] and steps_later[2] > steps_then[2]  # others go on
+    fleet.start_agent(1)
+    _wait_done(fleet)
+    starts = [r for r in read(fleet.spec.out / "agent1" / "metrics.jsonl") if r.get("event") == "start"]
+    assert len(starts) == 2 and starts[1]["resumed"] and starts[1]["step"] > 0
+    s = summarize(fleet.spec.out, 3, "logreg", 0.0, "kernel", 0, None, mnist_data)
+    assert all(a["accuracy"] > 0.85 for a in s["agents"])
+
+
+def test_cut_link_then_heal_still_converges(fleet_factory, mnist_data):
+    fleet = fleet_factory(duration_s=30)
+    fleet.set_loss(2, 1.0)               # node 2 hears nothing from anyone
+    time.sleep(10)
+    fleet.set_loss(2, 0.0)
+    _wait_done(fleet)
+    s = summarize(fleet.spec.out, 3, "logreg", 0.0, "kernel", 0, None, mnist_data)
+    ex = s["agents"][2]["exchanges"]
+    assert ex.get("timed_out", 0) >= 1                       # while cut
+    assert ex.get("completed", 0) + ex.get("partial", 0) >= 1  # after healing
+    assert all(a["accuracy"] > 0.85 for a in s["agents"])
+    assert s["average_model_accuracy"] > 0.85
+
+
+def test_cleanup_removes_leftovers(root_only):
+    lan = netns.Lan(2, run_id=230).up()
+    lan.created.clear()                  # as if the run had crashed before its teardown
+    removed = netns.cleanup()
+    assert any(r.startswith("eg230") for r in removed) and _no_leftovers()
+
+
+def test_loopback_backend_labels_injected_loss(tmp_path, mnist_data):
+    res = CliRunner().invoke(cli, ["emulate", "--backend", "loopback", "--nodes", "2", "--model",
+                                   "logreg", "--duration", "6", "--loss", "0.3", "--p", "1/4",
+                                   "--out", str(tmp_path / "lb"), "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output.strip().splitlines()[-1])
+    assert out["loss_kind"] == "injected" and abs(out["observed_loss"] - 0.3) < 0.05
