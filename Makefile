@@ -23,6 +23,7 @@ demo: venv
 
 test: venv
 	mkdir -p build
+	$(VENV)/bin/edgegossip data fetch mnist
 	$(PY) -m pytest -ra --junitxml=build/test-results.xml $(PYTEST_ARGS)
 
 bench: venv

@@ -72,6 +72,10 @@ class Agent:
         self.x = self.model.init(cfg.seed)  # one shared initialisation across the fleet
         self.g = np.zeros_like(self.x)
         self.opt = NesterovSGD(self.model.n_params, cfg.lr, cfg.momentum)
+        self.onnx = None
+        if cfg.backend == "onnx":
+            from edgegossip.models.onnx_backend import OnnxTrainer
+            self.onnx = OnnxTrainer(self.model, cfg.lr, cfg.momentum)
         self.step = 0
         self.rng = np.random.default_rng([cfg.seed, cfg.id, 7])
         self.resumed = self._resume()
@@ -132,8 +136,11 @@ class Agent:
                     break
                 protocol.before_step(self.x, self.step)
                 xb, yb = self.shard.batch_at(self.step)
-                losses.append(self.model.loss_grad(self.x, self.g, xb, yb, self.rng))
-                protocol.step(self.x, self.g, self.opt)
+                if self.onnx is not None:  # forward, backward and update in one graph
+                    losses.append(self.onnx.step(self.x, self.opt.v, xb, yb, self.rng))
+                else:
+                    losses.append(self.model.loss_grad(self.x, self.g, xb, yb, self.rng))
+                    protocol.step(self.x, self.g, self.opt)
                 self.step += 1
                 protocol.after_step(self.x, self.step)
                 if self.step % cfg.eval_every == 0:

@@ -40,6 +40,7 @@ class AgentConfig:
     # [train]
     algorithm: str = "elastic-gossip"
     model: str = "mlp"
+    backend: str = "numpy"                   # numpy | onnx (the whole step in onnxruntime)
     workers: int = 4                         # fleet size, for sharding the data
     partition: str = "iid"
     seed: int = 0
@@ -68,7 +69,7 @@ class AgentConfig:
 
 SECTIONS = {
     "agent": ("id", "listen", "peers", "fleet", "key", "output"),
-    "train": ("algorithm", "model", "workers", "partition", "seed", "batch", "lr", "momentum", "p",
+    "train": ("algorithm", "model", "backend", "workers", "partition", "seed", "batch", "lr", "momentum", "p",
               "alpha", "max_steps", "duration_s", "eval_every", "eval_examples",
               "checkpoint_every", "rps_period"),
     "net": ("transport", "chunk_bytes", "rate_mbps", "deadline_s", "inject_loss"),
@@ -131,6 +132,9 @@ def validate(c: AgentConfig) -> None:
     need(c.algorithm in ALGORITHMS, "train.algorithm", f"must be one of {', '.join(ALGORITHMS)}")
     need(c.model in ("mlp", "logreg", "cnn"), "train.model", "must be mlp, logreg or cnn")
     need(c.transport in ("udp", "zmq"), "net.transport", "must be udp or zmq")
+    need(c.backend in ("numpy", "onnx"), "train.backend", "must be numpy or onnx")
+    need(not (c.backend == "onnx" and (c.model == "cnn" or c.algorithm == "allreduce")),
+         "train.backend", "onnx runs mlp and logreg, and not all-reduce (it needs the gradient)")
     need(c.partition in ("iid", "dirichlet", "classes"), "train.partition", "must be iid, dirichlet or classes")
     need(c.workers >= 1, "train.workers", "must be at least 1")
     need(0 <= c.id < c.workers, "agent.id", f"must be in 0..{c.workers - 1}")

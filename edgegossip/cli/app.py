@@ -15,6 +15,7 @@ from edgegossip.cli.data import data
 from edgegossip.cli.emulate import emulate
 from edgegossip.cli.simulate import simulate
 from edgegossip.cli.exchange import exchange
+from edgegossip.cli.export import export
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -32,6 +33,7 @@ cli.add_command(data)
 cli.add_command(emulate)
 cli.add_command(simulate)
 cli.add_command(exchange)
+cli.add_command(export)
 
 
 def main() -> None:

@@ -33,3 +33,13 @@ def transport(as_json: bool, transports: tuple[str, ...]) -> None:
     emit(t.run(transports or ("raw", "udp", "zmq")), as_json,
          ["transport", "chunk_bytes", "goodput_mbps", "datagrams_per_s", "delivered",
           "pace_mbps"], title="transport (one process to another on loopback, HMAC on)")
+
+
+@bench.command()
+@click.option("--json", "as_json", is_flag=True, help="One JSON object instead of a table.")
+@click.option("--steps", default=20, show_default=True, help="Timed steps per batch (x10 for logreg).")
+def train(as_json: bool, steps: int) -> None:
+    """ms per training step and peak RSS per model and backend, at batch 32 and 128."""
+    from edgegossip.bench import train as t
+    emit(t.run(steps=steps), as_json, ["model", "backend", "batch", "ms_per_step", "peak_rss_mb"],
+         title="train (forward + backward + Nesterov update, one process per row)")

@@ -42,13 +42,19 @@ class MLP(Model):
             v[f"W{i}"][...] = rng.standard_normal(v[f"W{i}"].shape, dtype=np.float32) * np.float32(np.sqrt(2.0 / fan_in))
         return flat
 
-    @staticmethod
-    def _dropout(h: np.ndarray, p: float, rng: np.random.Generator | None):
-        if rng is None or p <= 0:
-            return h, None
-        keep = (rng.random(h.shape, dtype=np.float32) >= p).astype(np.float32)
-        keep *= np.float32(1.0 / (1.0 - p))
-        return h * keep, keep
+    def dropout_masks(self, batch: int, rng: np.random.Generator | None) -> list[np.ndarray | None]:
+        """Scaled keep-masks for the input and each hidden layer, drawn in that order (the ONNX
+        training backend is fed the same masks, so both backends see the same randomness)."""
+        out = []
+        for i in range(self.n_layers):
+            p = self.dropout_in if i == 0 else self.dropout_hidden
+            if rng is None or p <= 0:
+                out.append(None)
+                continue
+            keep = (rng.random((batch, self.sizes[i]), dtype=np.float32) >= p).astype(np.float32)
+            keep *= np.float32(1.0 / (1.0 - p))
+            out.append(keep)
+        return out
 
     def logits(self, params: np.ndarray, x: np.ndarray) -> np.ndarray:
         v = self.layout.views(params)
@@ -62,18 +68,18 @@ class MLP(Model):
     def loss_grad(self, params, grad, x, y, rng) -> float:
         v = self.layout.views(params)
         g = self.layout.views(grad)
-        acts, masks, pre = [], [], []
-        h, m = self._dropout(x, self.dropout_in, rng)
+        masks = self.dropout_masks(x.shape[0], rng)
+        acts, pre = [], []
+        h = x if masks[0] is None else x * masks[0]
         acts.append(h)
-        masks.append(m)
         for i in range(self.n_layers):
             a = h @ v[f"W{i}"] + v[f"b{i}"]
             if i < self.n_layers - 1:
                 pre.append(a)
                 h = np.maximum(a, 0)
-                h, m = self._dropout(h, self.dropout_hidden, rng)
+                if masks[i + 1] is not None:
+                    h = h * masks[i + 1]
                 acts.append(h)
-                masks.append(m)
             else:
                 h = a
         loss, d = log_softmax_xent(h, y)

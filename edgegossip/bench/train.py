@@ -1,0 +1,56 @@
+"""`edgegossip bench train`: ms per training step and peak memory, per model, backend and batch.
+
+Each (model, backend) pair runs in a fresh process so its peak RSS is its own. The step is the
+whole thing a device does per batch: forward, backward and the Nesterov update."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+CASES = [("logreg", "numpy"), ("logreg", "onnx"), ("mlp", "numpy"), ("mlp", "onnx")]
+BATCHES = (32, 128)
+
+_CHILD = r"""
+import json, resource, sys, time
+import numpy as np
+from edgegossip.models import make_model
+from edgegossip.models.optim import NesterovSGD
+name, backend, batch, steps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+m = make_model(name)
+p = m.init(); g = np.zeros_like(p); opt = NesterovSGD(m.n_params)
+rng = np.random.default_rng(0)
+x = rng.standard_normal((batch, 784), dtype=np.float32); y = rng.integers(0, 10, batch)
+if backend == "onnx":
+    from edgegossip.models.onnx_backend import OnnxTrainer
+    tr = OnnxTrainer(m)
+    step = lambda: tr.step(p, opt.v, x, y, rng)
+else:
+    def step():
+        m.loss_grad(p, g, x, y, rng); opt.step(p, g)
+for _ in range(3):
+    step()
+best = float("inf")
+for _ in range(3):
+    t = time.perf_counter()
+    for _ in range(steps):
+        step()
+    best = min(best, (time.perf_counter() - t) / steps)
+print(json.dumps({"model": name, "backend": backend, "batch": batch,
+                  "ms_per_step": round(best * 1e3, 3),
+                  "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}))
+"""
+
+
+def run(cases=CASES, batches=BATCHES, steps: int = 20) -> dict:
+    rows = []
+    for model, backend in cases:
+        for batch in batches:
+            n = steps * (10 if model == "logreg" else 1)
+            p = subprocess.run([sys.executable, "-c", _CHILD, model, backend, str(batch), str(n)],
+                               capture_output=True, text=True, timeout=600)
+            if p.returncode != 0:
+                raise RuntimeError(f"{model}/{backend}: {p.stderr.strip().splitlines()[-1]}")
+            rows.append(json.loads(p.stdout))
+    return {"benchmark": "train", "results": rows}
