@@ -49,3 +49,35 @@ def test_logreg_learns_separable_data():
         m.loss_grad(p, g, x, y, None)
         opt.step(p, g)
     assert m.accuracy(p, x, y) > 0.95
+
+
+def test_cnn_gradient_matches_finite_differences():
+    from edgegossip.models.cnn import CNN
+    m = CNN(channels=(2, 3), seed=0)
+    q = m.init()
+    v = m.layout.views(q)
+    for name in ("k0", "k1", "b"):
+        v[name][...] = np.random.default_rng(1).uniform(0.05, 0.2, v[name].shape)
+    x = np.random.default_rng(0).standard_normal((2, 784)).astype(np.float32)
+    y = np.array([3, 7])
+    g = np.zeros_like(q)
+    m.loss_grad(q, g, x, y, None)
+    rng = np.random.default_rng(4)
+    eps, scratch = 1e-3, np.zeros_like(q)
+    bad = []
+    for k in rng.choice(q.size, 150, replace=False):
+        qp, qm = q.copy(), q.copy()
+        qp[k] += eps
+        qm[k] -= eps
+        fd = (m.loss_grad(qp, scratch, x, y, None) - m.loss_grad(qm, scratch, x, y, None)) / (2 * eps)
+        if abs(fd - g[k]) > 2e-3 + 0.02 * abs(fd):
+            bad.append((int(k), fd, float(g[k])))
+    # a max-pool arg-max or a ReLU may flip inside +-eps for a handful of coordinates
+    assert len(bad) <= 3, bad
+
+
+def test_cnn_shapes_and_size():
+    m = make_model("cnn")
+    assert m.n_params == 11_274
+    p = m.init()
+    assert m.logits(p, np.zeros((3, 784), np.float32)).shape == (3, 10)
