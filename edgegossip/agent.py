@@ -43,7 +43,7 @@ class Shard:
         else:
             shards = partitions.classes(labels, cfg.workers, 2, cfg.seed)
         self.idx = shards[cfg.id]
-        self.x, self.y = data.x_train, data.y_train
+        self.data = data
         self.batch = cfg.batch
         self.seed, self.worker = cfg.seed, cfg.id
         self.steps_per_epoch = max(1, len(self.idx) // self.batch)
@@ -54,8 +54,7 @@ class Shard:
         if epoch != self._epoch:
             self._order = np.random.default_rng([self.seed, self.worker, epoch]).permutation(self.idx)
             self._epoch = epoch
-        sel = self._order[pos * self.batch:(pos + 1) * self.batch]
-        return self.x[sel], self.y[sel]
+        return self.data.batch(self._order[pos * self.batch:(pos + 1) * self.batch])
 
 
 class Agent:

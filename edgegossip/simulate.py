@@ -130,7 +130,8 @@ def simulate(cfg: SimConfig, data: Mnist,
             orders = [rng.permutation(s) for rng, s in zip(rngs, shards)]
         for w in range(W):
             idx = orders[w][pos:pos + per_worker]
-            losses[w] = model.loss_grad(xs[w], grads[w], data.x_train[idx], data.y_train[idx], rngs[w])
+            xb, yb = data.batch(idx)
+            losses[w] = model.loss_grad(xs[w], grads[w], xb, yb, rngs[w])
 
         if cfg.algorithm == "allreduce":
             allreduce.average(grads, avg_grad)

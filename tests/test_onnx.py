@@ -36,7 +36,7 @@ def test_onnx_training_follows_numpy(mnist_data, name, rtol):
     l_np, l_ox = [], []
     for _ in range(100):
         idx = batches.integers(0, len(mnist_data.y_train), 32)
-        x, y = mnist_data.x_train[idx], mnist_data.y_train[idx]
+        x, y = mnist_data.batch(idx)
         l_np.append(m.loss_grad(p_np, g, x, y, r_np))
         opt.step(p_np, g)
         l_ox.append(trainer.step(p_ox, v_ox, x, y, r_ox))

@@ -9,7 +9,7 @@ import json
 import subprocess
 import sys
 
-CASES = [("logreg", "numpy"), ("logreg", "onnx"), ("mlp", "numpy"), ("mlp", "onnx")]
+CASES = [("logreg", "numpy"), ("logreg", "onnx"), ("mlp", "numpy"), ("mlp", "onnx"), ("cnn", "numpy")]
 BATCHES = (32, 128)
 
 _CHILD = r"""

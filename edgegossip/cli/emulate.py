@@ -33,7 +33,7 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
 @click.option("--duration", type=click.FloatRange(min=0), default=0.0, help="Seconds to train.")
 @click.option("--epochs", type=click.FloatRange(min=0), default=0.0, help="Epochs over each shard.")
 @click.option("--transport", type=click.Choice(["udp", "zmq"]), default="udp", show_default=True)
-@click.option("--model", type=click.Choice(["mlp", "logreg"]), default="mlp", show_default=True)
+@click.option("--model", type=click.Choice(["mlp", "logreg", "cnn"]), default="mlp", show_default=True)
 @click.option("--p", "p", type=Probability(), default="1/32", show_default=True)
 @click.option("--alpha", type=click.FloatRange(0, 1), default=0.5, show_default=True)
 @click.option("--backend", type=click.Choice(["auto", "netns", "loopback"]), default="auto",
