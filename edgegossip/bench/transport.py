@@ -89,16 +89,17 @@ def _free_port() -> int:
     return port
 
 
-def rounds_for(chunk_bytes: int) -> int:
-    return max(3, -(-DATAGRAMS // ChunkPlan(N_PARAMS, chunk_bytes).n_chunks))
+def rounds_for(chunk_bytes: int, datagrams: int = DATAGRAMS) -> int:
+    return max(1, -(-datagrams // ChunkPlan(N_PARAMS, chunk_bytes).n_chunks))
 
 
-def _send(kind: str, chunk_bytes: int, port: int, rate: float | None, x: np.ndarray) -> tuple[int, float]:
+def _send(kind: str, chunk_bytes: int, port: int, rate: float | None, x: np.ndarray,
+          datagrams: int) -> tuple[int, float]:
     from edgegossip.outbox import Encoder
     from edgegossip.transport import make_transport
 
     plan = ChunkPlan(N_PARAMS, chunk_bytes)
-    rounds = rounds_for(chunk_bytes)
+    rounds = rounds_for(chunk_bytes, datagrams)
     peer = ("127.0.0.1", port)
     t0 = time.perf_counter()
     if kind == "raw":
@@ -128,7 +129,8 @@ def _send(kind: str, chunk_bytes: int, port: int, rate: float | None, x: np.ndar
     return enc.datagrams, elapsed
 
 
-def measure(kind: str, chunk_bytes: int, rate: float | None, x: np.ndarray) -> dict:
+def measure(kind: str, chunk_bytes: int, rate: float | None, x: np.ndarray,
+            datagrams: int = DATAGRAMS) -> dict:
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
     ready_r, ready_w = ctx.Pipe()
@@ -139,7 +141,7 @@ def measure(kind: str, chunk_bytes: int, rate: float | None, x: np.ndarray) -> d
             raise RuntimeError(f"{kind} receiver did not start")
         port = ready_r.recv()
         time.sleep(0.1)
-        sent, send_s = _send(kind, chunk_bytes, port, rate, x)
+        sent, send_s = _send(kind, chunk_bytes, port, rate, x, datagrams)
         if not parent.poll(90):
             raise RuntimeError(f"{kind} receiver did not report")
         got, nbytes, elapsed, drops = parent.recv()
@@ -159,25 +161,26 @@ def measure(kind: str, chunk_bytes: int, rate: float | None, x: np.ndarray) -> d
     }
 
 
-def run(transports=("raw", "udp", "zmq"), chunk_sizes=None, tries: int = 8) -> dict:
+def run(transports=("raw", "udp", "zmq"), chunk_sizes=None, tries: int = 8,
+        datagrams: int = DATAGRAMS) -> dict:
     chunk_sizes = chunk_sizes or (wire.default_chunk_bytes(), wire.max_chunk_bytes())
     x = np.random.default_rng(0).standard_normal(N_PARAMS, dtype=np.float32)
     rows = []
     for cb in chunk_sizes:
         for kind in transports:
             if kind == "raw":
-                rows.append(measure(kind, cb, None, x))
+                rows.append(measure(kind, cb, None, x, datagrams))
                 continue
             rate = None
-            row = measure(kind, cb, rate, x)
+            row = measure(kind, cb, rate, x, datagrams)
             for _ in range(tries):
                 if row["delivered"] >= 0.999:
                     break
                 # pace just under what the receiver sustained, then lower further if needed
                 sustained = row["goodput_mbps"] * 1e6 * (wire.framing_overhead() + cb) / cb
                 rate = 0.9 * min(sustained, rate or sustained)
-                row = measure(kind, cb, rate, x)
+                row = measure(kind, cb, rate, x, datagrams)
             rows.append(row)
     return {"benchmark": "transport", "n_params": N_PARAMS,
-            "rounds": {cb: rounds_for(cb) for cb in chunk_sizes},
+            "rounds": {cb: rounds_for(cb, datagrams) for cb in chunk_sizes},
             "authentication": "hmac-sha256/128", "results": rows}

@@ -15,10 +15,12 @@ def bench() -> None:
 @bench.command()
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of a table.")
 @click.option("--repeat", default=5, show_default=True, help="Timing batches per measurement.")
-def kernels(as_json: bool, repeat: int) -> None:
+@click.option("--size", "sizes", multiple=True, type=click.IntRange(1),
+              help="Vector lengths (default 2,913,290 and 25,000,000).")
+def kernels(as_json: bool, repeat: int, sizes: tuple[int, ...]) -> None:
     """Kernel GB/s on 2.9 M and 25 M float32 beside NumPy and np.copyto."""
     from edgegossip.bench import kernels as k
-    emit(k.run(repeat=repeat), as_json,
+    emit(k.run(sizes=sizes or k.SIZES, repeat=repeat), as_json,
          ["kernel", "n", "native_gbps", "numpy_gbps", "copy_gbps", "ratio_to_copy",
           "speedup_vs_numpy"], title="kernels (GB/s of memory touched)")
 
@@ -27,10 +29,11 @@ def kernels(as_json: bool, repeat: int) -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of a table.")
 @click.option("--transport", "transports", multiple=True, type=click.Choice(["raw", "udp", "zmq"]),
               help="Limit to these (default: all three).")
-def transport(as_json: bool, transports: tuple[str, ...]) -> None:
+@click.option("--datagrams", default=40_000, show_default=True, help="Datagrams per measurement.")
+def transport(as_json: bool, transports: tuple[str, ...], datagrams: int) -> None:
     """Loopback goodput of a 2.9 M-parameter model per transport beside a raw sendto loop."""
     from edgegossip.bench import transport as t
-    emit(t.run(transports or ("raw", "udp", "zmq")), as_json,
+    emit(t.run(transports or ("raw", "udp", "zmq"), datagrams=datagrams), as_json,
          ["transport", "chunk_bytes", "goodput_mbps", "datagrams_per_s", "delivered",
           "pace_mbps"], title="transport (one process to another on loopback, HMAC on)")
 

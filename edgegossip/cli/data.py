@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import tempfile
 import zipfile
 from pathlib import Path
@@ -35,7 +36,7 @@ def fetch(name: str, source: Path | None, force: bool, as_json: bool) -> None:
         return
     steps = ["read", "decode", "verify", "store"]
     try:
-        with click.progressbar(steps, label="mnist", file=click.get_text_stream("stderr"),
+        with click.progressbar(steps, label="mnist", file=sys.stderr,
                                item_show_func=lambda s: s or "") as bar:
             with tempfile.TemporaryDirectory() as tmp:
                 for step in bar:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from fractions import Fraction
 
 import click
@@ -61,7 +62,7 @@ def simulate(algorithm, model, workers, p, alpha, loss, epochs, batch, lr, momen
     except mnist.DataError as e:
         fail(str(e), exit_codes.MISSING_DATA)
     with click.progressbar(length=1, label=f"{algorithm} W={workers}", show_pos=True,
-                           file=click.get_text_stream("stderr")) as bar:
+                           file=sys.stderr) as bar:
         def progress(step, total, info):
             bar.length = total
             bar.label = f"{algorithm} W={workers} epoch {info['epoch']:.2f} loss {info['loss']:.3f}"

@@ -1,0 +1,68 @@
+"""Commands in-process with click's CliRunner: --json shapes and one-line errors."""
+import json
+
+from click.testing import CliRunner
+
+from edgegossip.cli.app import cli
+
+
+def _json(args):
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    return json.loads(res.output.strip().splitlines()[-1])
+
+
+def test_bench_kernels_json():
+    out = _json(["bench", "kernels", "--json", "--size", "20000", "--repeat", "1"])
+    names = {r["kernel"] for r in out["results"]}
+    assert "elastic_pull" in names
+    for r in out["results"]:
+        assert {"kernel", "n", "native_gbps", "numpy_gbps", "copy_gbps"} <= set(r)
+        assert r["native_gbps"] > 0 and r["copy_gbps"] > 0
+
+
+def test_bench_transport_json():
+    out = _json(["bench", "transport", "--json", "--transport", "raw", "--transport", "udp",
+                 "--datagrams", "3000"])
+    rows = out["results"]
+    assert {r["transport"] for r in rows} == {"raw", "udp"}
+    assert {r["chunk_bytes"] for r in rows} == {1412, 8132}
+    for r in rows:
+        assert {"transport", "chunk_bytes", "goodput_mbps", "datagrams_per_s", "delivered"} <= set(r)
+        if r["transport"] == "udp":
+            assert r["delivered"] >= 0.999
+
+
+def test_simulate_json_and_determinism(mnist_data):
+    args = ["simulate", "--algorithm", "elastic-gossip", "--model", "logreg", "--p", "1/2",
+            "--loss", "0.3", "--epochs", "0.2", "--seed", "5", "--json"]
+    a, b = _json(args), _json(args)
+    for key in ("algorithm", "workers", "loss", "epochs", "acc_worker0", "acc_average",
+                "bytes_sent_per_worker"):
+        assert key in a
+    assert a["acc_worker0"] == b["acc_worker0"] and a["datagrams_lost"] == b["datagrams_lost"]
+    assert 0.25 < a["datagrams_lost"] / a["datagrams_sent"] < 0.35
+    assert a["acc_average"] > 0.8
+
+
+def test_simulate_every_algorithm_learns(mnist_data):
+    for alg in ("elastic-gossip", "gossip-pull", "gossip-push", "rps", "allreduce", "local"):
+        out = _json(["simulate", "--algorithm", alg, "--model", "logreg", "--p", "1/4",
+                     "--loss", "0.1", "--epochs", "0.1", "--json"])
+        assert out["acc_worker0"] > 0.7, (alg, out)  # chance is 0.1
+    eg = _json(["simulate", "--algorithm", "elastic-gossip", "--model", "logreg", "--p", "1/32",
+                "--epochs", "0.2", "--json"])
+    ar = _json(["simulate", "--algorithm", "allreduce", "--model", "logreg", "--epochs", "0.2",
+                "--json"])
+    # expected ratio 1.5 / (2p) = 24 at p=1/32; 80 steps of random picks leave it noisy
+    assert ar["bytes_sent_per_worker"] > 12 * eg["bytes_sent_per_worker"]
+
+
+def test_errors_are_one_line():
+    runner = CliRunner()
+    res = runner.invoke(cli, ["simulate", "--algorithm", "elastic-gossip", "--p", "3/2"])
+    assert res.exit_code == 2 and "outside [0, 1]" in res.output
+    res = runner.invoke(cli, ["emulate", "--nodes", "2"])
+    assert res.exit_code != 0 and "Traceback" not in res.output
+    res = runner.invoke(cli, ["simulate", "--algorithm", "gossip-pull", "--workers", "1"])
+    assert res.exit_code == 2 and "at least 2" in res.output
