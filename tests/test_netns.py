@@ -1,6 +1,5 @@
 """Real kernel packet loss in network namespaces (root). In CI these must run, never skip."""
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -15,11 +14,7 @@ pytestmark = pytest.mark.root
 
 
 @pytest.fixture
-def lan_factory():
-    if not netns.is_root():
-        if os.environ.get("CI") == "true":
-            pytest.fail("root-only test reached CI without root")
-        pytest.skip("needs root (network namespaces, nftables)")
+def lan_factory(root_only):
     made = []
 
     def make(n, loss):

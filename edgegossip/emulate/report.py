@@ -49,10 +49,23 @@ def summarize(out: Path, nodes: int, model_name: str, configured_loss: float, lo
     expected = sum(a["link_expected"] for a in agents)
     observed = round(1 - arrived / expected, 4) if expected else None
     _plots(out, histories)
-    return {"configured_loss": configured_loss, "observed_loss": observed, "loss_kind": loss_kind,
+    t0 = min((r["time"] for h in histories.values() for r in h[:1]), default=None)
+    return {"time_to_accuracy_s": {str(t): time_to(histories, t, t0) for t in (0.95, 0.97)},"configured_loss": configured_loss, "observed_loss": observed, "loss_kind": loss_kind,
             "average_model_accuracy": avg_acc, "elapsed_s": round(elapsed_s, 1),
             "kernel_dropped_packets": kernel_dropped, "agents": agents,
             "plots": [str(out / "accuracy_vs_time.svg"), str(out / "accuracy_vs_bytes.svg")]}
+
+
+def time_to(histories: dict[int, list[dict]], target: float, t0: float | None) -> dict:
+    """Seconds from the fleet's first record until the first agent, and until every agent, had
+    held-out accuracy >= target (None if never)."""
+    firsts = []
+    for h in histories.values():
+        hit = next((r["time"] for r in h if r["accuracy"] >= target), None)
+        firsts.append(None if hit is None or t0 is None else round(hit - t0, 1))
+    reached = [f for f in firsts if f is not None]
+    return {"first_agent": min(reached) if reached else None,
+            "all_agents": max(reached) if len(reached) == len(firsts) and firsts else None}
 
 
 def _plots(out: Path, histories: dict[int, list[dict]]) -> None:
