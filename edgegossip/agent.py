@@ -17,7 +17,6 @@ from edgegossip.chunking import ChunkPlan
 from edgegossip.config import AgentConfig
 from edgegossip.data import mnist
 from edgegossip.data import partition as partitions
-from edgegossip.exchange import injected_loss
 from edgegossip.inbox import Inbox
 from edgegossip.metrics import MetricsLog
 from edgegossip.models import make_model
@@ -26,6 +25,7 @@ from edgegossip.outbox import Encoder
 from edgegossip.protocol import Context, make_protocol
 from edgegossip.sender import Sender
 from edgegossip.transport import ReceiveThread, make_transport
+from edgegossip.transport.lossy import injected_loss
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ class Agent:
                       rps_blocks=cfg.workers if cfg.algorithm == "rps" else 0)
         handler = inbox.ingest
         if cfg.inject_loss:
-            handler = injected_loss(handler, cfg.inject_loss, inbox.counter, cfg.id + self.step)
+            handler = injected_loss(handler, cfg.inject_loss, inbox.counter.drop, cfg.id + self.step)
         receiver = ReceiveThread(transport, handler, inbox.counter.drop).start()
         sender = Sender(transport, Encoder(self.plan, key, cfg.fleet, cfg.id), self.plan.n_params)
         return transport, receiver, (inbox, sender), peers

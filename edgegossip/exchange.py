@@ -13,7 +13,6 @@ Run as `python -m edgegossip.exchange PEER_ID MY_ADDR OTHER_ADDR ...` by `edgego
 from __future__ import annotations
 
 import json
-import random
 import sys
 import time
 
@@ -24,21 +23,10 @@ from edgegossip.chunking import ChunkPlan
 from edgegossip.inbox import Inbox
 from edgegossip.outbox import Encoder
 from edgegossip.transport import ReceiveThread, make_transport
+from edgegossip.transport.lossy import injected_loss
 
 KEY = wire.derive_key("edgegossip-demo")
 FLEET = 77
-
-
-def injected_loss(handler, loss: float, counter, seed: int):
-    """Wrap a datagram handler so `loss` of datagrams vanish before it (loopback emulation)."""
-    rng = random.Random(seed)
-
-    def lossy(body: memoryview) -> None:
-        if rng.random() < loss:
-            counter.drop("injected_loss")
-            return
-        handler(body)
-    return lossy
 
 
 def run_peer(me: int, my_addr: tuple[str, int], other: tuple[str, int], transport: str,
@@ -52,7 +40,7 @@ def run_peer(me: int, my_addr: tuple[str, int], other: tuple[str, int], transpor
     t = make_transport(transport, rate_bytes_per_s=rate)
     t.bind(my_addr)
     inbox = Inbox(plan, KEY, FLEET, peers={1 - me})
-    handler = injected_loss(inbox.ingest, inject, inbox.counter, me) if inject else inbox.ingest
+    handler = injected_loss(inbox.ingest, inject, inbox.counter.drop, me) if inject else inbox.ingest
     rt = ReceiveThread(t, handler, inbox.counter.drop).start()
     enc = Encoder(plan, KEY, FLEET, sender=me)
     time.sleep(0.5)  # both peers bound before the first round

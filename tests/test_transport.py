@@ -195,3 +195,22 @@ def test_zmq_refuses_oversized_body():
             t.send(("127.0.0.1", 9), memoryview(b"\x02eg" + b"\x00" * 8200))
     finally:
         t.close()
+
+
+def test_udp_fallback_without_recvmmsg(receiver, monkeypatch):
+    """Where the batched receive extension is not built, one recvmsg per datagram."""
+    from edgegossip.transport import udp
+    monkeypatch.setattr(udp, "recv_batch", None)
+    peer, inbox = receiver("udp")
+    time.sleep(0.05)
+    x = np.random.default_rng(2).standard_normal(PLAN.n_params, dtype=np.float32)
+    _send_model("udp", peer, x, rate=20e6)
+    got, out, _ = _collect(inbox)
+    assert got >= 0.99 * PLAN.n_chunks
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.sendto(b"\x02eg" + b"\x00" * 9500, peer)  # longer than a receive row: seen as oversized
+    s.close()
+    deadline = time.monotonic() + 2
+    while inbox.counter.drops["oversized"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert inbox.counter.drops["oversized"] == 1

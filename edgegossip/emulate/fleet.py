@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from edgegossip import config as agent_config
@@ -170,7 +170,3 @@ class Fleet:
             if self.lan is not None:
                 self.lan.down()
                 self.lan = None
-
-
-def with_overrides(spec: FleetSpec, **kw) -> FleetSpec:
-    return replace(spec, **kw)

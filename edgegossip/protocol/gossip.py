@@ -97,9 +97,9 @@ class GossipProtocol(Protocol):
             return
         p = self.pending.get(ev.sender)
         if p is not None and p.round is None:
-            p.round = ev.round  # the reply to our exchange (or, for EG, the peer's own pick)
-            if self.kind == "elastic-gossip" and ev.flags & wire.FLAG_REPLY:
-                pass  # mutual pick: both sent pre-step parameters already; counts once
+            # the reply to our exchange; for EG a REPLY-flagged round here is a mutual pick:
+            # both sides already sent pre-step parameters, so it counts once
+            p.round = ev.round
             return
         if self.kind == "elastic-gossip" and ev.flags & wire.FLAG_REPLY and p is None:
             pre = self._snapshot(x)

@@ -89,7 +89,7 @@ class UdpTransport(Transport):
         view = memoryview(buf)
         while not stop.is_set():
             try:
-                n, flags, _, _ = rx.recvmsg_into([buf])
+                n, _, flags, _ = rx.recvmsg_into([buf])
             except (socket.timeout, BlockingIOError, InterruptedError):
                 continue
             except OSError:
