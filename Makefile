@@ -12,7 +12,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml setup.py native/_kernels_c.pyx native/_udp_c.pyx native/patches/*.patch scripts/install-pyzmq-draft.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet "setuptools>=68" wheel "Cython>=3.0" numpy
+	$(PY) -m pip install --quiet "setuptools>=77" wheel "Cython>=3.0" numpy
 	bash scripts/install-pyzmq-draft.sh $(PY)
 	$(PY) -m pip install --quiet --no-build-isolation -e ".[test]"
 	$(PY) -c "import edgegossip.kernels as k; print('kernels:', k.IMPLEMENTATION)"
