@@ -5,6 +5,7 @@ sockets closed) and resumes from its last checkpoint after a crash."""
 from __future__ import annotations
 
 import logging
+import resource
 import signal
 import threading
 import time
@@ -166,7 +167,8 @@ class Agent:
         rec = {"agent": self.cfg.id, "step": self.step,
                "epoch": round(self.step / self.shard.steps_per_epoch, 3),
                "loss": round(float(np.mean(losses)), 5) if losses else None,
-               "accuracy": acc, "exchanges": dict(ctx.exchanges)}
+               "accuracy": acc, "exchanges": dict(ctx.exchanges),
+               "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
         if sender is not None:
             snap = inbox.counter.snapshot()
             link_arrived, link_expected = inbox.link_loss()
