@@ -24,6 +24,7 @@ from edgegossip.models import make_model
 from edgegossip.models.optim import NesterovSGD
 from edgegossip.outbox import Encoder
 from edgegossip.protocol import Context, make_protocol
+from edgegossip.protocol.base import Stopped
 from edgegossip.sender import Sender
 from edgegossip.transport import ReceiveThread, make_transport
 from edgegossip.transport.lossy import injected_loss
@@ -121,7 +122,7 @@ class Agent:
         cfg = self.cfg
         transport, receiver, io, peers = self._open_network()
         inbox, sender = io if io else (None, None)
-        ctx = Context(cfg, self.plan, inbox, sender, peers, self.rng)
+        ctx = Context(cfg, self.plan, inbox, sender, peers, self.rng, stop=self.stop_event)
         protocol = make_protocol(ctx)
         metrics = MetricsLog(self.out / "metrics.jsonl")
         t0 = time.monotonic()
@@ -139,8 +140,12 @@ class Agent:
                 if self.onnx is not None:  # forward, backward and update in one graph
                     losses.append(self.onnx.step(self.x, self.opt.v, xb, yb, self.rng))
                 else:
-                    losses.append(self.model.loss_grad(self.x, self.g, xb, yb, self.rng))
-                    protocol.step(self.x, self.g, self.opt)
+                    loss = self.model.loss_grad(self.x, self.g, xb, yb, self.rng)
+                    try:
+                        protocol.step(self.x, self.g, self.opt)
+                    except Stopped:  # stopping mid all-reduce: this step is not taken
+                        break
+                    losses.append(loss)
                 self.step += 1
                 protocol.after_step(self.x, self.step)
                 if self.step % cfg.eval_every == 0:

@@ -66,3 +66,11 @@ def test_errors_are_one_line():
     assert res.exit_code != 0 and "Traceback" not in res.output
     res = runner.invoke(cli, ["simulate", "--algorithm", "gossip-pull", "--workers", "1"])
     assert res.exit_code == 2 and "at least 2" in res.output
+
+
+def test_emulate_without_root_says_so(monkeypatch, mnist_data):
+    from edgegossip.emulate import netns
+    monkeypatch.setattr(netns, "is_root", lambda: False)
+    res = CliRunner().invoke(cli, ["emulate", "--backend", "netns", "--duration", "1"])
+    assert res.exit_code == 3
+    assert "--backend loopback" in res.output and res.output.strip().count("\n") == 0

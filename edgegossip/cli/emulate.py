@@ -96,8 +96,8 @@ def emulate(nodes, algorithm, loss, rate, duration, epochs, transport, model, p,
                 click.echo(f"[{time.monotonic() - t0:6.0f} s]")
                 for i, (r, alive) in enumerate(zip(fleet.latest(), fleet.running())):
                     click.echo(_progress_line(i, r, alive))
-            if duration and time.monotonic() - t0 > duration + 120:
-                break  # agents overran their own limit: stop them
+            if fleet.overdue():
+                break
         fleet.stop()
         if fleet.failed():
             raise RuntimeError(f"agent {fleet.failed()[0]} exited with an error; see {out}/agent{fleet.failed()[0]}.log")

@@ -158,6 +158,18 @@ class Fleet:
                 p.kill()
                 p.wait()
 
+    def overdue(self, grace_s: float = 15.0) -> bool:
+        """True once a duration-limited run is past its duration plus grace: agents still up
+        then are waiting on peers that left (an all-reduce ring) and should be stopped."""
+        return bool(self.spec.duration_s) and time.monotonic() - self.t0 > self.spec.duration_s + grace_s
+
+    def wait(self, timeout_s: float, poll_s: float = 0.5) -> None:
+        """Wait for the agents to finish (or be overdue), then stop whatever still runs."""
+        deadline = time.monotonic() + timeout_s
+        while any(self.running()) and not self.overdue() and time.monotonic() < deadline:
+            time.sleep(poll_s)
+        self.stop()
+
     def kernel_dropped(self) -> list[int] | None:
         if self.lan is None:
             return None

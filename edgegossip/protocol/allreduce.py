@@ -12,15 +12,17 @@ The ring listens on the agent's UDP port number, over TCP.
 from __future__ import annotations
 
 import struct
+import time
 
 import numpy as np
 import zmq
 
 from edgegossip.models.optim import NesterovSGD
-from edgegossip.protocol.base import Context, Protocol
+from edgegossip.protocol.base import Context, Protocol, Stopped
 
 HEAD = struct.Struct("<QII")  # step, phase, block
-TIMEOUT_MS = 120_000
+TIMEOUT_S = 120.0
+SLICE_MS = 200  # wait in slices so SIGTERM is seen while a neighbour is slow
 
 
 class RingStalled(RuntimeError):
@@ -36,32 +38,39 @@ class RingAllReduce(Protocol):
         self.zctx = zmq.Context.instance()
         host, port = cfg.listen_endpoint
         self.pull = self.zctx.socket(zmq.PULL)
-        self.pull.setsockopt(zmq.RCVTIMEO, TIMEOUT_MS)
         self.pull.setsockopt(zmq.LINGER, 0)
         self.pull.bind(f"tcp://{host}:{port}")
         nxt = ctx.peers[(self.me + 1) % self.W]
         self.push = self.zctx.socket(zmq.PUSH)
-        self.push.setsockopt(zmq.SNDTIMEO, TIMEOUT_MS)
         self.push.setsockopt(zmq.LINGER, 0)
         self.push.connect(f"tcp://{nxt[0]}:{nxt[1]}")
         n = ctx.plan.n_params
-        bounds = np.linspace(0, n, self.W + 1).astype(int)
+        bounds = [n * k // self.W for k in range(self.W + 1)]
         self.blocks = [slice(bounds[k], bounds[k + 1]) for k in range(self.W)]
         self.sum = np.empty(n, np.float32)
         self.step_no = 0
         self.bytes_sent = 0
 
+    def _wait(self, sock: zmq.Socket, event: int, phase: int) -> None:
+        deadline = time.monotonic() + TIMEOUT_S
+        while not sock.poll(SLICE_MS, event):
+            if self.ctx.stop.is_set():
+                raise Stopped()
+            if time.monotonic() > deadline:
+                raise RingStalled(f"ring all-reduce stalled at step {self.step_no} phase {phase}: "
+                                  "a neighbour is not answering")
+
     def _exchange(self, phase: int, send_block: int) -> tuple[int, np.ndarray]:
         sl = self.blocks[send_block]
-        try:
-            self.push.send_multipart([HEAD.pack(self.step_no, phase, send_block),
-                                      memoryview(self.sum[sl])], copy=False)
-            head, body = self.pull.recv_multipart(copy=False)
-        except zmq.Again:
-            raise RingStalled(f"ring all-reduce stalled at step {self.step_no} phase {phase}: "
-                              "a neighbour is not answering") from None
+        self._wait(self.push, zmq.POLLOUT, phase)
+        self.push.send_multipart([HEAD.pack(self.step_no, phase, send_block),
+                                  memoryview(self.sum[sl])], copy=False)
+        self._wait(self.pull, zmq.POLLIN, phase)
+        head, body = self.pull.recv_multipart(copy=False)
         self.bytes_sent += (sl.stop - sl.start) * 4
         step, ph, block = HEAD.unpack(bytes(head.buffer))
+        if not 0 <= block < self.W or len(body.buffer) != 4 * (self.blocks[block].stop - self.blocks[block].start):
+            raise RingStalled(f"ring message for block {block} has the wrong size")
         if (step, ph) != (self.step_no, phase):
             raise RingStalled(f"ring out of step: got step {step} phase {ph}, "
                               f"expected {self.step_no} {phase}")

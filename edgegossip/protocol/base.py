@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -24,6 +25,11 @@ class Context:
     peers: dict[int, Endpoint]
     rng: np.random.Generator
     exchanges: Counter = field(default_factory=Counter)  # completed / partial / timed_out / skipped
+    stop: threading.Event = field(default_factory=threading.Event)  # set by SIGTERM / SIGINT
+
+
+class Stopped(Exception):
+    """A blocking protocol step gave up because the agent is stopping."""
 
 
 class Protocol:
