@@ -14,11 +14,15 @@ from edgegossip.emulate.report import summarize
 from edgegossip.metrics import read
 
 
-def _no_leftovers():
-    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+def _no_leftovers(run_ids=None):
+    """No namespace or bridge of ours (of the given runs, or of any run) is left."""
+    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-    return not any(n.startswith(netns.PREFIX) and n[2:3].isdigit() for n in names.split()) \
-        and f": {netns.PREFIX}br" not in links
+    prefixes = [f"{netns.PREFIX}{r}n" for r in run_ids] if run_ids else [netns.PREFIX]
+    bridges = [f": {netns.PREFIX}br{r}" for r in run_ids] if run_ids else [f": {netns.PREFIX}br"]
+    return (not any(n.startswith(p) and n[len(netns.PREFIX):len(netns.PREFIX) + 1].isdigit()
+                    for n in names for p in prefixes)
+            and not any(b in links for b in bridges))
 
 
 @pytest.fixture
@@ -36,9 +40,12 @@ def fleet_factory(root_only, tmp_path):
         return f
 
     yield make
+    run_ids = []
     for f in made:
+        if f.lan is not None:
+            run_ids.append(f.lan.run_id)
         f.down()
-    assert _no_leftovers()
+    assert _no_leftovers(run_ids or [None])
 
 
 def _wait_done(fleet, timeout=90):
@@ -61,7 +68,6 @@ def test_emulate_cli_json_observed_loss(root_only, tmp_path, mnist_data):
     assert abs(out["observed_loss"] - 0.2) <= 0.02, out["observed_loss"]
     assert out["average_model_accuracy"] > 0.85
     assert (tmp_path / "run" / "accuracy_vs_time.svg").is_file()
-    assert _no_leftovers()
 
 
 def test_killed_agent_resumes_while_others_train(fleet_factory, mnist_data):
@@ -98,7 +104,7 @@ def test_cleanup_removes_leftovers(root_only):
     lan = netns.Lan(2, run_id=230).up()
     lan.created.clear()                  # as if the run had crashed before its teardown
     removed = netns.cleanup()
-    assert any(r.startswith("eg230") for r in removed) and _no_leftovers()
+    assert any(r.startswith("eg230") for r in removed) and _no_leftovers([230])
 
 
 def test_loopback_backend_labels_injected_loss(tmp_path, mnist_data):
@@ -111,13 +117,17 @@ def test_loopback_backend_labels_injected_loss(tmp_path, mnist_data):
 
 
 def test_allreduce_ring_over_tcp_under_loss(fleet_factory, mnist_data):
-    """The retransmitting baseline: TCP ring through the same nftables loss; replicas agree."""
-    fleet = fleet_factory(algorithm="allreduce", loss=0.1, duration_s=12)
+    """The retransmitting baseline: a TCP ring through the same nftables loss. MLP blocks (3.9 MB)
+    outgrow the TCP send buffer, so each is still in flight while the next phase runs; the
+    replicas must stay bit-identical all the same."""
+    from edgegossip import checkpoint
+    fleet = fleet_factory(algorithm="allreduce", model="mlp", loss=0.1, duration_s=15)
     _wait_done(fleet)
     assert not fleet.failed()
-    s = summarize(fleet.spec.out, 3, "logreg", 0.1, "kernel", 0, None, mnist_data)
+    s = summarize(fleet.spec.out, 3, "mlp", 0.1, "kernel", 0, None, mnist_data)
     steps = [a["steps"] for a in s["agents"]]
-    assert min(steps) > 20 and max(steps) - min(steps) <= 1  # lock-step ring
-    accs = [a["accuracy"] for a in s["agents"]]
-    assert max(accs) - min(accs) < 0.01 and min(accs) > 0.8
+    assert min(steps) >= 2 and max(steps) - min(steps) <= 1  # lock-step ring
+    states = [checkpoint.load(fleet.spec.out / f"agent{i}") for i in range(3)]
+    same = [st["params"] for st in states if int(st["step"]) == min(steps)]
+    assert len(same) >= 2 and all((p == same[0]).all() for p in same)
     assert all(a["bytes_sent"] > 0 for a in s["agents"])

@@ -63,8 +63,10 @@ class RingAllReduce(Protocol):
     def _exchange(self, phase: int, send_block: int) -> tuple[int, np.ndarray]:
         sl = self.blocks[send_block]
         self._wait(self.push, zmq.POLLOUT, phase)
+        # copy=True: libzmq sends from its own copy; with copy=False it would read self.sum
+        # while later phases overwrite it, and a slow link turns that into diverging replicas
         self.push.send_multipart([HEAD.pack(self.step_no, phase, send_block),
-                                  memoryview(self.sum[sl])], copy=False)
+                                  self.sum[sl].tobytes()], copy=True)
         self._wait(self.pull, zmq.POLLIN, phase)
         head, body = self.pull.recv_multipart(copy=False)
         self.bytes_sent += (sl.stop - sl.start) * 4

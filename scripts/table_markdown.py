@@ -1,0 +1,38 @@
+"""Render runs/table/*.json (scripts/reproduce_table.sh) as the README's markdown table, beside
+the published figures of ALGORITHMS.md section 5. Usage: python scripts/table_markdown.py [DIR]"""
+import json
+import sys
+from pathlib import Path
+
+PUBLISHED = {  # name: (label, worker 0, average)
+    "allreduce": ("all-reduce", 0.9861, None),
+    "local": ("local only", 0.9723, None),
+    "eg-p8": ("Elastic Gossip p=1/8", 0.9862, 0.9861),
+    "eg-p32": ("Elastic Gossip p=1/32", 0.9861, 0.9862),
+    "pull-p8": ("Gossiping SGD (pull) p=1/8", 0.9855, 0.985),
+    "pull-p32": ("Gossiping SGD (pull) p=1/32", 0.9849, 0.985),
+    "eg-p32-loss10": ("Elastic Gossip p=1/32, 10% datagram loss", None, None),
+    "eg-p32-loss30": ("Elastic Gossip p=1/32, 30% datagram loss", None, None),
+}
+
+
+def main(folder: str = "runs/table") -> None:
+    d = Path(folder)
+    ar = json.loads((d / "allreduce.json").read_text())["bytes_sent_per_worker"]
+    print("| row | ours: worker 0 / average | published (100 epochs) | GB sent per worker | "
+          "all-reduce traffic / ours | datagrams lost |")
+    print("|---|---|---|---|---|---|")
+    for name, (label, p0, pa) in PUBLISHED.items():
+        f = d / f"{name}.json"
+        if not f.is_file():
+            continue
+        r = json.loads(f.read_text())
+        pub = "n/a" if p0 is None else f"{p0:.4f}" + ("" if pa is None else f" / {pa:.4f}")
+        ratio = ar / r["bytes_sent_per_worker"] if r["bytes_sent_per_worker"] else float("inf")
+        ours = f"{r['acc_worker0']:.4f} / {r['acc_average']:.4f}"
+        print(f"| {label} | {ours} | {pub} | {r['bytes_sent_per_worker'] / 1e9:.2f} | "
+              f"{'-' if name in ('allreduce', 'local') else f'{ratio:.1f}x'} | {r['datagrams_lost']:,} |")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
