@@ -1,8 +1,9 @@
 """Background sender: the training loop hands over a snapshot of its parameters and goes on;
 this thread cuts it into datagrams and sends them paced, so a slow link never stalls a step.
 
-Snapshots come from a small pool of preallocated vectors; when every buffer is in flight the
-oldest queued job for the same peer is superseded rather than letting memory grow."""
+Snapshots come from a small pool of preallocated vectors, so memory stays bounded: when every
+buffer is in flight a new send is skipped (and counted) rather than queued. One snapshot can
+serve several destinations (broadcast), so an RPS iteration to W - 1 peers needs one buffer."""
 
 from __future__ import annotations
 
@@ -22,12 +23,13 @@ log = logging.getLogger(__name__)
 @dataclass
 class Job:
     peer: Endpoint
-    vec: np.ndarray
+    vec: np.ndarray | None
     msg_type: int
     round: int
     chunks: range | None
     block: int
     flags: int
+    last: bool = True  # the last job using vec: it returns the buffer to the pool
 
 
 class Sender:
@@ -46,13 +48,23 @@ class Sender:
     def send(self, peer: Endpoint, vec: np.ndarray, msg_type: int, round: int,
              chunks: range | None = None, block: int = 0, flags: int = 0) -> bool:
         """Queue a copy of vec (or of its chunks); False if every buffer is busy (skipped)."""
+        return self.broadcast([(peer, chunks, block)], vec, msg_type, round, flags)
+
+    def broadcast(self, targets: list[tuple[Endpoint, range | None, int]], vec: np.ndarray,
+                  msg_type: int, round: int, flags: int = 0) -> bool:
+        """Queue one copy of vec for every (peer, chunks, block) in targets; False, sending
+        nothing, if every buffer is busy."""
+        if not targets:
+            return True
         try:
             buf = self._free.get_nowait()
         except queue.Empty:
-            self.skipped += 1
+            self.skipped += len(targets)
             return False
         np.copyto(buf, vec)
-        self._jobs.put(Job(peer, buf, msg_type, round, chunks, block, flags))
+        for k, (peer, chunks, block) in enumerate(targets):
+            self._jobs.put(Job(peer, buf, msg_type, round, chunks, block, flags,
+                               last=k == len(targets) - 1))
         return True
 
     def request(self, peer: Endpoint, round: int, flags: int = 0) -> None:
@@ -78,7 +90,7 @@ class Sender:
                 self.errors += 1
                 log.debug("send to %s failed: %s", job.peer, e)
             finally:
-                if job.vec is not None:
+                if job.vec is not None and job.last:
                     self._free.put(job.vec)
 
     def close(self, timeout: float = 2.0) -> None:

@@ -58,8 +58,8 @@ class RpsProtocol(Protocol):
         if step % ctx.cfg.rps_period or ctx.sender.busy:
             return
         self.round += 1
-        for s, peer in ctx.peers.items():
-            ctx.sender.send(peer, x, wire.MsgType.REDUCE, self.round, chunks=self.blocks[s][1], block=s)
+        ctx.sender.broadcast([(peer, self.blocks[s][1], s) for s, peer in ctx.peers.items()],
+                             x, wire.MsgType.REDUCE, self.round)
         sl, chunks = self.blocks[self.me]
         received = []
         for w, r in self.latest_reduce.items():
@@ -69,5 +69,5 @@ class RpsProtocol(Protocol):
                 if got:
                     received.append((self._y[sl].copy(), self._mask[chunks.start:chunks.stop].copy()))
         rps.reduce(x[sl], received, ce, self._acc, self._count)
-        for peer in ctx.peers.values():
-            ctx.sender.send(peer, x, wire.MsgType.GATHER, self.round, chunks=chunks, block=self.me)
+        ctx.sender.broadcast([(peer, chunks, self.me) for peer in ctx.peers.values()],
+                             x, wire.MsgType.GATHER, self.round)

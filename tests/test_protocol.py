@@ -1,0 +1,64 @@
+"""Protocols against a recording transport: who is sent what."""
+import threading
+import time
+
+import numpy as np
+
+from edgegossip import wire
+from edgegossip.chunking import ChunkPlan
+from edgegossip.config import AgentConfig, Peer
+from edgegossip.inbox import Inbox
+from edgegossip.outbox import Encoder
+from edgegossip.protocol import Context, make_protocol
+from edgegossip.sender import Sender
+from edgegossip.transport.base import Transport
+
+KEY = b"k" * 32
+
+
+class SlowRecorder(Transport):
+    """Takes 1 ms per datagram, as a slow link would, and records (peer, msg_type, block)."""
+    name = "recorder"
+
+    def __init__(self):
+        self.sent = []
+        self.lock = threading.Lock()
+
+    def bind(self, endpoint):
+        return endpoint
+
+    def send(self, peer, datagram):
+        time.sleep(0.001)
+        h = wire.unpack(bytes(datagram)[3:])
+        with self.lock:
+            self.sent.append((peer, h.msg_type, h.block))
+
+    def recv_loop(self, handler, drop, stop):
+        stop.wait()
+
+    def close(self):
+        pass
+
+
+def test_rps_iteration_reaches_every_peer():
+    W = 8
+    cfg = AgentConfig(id=0, listen="127.0.0.1:1", workers=W, algorithm="rps", model="logreg",
+                      rps_period=1, peers=tuple(Peer(i, "127.0.0.1", 1000 + i) for i in range(1, W)))
+    plan = ChunkPlan(7850, wire.default_chunk_bytes())
+    t = SlowRecorder()
+    sender = Sender(t, Encoder(plan, KEY, 1, 0), plan.n_params)
+    inbox = Inbox(plan, KEY, 1, rps_blocks=W)
+    ctx = Context(cfg, plan, inbox, sender, {p.id: (p.host, p.port) for p in cfg.peers},
+                  np.random.default_rng(0))
+    proto = make_protocol(ctx)
+    proto.after_step(np.ones(plan.n_params, np.float32), 1)
+    deadline = time.monotonic() + 10
+    while sender.busy and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.1)
+    sender.close()
+    peers = {(p.host, p.port) for p in cfg.peers}
+    reduce_to = {p for p, m, _ in t.sent if m == wire.MsgType.REDUCE}
+    gather_to = {p for p, m, _ in t.sent if m == wire.MsgType.GATHER}
+    assert reduce_to == peers and gather_to == peers, (len(reduce_to), len(gather_to))
+    assert sender.skipped == 0
