@@ -114,3 +114,14 @@ def test_agent_missing_data_is_one_line(tmp_path, free_udp_port, monkeypatch):
     p = _start(cfg, tmp_path)
     out, err = p.communicate(timeout=60)
     assert p.returncode == 4 and "data fetch mnist" in err and "Traceback" not in err
+
+
+def test_agent_with_onnx_backend(tmp_path, free_udp_port, mnist_data, procs):
+    cfg = _cfg(tmp_path, free_udp_port, backend="onnx", max_steps=300, algorithm="local",
+               peers=(), workers=2)
+    p = _start(cfg, tmp_path)
+    procs.append(p)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    stop = [r for r in read(tmp_path / "out" / "metrics.jsonl") if r.get("event") == "stop"][-1]
+    assert stop["step"] == 300 and stop["accuracy"] > 0.8
