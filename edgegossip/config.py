@@ -156,7 +156,7 @@ def validate(c: AgentConfig) -> None:
         wire.check_chunk_bytes(c.chunk_bytes)
     except ValueError as e:
         raise ConfigError(f"net.chunk_bytes: {e}") from None
-    c.listen_endpoint
+    _endpoint(c.listen, "agent.listen")
     ids = [p.id for p in c.peers]
     need(len(set(ids)) == len(ids), "agent.peers", "duplicate peer id")
     need(c.id not in ids, "agent.peers", "lists this agent itself")

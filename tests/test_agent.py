@@ -1,6 +1,5 @@
 """The agent as a process: clean stop on SIGTERM, resume after kill -9, a stray 0x80 datagram at
 its zmq port. Loopback, logreg on real MNIST so it runs in seconds."""
-import json
 import os
 import signal
 import socket

@@ -2,7 +2,6 @@ import numpy as np
 import pytest
 
 from edgegossip import _kernels_py as ref
-from edgegossip import kernels
 
 SIZES = [0, 1, 7, 353, 1000, 100_003]
 CHUNKS = [1, 3, 353]

@@ -14,7 +14,6 @@ import struct
 import subprocess
 import sys
 import tempfile
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
