@@ -1,9 +1,13 @@
-"""Builds the Cython sources in native/ into edgegossip._kernels_c and edgegossip._udp_c.
+"""Builds the Cython sources in native/ into edgegossip._kernels_c, edgegossip._udp_c and
+edgegossip._wire_c (which links OpenSSL's libcrypto, the library CPython's hashlib already uses;
+without its headers the wire fast path is skipped and the pure-Python path serves).
 
 The C file is generated at build time and never committed. EDGEGOSSIP_DEBUG_BUILD=1 turns
 bounds checking back on (slower, but out-of-range indexing raises instead of corrupting memory).
 """
 import os
+import sysconfig
+from pathlib import Path
 
 from Cython.Build import cythonize
 from setuptools import Extension, setup
@@ -26,4 +30,21 @@ extensions = [
     Extension("edgegossip._udp_c", ["native/_udp_c.pyx"],
               extra_compile_args=["-O0", "-g"] if debug else ["-O2"]),
 ]
+
+
+def _have_openssl() -> bool:
+    roots = [Path(p) for p in (sysconfig.get_paths().get("include", ""), "/usr/include",
+                               "/usr/local/include", os.environ.get("OPENSSL_INCLUDE", ""))
+             if p]
+    return any((r / "openssl" / "sha.h").is_file() for r in roots)
+
+
+if _have_openssl():
+    # the SHA256_* calls are deprecated in OpenSSL 3 in favour of EVP, whose per-call context
+    # setup costs more than hashing a datagram; they remain supported through 3.x
+    extensions.append(Extension(
+        "edgegossip._wire_c", ["native/_wire_c.pyx", "native/sha256_x2.c"], libraries=["crypto"],
+        include_dirs=["native"],
+        define_macros=[("OPENSSL_SUPPRESS_DEPRECATED", "1")],
+        extra_compile_args=["-O0", "-g"] if debug else ["-O3"]))
 setup(ext_modules=cythonize(extensions, compiler_directives=directives, build_dir="build/cython"))

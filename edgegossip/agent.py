@@ -107,14 +107,16 @@ class Agent:
         if cfg.algorithm in ("local", "allreduce"):
             return None, None, None, peers
         key = wire.derive_key(cfg.key)
-        transport = make_transport(cfg.transport, rate_bytes_per_s=cfg.rate_mbps * 1e6 / 8)
+        transport = make_transport(cfg.transport, rate_bytes_per_s=cfg.rate_mbps * 1e6 / 8,
+                                   gso=cfg.gso)
         transport.bind(cfg.listen_endpoint)
         inbox = Inbox(self.plan, key, cfg.fleet, peers=set(peers),
                       rps_blocks=cfg.workers if cfg.algorithm == "rps" else 0)
-        handler = inbox.ingest
-        if cfg.inject_loss:
+        handler, fast = inbox.ingest, inbox.fast
+        if cfg.inject_loss:  # every datagram must meet the injected loss: no fast path
             handler = injected_loss(handler, cfg.inject_loss, inbox.counter.drop, cfg.id + self.step)
-        receiver = ReceiveThread(transport, handler, inbox.counter.drop).start()
+            fast = None
+        receiver = ReceiveThread(transport, handler, inbox.counter.drop, fast).start()
         sender = Sender(transport, Encoder(self.plan, key, cfg.fleet, cfg.id), self.plan.n_params)
         return transport, receiver, (inbox, sender), peers
 

@@ -4,7 +4,7 @@ errors that name the bad key.
     [agent]    id, fleet, key, listen, peers ("ID@HOST:PORT"), output
     [train]    algorithm, model, workers, partition, seed, batch, lr, momentum, p, alpha,
                max_steps, duration_s, eval_every, eval_examples, checkpoint_every, rps_period
-    [net]      transport, chunk_bytes, rate_mbps, deadline_s, inject_loss
+    [net]      transport, chunk_bytes, rate_mbps, deadline_s, inject_loss, gso
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ class AgentConfig:
     rate_mbps: float = 20.0                  # send pacing, megabits per second
     deadline_s: float = 10.0                 # an exchange gives up on missing chunks after this
     inject_loss: float = 0.0                 # loopback emulation only: drop this fraction on receive
+    gso: bool = True                         # udp: send runs of datagrams as one UDP GSO buffer
 
     @property
     def listen_endpoint(self) -> tuple[str, int]:
@@ -72,7 +73,7 @@ SECTIONS = {
     "train": ("algorithm", "model", "backend", "workers", "partition", "seed", "batch", "lr", "momentum", "p",
               "alpha", "max_steps", "duration_s", "eval_every", "eval_examples",
               "checkpoint_every", "rps_period"),
-    "net": ("transport", "chunk_bytes", "rate_mbps", "deadline_s", "inject_loss"),
+    "net": ("transport", "chunk_bytes", "rate_mbps", "deadline_s", "inject_loss", "gso"),
 }
 
 
@@ -114,6 +115,8 @@ def from_dict(doc: dict) -> AgentConfig:
 
 
 def _coerce(key: str, typ: str, v):
+    if typ == "bool" and isinstance(v, bool):
+        return v
     if typ == "int" and isinstance(v, int) and not isinstance(v, bool):
         return v
     if typ == "float" and isinstance(v, (int, float)) and not isinstance(v, bool):
@@ -180,6 +183,8 @@ def load(path: str | Path) -> AgentConfig:
 def to_toml(c: AgentConfig) -> str:
     """Write a config back as TOML (used by `emulate` to configure each agent)."""
     def val(v):
+        if isinstance(v, bool):
+            return "true" if v else "false"
         if isinstance(v, str):
             return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
         if isinstance(v, tuple):

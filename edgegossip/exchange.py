@@ -22,6 +22,7 @@ from edgegossip import kernels, wire
 from edgegossip.chunking import ChunkPlan
 from edgegossip.inbox import Inbox
 from edgegossip.outbox import Encoder
+from edgegossip.sender import send_vector
 from edgegossip.transport import ReceiveThread, make_transport
 from edgegossip.transport.lossy import injected_loss
 
@@ -41,14 +42,13 @@ def run_peer(me: int, my_addr: tuple[str, int], other: tuple[str, int], transpor
     t.bind(my_addr)
     inbox = Inbox(plan, KEY, FLEET, peers={1 - me})
     handler = injected_loss(inbox.ingest, inject, inbox.counter.drop, me) if inject else inbox.ingest
-    rt = ReceiveThread(t, handler, inbox.counter.drop).start()
+    rt = ReceiveThread(t, handler, inbox.counter.drop, None if inject else inbox.fast).start()
     enc = Encoder(plan, KEY, FLEET, sender=me)
     time.sleep(0.5)  # both peers bound before the first round
     try:
         for r in range(rounds):
             np.copyto(pre, x)
-            for d in enc.chunks(pre, wire.MsgType.PARAMS, r, stream=other):
-                t.send(other, d)
+            send_vector(t, enc, other, pre, wire.MsgType.PARAMS, r)
             got = inbox.collect(1 - me, wire.MsgType.PARAMS, r, time.monotonic() + deadline_s,
                                 y, mask, settle=0.3)
             kernels.elastic_pull(x, pre, y, mask, plan.chunk_elems, alpha)

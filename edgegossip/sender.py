@@ -14,10 +14,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from edgegossip import wire
 from edgegossip.outbox import Encoder
 from edgegossip.transport.base import Endpoint, Transport
 
 log = logging.getLogger(__name__)
+
+
+def send_vector(transport: Transport, encoder: Encoder, peer: Endpoint, vec: np.ndarray,
+                msg_type: int, round: int, chunks: range | None = None, block: int = 0,
+                flags: int = 0) -> None:
+    """Frame vec (or its chunks) and send it to peer, batched as the transport prefers; each
+    destination is its own sequence stream."""
+    size = len(encoder.prefix) + wire.HEADER_SIZE + encoder.plan.chunk_bytes + wire.TAG_SIZE
+    batch = transport.batch_hint(size)
+    for n in encoder.batches(vec, msg_type, round, chunks, block, flags, peer, batch):
+        transport.send_batch(peer, encoder.rows, encoder.lengths, n)
 
 
 @dataclass
@@ -83,9 +95,8 @@ class Sender:
                 if job.vec is None:
                     self.transport.send(job.peer, self.encoder.request(job.round, job.flags, job.peer))
                     continue
-                for d in self.encoder.chunks(job.vec, job.msg_type, job.round, job.chunks,
-                                             job.block, job.flags, job.peer):
-                    self.transport.send(job.peer, d)
+                send_vector(self.transport, self.encoder, job.peer, job.vec, job.msg_type,
+                            job.round, job.chunks, job.block, job.flags)
             except OSError as e:  # unreachable peer, interface gone: the datagrams are lost
                 self.errors += 1
                 log.debug("send to %s failed: %s", job.peer, e)

@@ -99,7 +99,12 @@ def _shards(cfg: SimConfig, labels: np.ndarray) -> list[np.ndarray]:
 
 
 def simulate(cfg: SimConfig, data: Mnist,
-             progress: Callable[[int, int, dict], None] | None = None) -> dict:
+             progress: Callable[[int, int, dict], None] | None = None,
+             eval_every: float | None = None,
+             on_eval: Callable[[dict], None] | None = None) -> dict:
+    """Run cfg and return its result row. With eval_every (epochs) and on_eval, also hand over a
+    complete row every eval_every epochs: the learning rate is constant, so the row at epoch E of
+    a longer run is the row a run of E epochs would give, and a long run killed early keeps them."""
     cfg.check()
     W = cfg.workers
     model = make_model(cfg.model, cfg.seed)
@@ -123,6 +128,25 @@ def simulate(cfg: SimConfig, data: Mnist,
     allreduce_bytes = 0.0
     losses = np.zeros(W)
     t0 = time.perf_counter()
+    eval_steps = max(1, int(round(eval_every * steps_per_epoch))) if eval_every else 0
+
+    def result(steps: int) -> dict:
+        avg = np.mean(xs, axis=0, dtype=np.float64).astype(np.float32)
+        bytes_per_worker = (allreduce_bytes if cfg.algorithm == "allreduce"
+                            else float(net.bytes_sent.mean()))
+        return {
+            **{k: v for k, v in asdict(cfg).items()
+               if k in ("algorithm", "model", "workers", "p", "alpha", "loss", "seed")},
+            "epochs": round(steps / steps_per_epoch, 4),
+            "steps": steps,
+            "acc_worker0": model.accuracy(xs[0], data.x_test, data.y_test),
+            "acc_average": model.accuracy(avg, data.x_test, data.y_test),
+            "val_acc_worker0": model.accuracy(xs[0], data.x_val, data.y_val) if len(data.y_val) else None,
+            "bytes_sent_per_worker": bytes_per_worker,
+            "datagrams_sent": net.datagrams_sent,
+            "datagrams_lost": net.datagrams_lost,
+            "elapsed_s": round(time.perf_counter() - t0, 1),
+        }
 
     for step in range(total):
         pos = (step % steps_per_epoch) * per_worker
@@ -167,21 +191,10 @@ def simulate(cfg: SimConfig, data: Mnist,
 
         if progress is not None:
             progress(step + 1, total, {"loss": float(losses.mean()), "epoch": (step + 1) / steps_per_epoch})
+        if on_eval is not None and eval_steps and (step + 1) % eval_steps == 0 and step + 1 < total:
+            on_eval(result(step + 1))
 
-    avg = np.mean(xs, axis=0, dtype=np.float64).astype(np.float32)
-    bytes_per_worker = (allreduce_bytes if cfg.algorithm == "allreduce"
-                        else float(net.bytes_sent.mean()))
-    return {
-        **{k: v for k, v in asdict(cfg).items() if k in ("algorithm", "model", "workers", "p", "alpha", "loss", "epochs", "seed")},
-        "steps": total,
-        "acc_worker0": model.accuracy(xs[0], data.x_test, data.y_test),
-        "acc_average": model.accuracy(avg, data.x_test, data.y_test),
-        "val_acc_worker0": model.accuracy(xs[0], data.x_val, data.y_val) if len(data.y_val) else None,
-        "bytes_sent_per_worker": bytes_per_worker,
-        "datagrams_sent": net.datagrams_sent,
-        "datagrams_lost": net.datagrams_lost,
-        "elapsed_s": round(time.perf_counter() - t0, 1),
-    }
+    return result(total)
 
 
 def _rps_round(xs: list[np.ndarray], plan: ChunkPlan, net: _Net, W: int) -> None:

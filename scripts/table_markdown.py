@@ -1,5 +1,6 @@
 """Render runs/table/*.json (scripts/reproduce_table.sh) as the README's markdown table, beside
-the published figures of ALGORITHMS.md section 5. Usage: python scripts/table_markdown.py [DIR]"""
+the published figures of ALGORITHMS.md section 5; with EPOCH, the rows each run recorded at that
+epoch in DIR/ROW.history.jsonl. Usage: python scripts/table_markdown.py [DIR] [EPOCH]"""
 import json
 import sys
 from pathlib import Path
@@ -16,17 +17,33 @@ PUBLISHED = {  # name: (label, worker 0, average)
 }
 
 
-def main(folder: str = "runs/table") -> None:
-    d = Path(folder)
-    ar = json.loads((d / "allreduce.json").read_text())["bytes_sent_per_worker"]
+def rows(d: Path, epoch: str | None) -> dict[str, dict]:
+    out = {}
+    for name in PUBLISHED:
+        if epoch is None:
+            f = d / f"{name}.json"
+            if f.is_file():
+                out[name] = json.loads(f.read_text())
+            continue
+        f = d / f"{name}.history.jsonl"
+        if f.is_file():
+            for line in f.read_text().splitlines():
+                r = json.loads(line)
+                if abs(r["epochs"] - float(epoch)) < 1e-6:
+                    out[name] = r
+    return out
+
+
+def main(folder: str = "runs/table", epoch: str | None = None) -> None:
+    found = rows(Path(folder), epoch)
+    ar = found["allreduce"]["bytes_sent_per_worker"]
     print("| row | ours: worker 0 / average | published (100 epochs) | GB sent per worker | "
           "all-reduce traffic / ours | datagrams lost |")
     print("|---|---|---|---|---|---|")
     for name, (label, p0, pa) in PUBLISHED.items():
-        f = d / f"{name}.json"
-        if not f.is_file():
+        if name not in found:
             continue
-        r = json.loads(f.read_text())
+        r = found[name]
         pub = "n/a" if p0 is None else f"{p0:.4f}" + ("" if pa is None else f" / {pa:.4f}")
         ratio = ar / r["bytes_sent_per_worker"] if r["bytes_sent_per_worker"] else float("inf")
         ours = f"{r['acc_worker0']:.4f} / {r['acc_average']:.4f}"

@@ -33,7 +33,7 @@ class SlowRecorder(Transport):
         with self.lock:
             self.sent.append((peer, h.msg_type, h.block))
 
-    def recv_loop(self, handler, drop, stop):
+    def recv_loop(self, handler, drop, stop, fast=None):
         stop.wait()
 
     def close(self):

@@ -15,6 +15,7 @@ from edgegossip import wire
 from edgegossip.chunking import ChunkPlan
 from edgegossip.inbox import Inbox
 from edgegossip.outbox import Encoder
+from edgegossip.sender import send_vector
 from edgegossip.transport import ReceiveThread, make_transport
 
 KEY = b"k" * 32
@@ -30,7 +31,7 @@ def receiver(free_udp_port):
         port = free_udp_port()
         t.bind(("127.0.0.1", port))
         inbox = Inbox(PLAN, KEY, 1)
-        rt = ReceiveThread(t, inbox.ingest, inbox.counter.drop).start()
+        rt = ReceiveThread(t, inbox.ingest, inbox.counter.drop, inbox.fast).start()
         opened.append((rt, t))
         return ("127.0.0.1", port), inbox
 
@@ -43,9 +44,7 @@ def receiver(free_udp_port):
 def _send_model(kind, peer, x, round=0, rate=50e6):
     t = make_transport(kind, rate_bytes_per_s=rate)
     try:
-        enc = Encoder(PLAN, KEY, 1, sender=2)
-        for d in enc.chunks(x, wire.MsgType.PARAMS, round):
-            t.send(peer, d)
+        send_vector(t, Encoder(PLAN, KEY, 1, sender=2), peer, x, wire.MsgType.PARAMS, round)
     finally:
         time.sleep(0.05)
         t.close()
@@ -214,3 +213,29 @@ def test_udp_fallback_without_recvmmsg(receiver, monkeypatch):
     while inbox.counter.drops["oversized"] < 1 and time.monotonic() < deadline:
         time.sleep(0.01)
     assert inbox.counter.drops["oversized"] == 1
+
+
+@pytest.mark.parametrize("gso", [True, False])
+def test_send_batch_leaves_as_separate_datagrams(free_udp_port, gso):
+    """A batch (with UDP GSO or one sendmmsg entry per row) reaches a plain socket as the same
+    datagrams, in order, a short last row included."""
+    plan = ChunkPlan(20_000, wire.max_chunk_bytes())
+    enc = Encoder(plan, KEY, 1, sender=2)
+    x = np.random.default_rng(3).standard_normal(plan.n_params, dtype=np.float32)
+    expected = [bytes(d) for d in Encoder(plan, KEY, 1, sender=2).chunks(x, 1, 0)]
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.bind(("127.0.0.1", free_udp_port()))
+    rx.settimeout(2)
+    t = make_transport("udp", gso=gso)
+    try:
+        got = []
+        for n in enc.batches(x, 1, 0):
+            t.send_batch(rx.getsockname(), enc.rows, enc.lengths, n)
+            got += [enc.rows[i, :enc.lengths[i]].tobytes() for i in range(n)]
+        arrived = [rx.recv(65536) for _ in got]
+    finally:
+        t.close()
+        rx.close()
+    assert len(got) == plan.n_chunks == 10 and len(set(map(len, got))) == 2
+    assert arrived == got
+    assert [len(d) for d in got] == [len(d) for d in expected]  # bytes differ only in seq/tag

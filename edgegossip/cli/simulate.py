@@ -44,16 +44,23 @@ class Probability(click.ParamType):
 @click.option("--partition", type=click.Choice(["iid", "dirichlet", "classes"]), default="iid",
               show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--eval-every", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Also evaluate every this many epochs and append the row to --history.")
+@click.option("--history", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="JSON-lines file receiving one result row per --eval-every.")
 @click.option("--json", "as_json", is_flag=True)
 def simulate(algorithm, model, workers, p, alpha, loss, epochs, batch, lr, momentum, partition,
-             seed, as_json) -> None:
+             seed, eval_every, history, as_json) -> None:
     """Train W workers in one process; every datagram is lost with probability LOSS."""
     from edgegossip.data import mnist
-    from edgegossip.simulate import SimConfig, simulate as run
+    from edgegossip.simulate import SimConfig
+    from edgegossip.simulate import simulate as run
 
     cfg = SimConfig(algorithm=algorithm, model=model, workers=workers, p=p, alpha=alpha, loss=loss,
                     epochs=epochs, batch=batch, lr=lr, momentum=momentum, seed=seed,
                     partition=partition)
+    if (eval_every is None) != (history is None):
+        fail("--eval-every and --history go together", exit_codes.USAGE)
     try:
         cfg.check()
         data = mnist.load()
@@ -67,7 +74,15 @@ def simulate(algorithm, model, workers, p, alpha, loss, epochs, batch, lr, momen
             bar.length = total
             bar.label = f"{algorithm} W={workers} epoch {info['epoch']:.2f} loss {info['loss']:.3f}"
             bar.update(1)
-        result = run(cfg, data, progress)
+        def record(row):
+            with open(history, "a") as f:
+                f.write(json.dumps(row) + "\n")
+        try:
+            result = run(cfg, data, progress, eval_every, record if history else None)
+        except OSError as e:
+            fail(f"cannot write history: {e}", exit_codes.USAGE)
+        if history:
+            record(result)
     if as_json:
         click.echo(json.dumps(result))
         return

@@ -92,7 +92,8 @@ class Fleet:
             p=s.p, alpha=s.alpha, max_steps=steps, duration_s=s.duration_s,
             eval_every=s.eval_every, checkpoint_every=s.checkpoint_every, transport=s.transport,
             rate_mbps=0.9 * link if link else 200.0, deadline_s=deadline,
-            inject_loss=s.loss if s.backend == "loopback" else 0.0)
+            inject_loss=s.loss if s.backend == "loopback" else 0.0,
+            gso=s.backend != "netns")  # nftables must see, and drop, single datagrams
 
     def up(self) -> None:
         s = self.spec

@@ -7,10 +7,11 @@ from edgegossip.transport.base import Endpoint, ReceiveThread, Transport
 NAMES = ("udp", "zmq")
 
 
-def make_transport(name: str, group: bytes = b"eg", rate_bytes_per_s: float | None = None) -> Transport:
+def make_transport(name: str, group: bytes = b"eg", rate_bytes_per_s: float | None = None,
+                   gso: bool = True) -> Transport:
     if name == "udp":
         from edgegossip.transport.udp import UdpTransport
-        return UdpTransport(group, rate_bytes_per_s)
+        return UdpTransport(group, rate_bytes_per_s, gso=gso)
     if name == "zmq":
         from edgegossip.transport.zmq import ZmqTransport
         return ZmqTransport(group, rate_bytes_per_s)

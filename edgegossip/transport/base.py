@@ -7,11 +7,16 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 
+import numpy as np
+
 log = logging.getLogger(__name__)
 
 Endpoint = tuple[str, int]
 Handler = Callable[[memoryview], None]
 DropSink = Callable[[str], None]
+# fast(rows, lengths, start, stop, prefix) -> index of the first row it did not take; rows it
+# took were handled completely, the rest go through the handler one by one
+FastPath = Callable[[np.ndarray, np.ndarray, int, int, np.ndarray], int]
 
 
 class Transport(ABC):
@@ -28,9 +33,20 @@ class Transport(ABC):
     def send(self, peer: Endpoint, datagram: memoryview) -> None:
         """Send one datagram, paced; blocks rather than drop it on our side."""
 
+    def send_batch(self, peer: Endpoint, rows: np.ndarray, lengths: np.ndarray, n: int) -> None:
+        """Send rows[i, :lengths[i]] for i < n, paced, in order."""
+        for i in range(n):
+            self.send(peer, memoryview(rows[i, :lengths[i]]))
+
+    def batch_hint(self, datagram_bytes: int) -> int:
+        """Datagrams per send_batch call this transport handles well."""
+        return 1
+
     @abstractmethod
-    def recv_loop(self, handler: Handler, drop: DropSink, stop: threading.Event) -> None:
-        """Receive until stop is set; every read has a timeout so stop is seen promptly."""
+    def recv_loop(self, handler: Handler, drop: DropSink, stop: threading.Event,
+                  fast: FastPath | None = None) -> None:
+        """Receive until stop is set; every read has a timeout so stop is seen promptly. A
+        transport that reads in batches may offer each batch to `fast` first."""
 
     @abstractmethod
     def close(self) -> None: ...
@@ -45,19 +61,28 @@ class Transport(ABC):
 class ReceiveThread:
     """Runs transport.recv_loop on a daemon thread; a handler exception is logged, not fatal."""
 
-    def __init__(self, transport: Transport, handler: Handler, drop: DropSink):
+    def __init__(self, transport: Transport, handler: Handler, drop: DropSink,
+                 fast: FastPath | None = None):
         self.transport = transport
         self.stop_event = threading.Event()
 
         def guarded(body: memoryview) -> None:
             try:
                 handler(body)
-            except Exception:  # noqa: BLE001 - a bug in filing one datagram must not stop receiving
+            except Exception:
                 log.exception("datagram handler failed")
                 drop("handler_error")
 
+        def guarded_fast(rows, lengths, start, stop, prefix) -> int:
+            try:
+                return fast(rows, lengths, start, stop, prefix)
+            except Exception:
+                log.exception("fast receive path failed")
+                return start
+
         self._thread = threading.Thread(
-            target=transport.recv_loop, args=(guarded, drop, self.stop_event),
+            target=transport.recv_loop,
+            args=(guarded, drop, self.stop_event, guarded_fast if fast is not None else None),
             name=f"recv-{transport.name}", daemon=True)
 
     def start(self) -> ReceiveThread:

@@ -12,6 +12,12 @@ class Pacer:
         self.burst_s = burst_s
         self._next = time.perf_counter()
 
+    def datagrams_per_burst(self, datagram_bytes: int, most: int = 64) -> int:
+        """How many datagrams may leave back to back without exceeding the burst allowance."""
+        if self.rate is None:
+            return most
+        return max(1, min(most, int(self.rate * self.burst_s // max(1, datagram_bytes))))
+
     def wait(self, nbytes: int) -> None:
         """Block until nbytes more may leave at the configured rate."""
         if self.rate is None:

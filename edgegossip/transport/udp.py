@@ -2,41 +2,52 @@
 
 from __future__ import annotations
 
+import errno
 import socket
 import threading
 
 import numpy as np
 
-from edgegossip.transport.base import DropSink, Endpoint, Handler, Transport
+from edgegossip.transport.base import DropSink, Endpoint, FastPath, Handler, Transport
 from edgegossip.transport.pacing import Pacer
 
 try:
-    from edgegossip._udp_c import recv_batch
-except ImportError:  # not built (or not Linux): one recv_into per datagram
-    recv_batch = None
+    from edgegossip._udp_c import recv_batch, send_batch
+except ImportError:  # not built (or not Linux): one recv_into / sendto per datagram
+    recv_batch = send_batch = None
 
 RECV_BUFFER = 9216   # a row: above any datagram we send (8192); a larger one is seen as truncated
 BATCH = 64           # datagrams per recvmmsg call
-SOCKET_RCVBUF = 4 << 20
+SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
+SOCKET_RCVBUF = 32 << 20  # about 25 ms at 10 Gbit/s: outlasts a receive thread's time slice
 
 
 class UdpTransport(Transport):
     name = "udp"
 
     def __init__(self, group: bytes = b"eg", rate_bytes_per_s: float | None = None,
-                 poll_s: float = 0.1):
+                 poll_s: float = 0.1, gso: bool = True):
         self.prefix = bytes([len(group)]) + group
         self.pacer = Pacer(rate_bytes_per_s)
         self.poll_s = poll_s
         self._tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self._rx: socket.socket | None = None
+        self._prefix_arr = np.frombuffer(self.prefix, np.uint8)
+        # UDP GSO: the kernel cuts one buffer into the same datagrams further down the stack,
+        # after netfilter, which therefore sees (and drops) the buffer whole: the network
+        # emulator turns it off so its loss stays per datagram
+        self.gso = gso and send_batch is not None
+        self._ip4: dict[str, np.ndarray | None] = {}
 
     def bind(self, endpoint: Endpoint) -> Endpoint:
         rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         rx.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        # the kernel caps this at net.core.rmem_max; a bigger buffer absorbs bursts while the
-        # receive thread waits for the GIL
-        rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_RCVBUF)
+        # a bigger buffer absorbs bursts while the receive thread waits for a core or the GIL;
+        # SO_RCVBUF is capped at net.core.rmem_max, SO_RCVBUFFORCE (CAP_NET_ADMIN) is not
+        try:
+            rx.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, SOCKET_RCVBUF)
+        except OSError:
+            rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_RCVBUF)
         rx.bind(endpoint)
         rx.settimeout(self.poll_s)
         self._rx = rx
@@ -46,12 +57,38 @@ class UdpTransport(Transport):
         self.pacer.wait(len(datagram))
         self._tx.sendto(datagram, peer)
 
-    def recv_loop(self, handler: Handler, drop: DropSink, stop: threading.Event) -> None:
+    def send_batch(self, peer: Endpoint, rows: np.ndarray, lengths: np.ndarray, n: int) -> None:
+        ip4 = self._ip4.get(peer[0], False)
+        if ip4 is False:
+            try:
+                ip4 = np.frombuffer(socket.inet_aton(peer[0]), np.uint8)
+            except OSError:  # a host name: let sendto resolve it
+                ip4 = None
+            self._ip4[peer[0]] = ip4
+        if send_batch is None or ip4 is None:
+            return super().send_batch(peer, rows, lengths, n)
+        self.pacer.wait(int(lengths[:n].sum()))
+        sent, err = send_batch(self._tx.fileno(), rows, lengths, n, ip4, peer[1], self.gso)
+        if err in (errno.EINVAL, errno.EIO) and self.gso:
+            # a kernel without UDP GSO (before 4.18), or a device that cannot checksum it
+            self.gso = False
+            sent2, err = send_batch(self._tx.fileno(), rows[sent:], lengths[sent:], n - sent,
+                                    ip4, peer[1], False)
+            sent += sent2
+        if err:
+            raise OSError(err, f"sendmmsg to {peer[0]}:{peer[1]} failed after {sent} of {n}")
+
+    def batch_hint(self, datagram_bytes: int) -> int:
+        """Datagrams per send_batch that keep a batch within the pacer's burst."""
+        return self.pacer.datagrams_per_burst(datagram_bytes)
+
+    def recv_loop(self, handler: Handler, drop: DropSink, stop: threading.Event,
+                  fast: FastPath | None = None) -> None:
         rx = self._rx
         if rx is None:
             raise RuntimeError("bind() first")
         if recv_batch is not None:
-            self._recv_batched(rx, handler, drop, stop)
+            self._recv_batched(rx, handler, drop, stop, fast)
         else:
             self._recv_single(rx, handler, drop, stop)
 
@@ -66,8 +103,21 @@ class UdpTransport(Transport):
         else:
             handler(view[plen:n])
 
+    def deliver(self, bufs: np.ndarray, rows: list[memoryview], lengths: np.ndarray, n: int,
+                handler: Handler, drop: DropSink, fast: FastPath | None) -> None:
+        """Hand the n datagrams of a batch on: runs `fast` takes whole, the rest one by one."""
+        i = 0
+        while i < n:
+            if fast is not None:
+                j = fast(bufs, lengths, i, n, self._prefix_arr)
+                if j > i:
+                    i = j
+                    continue
+            self._dispatch(rows[i], int(lengths[i]), handler, drop)
+            i += 1
+
     def _recv_batched(self, rx: socket.socket, handler: Handler, drop: DropSink,
-                      stop: threading.Event) -> None:
+                      stop: threading.Event, fast: FastPath | None) -> None:
         bufs = np.zeros((BATCH, RECV_BUFFER), dtype=np.uint8)
         lengths = np.zeros(BATCH, dtype=np.intp)
         rows = [memoryview(bufs[i]) for i in range(BATCH)]
@@ -80,8 +130,7 @@ class UdpTransport(Transport):
                 if stop.is_set() or rx.fileno() < 0:
                     return
                 raise
-            for i in range(n):
-                self._dispatch(rows[i], int(lengths[i]), handler, drop)
+            self.deliver(bufs, rows, lengths, n, handler, drop, fast)
 
     def _recv_single(self, rx: socket.socket, handler: Handler, drop: DropSink,
                      stop: threading.Event) -> None:

@@ -13,7 +13,7 @@ import threading
 
 import zmq
 
-from edgegossip.transport.base import DropSink, Endpoint, Handler, Transport
+from edgegossip.transport.base import DropSink, Endpoint, FastPath, Handler, Transport
 from edgegossip.transport.pacing import Pacer
 from edgegossip.wire import ZMQ_MAX_DATAGRAM
 
@@ -72,7 +72,9 @@ class ZmqTransport(Transport):
         with self._lock:  # zmq sockets are not thread-safe
             self._radio(peer).send(datagram[self.plen:], group=self.group.decode(), copy=True)
 
-    def recv_loop(self, handler: Handler, drop: DropSink, stop: threading.Event) -> None:
+    def recv_loop(self, handler: Handler, drop: DropSink, stop: threading.Event,
+                  fast: FastPath | None = None) -> None:
+        # a DISH hands over one message per call: there is no batch to offer `fast`
         dish = self._dish
         if dish is None:
             raise RuntimeError("bind() first")

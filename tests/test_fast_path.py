@@ -1,0 +1,163 @@
+"""The compiled wire path (edgegossip._wire_c) against the Python definition: the same tags, the
+same datagram bytes, and an inbox fed through the fast path ends in exactly the state of one fed
+datagram by datagram, for a stream mixing good datagrams with every kind of bad one."""
+import hmac
+import platform
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgegossip import wire
+from edgegossip.chunking import ChunkPlan
+from edgegossip.inbox import Inbox
+from edgegossip.outbox import Encoder
+from edgegossip.replay import ReplayWindow
+from edgegossip.transport.udp import RECV_BUFFER, UdpTransport
+
+_wire_c = pytest.importorskip("edgegossip._wire_c", reason="built without OpenSSL headers")
+
+KEY = bytes(range(32))
+PLAN = ChunkPlan(10_007, 1412)  # 29 chunks, the last one short
+
+
+LENGTHS = (0, 1, 55, 56, 63, 64, 65, 119, 120, 127, 128, 1452, 8171, 8172)
+
+
+@pytest.mark.parametrize("accelerated", [False, None])
+@pytest.mark.parametrize("key", [KEY, b"", b"short", bytes(64), bytes(range(100)), bytes(200)])
+def test_hmac_matches_hashlib(key, accelerated):
+    mac = _wire_c.Hmac(np.frombuffer(key, np.uint8), accelerated)
+    rng = np.random.default_rng(len(key))
+    msgs = [rng.integers(0, 256, n, dtype=np.uint8) for n in LENGTHS]
+    want = [hmac.digest(key, m.tobytes(), "sha256")[:wire.TAG_SIZE] for m in msgs]
+    assert [mac.digest(m) for m in msgs] == want
+    for a, wa in zip(msgs, want):  # pairs of every two lengths, as a batch meets them
+        for b, wb in zip(msgs, want):
+            assert mac.digest2(a, b) == (wa, wb)
+
+
+def test_sha_extensions_used_where_the_cpu_has_them():
+    cpuinfo = Path("/proc/cpuinfo")
+    flags = cpuinfo.read_text() if cpuinfo.is_file() else ""
+    mac = _wire_c.Hmac(np.frombuffer(KEY, np.uint8))
+    assert mac.accelerated == (platform.machine() == "x86_64" and " sha_ni" in flags)
+
+
+def _encoder(seq=1000):
+    enc = Encoder(PLAN, KEY, fleet=7, sender=3)
+    enc._seq["s"] = seq - 1  # both encoders number from the same point
+    return enc
+
+
+@pytest.mark.parametrize("chunks", [None, range(4, 20), range(28, 29), [5, 2, 9]])
+@pytest.mark.parametrize("batch", [1, 7, 64])
+def test_batches_frame_the_same_bytes_as_chunks(chunks, batch):
+    x = np.random.default_rng(0).standard_normal(PLAN.n_params, dtype=np.float32)
+    one = [bytes(d) for d in _encoder().chunks(x, wire.MsgType.REDUCE, 9, chunks, 2, 1, "s")]
+    enc = _encoder()
+    many = []
+    for n in enc.batches(x, wire.MsgType.REDUCE, 9, chunks, 2, 1, "s", batch):
+        assert n <= batch
+        many += [enc.rows[i, :enc.lengths[i]].tobytes() for i in range(n)]
+    assert many == one
+    assert enc.datagrams == len(one) and enc.bytes == sum(map(len, one))
+
+
+def test_replay_advance_equals_checks():
+    rng = np.random.default_rng(1)
+    for _ in range(50):
+        a, b = ReplayWindow(), ReplayWindow()
+        for s in rng.integers(0, 6000, 20):
+            a.check(int(s))
+            b.check(int(s))
+        seqs = np.sort(rng.choice(np.arange(b.highest + 1, b.highest + 9000), 30, replace=False))
+        for s in seqs:
+            assert a.check(int(s)) is None
+        b.advance(seqs)
+        assert (a.highest, a.bits) == (b.highest, b.bits)
+
+
+def _stream():
+    """Framed datagrams: two senders, two rounds each, interleaved, with bad ones among them.
+    The bad ones that pass the tag come from a third sender, in the order it numbered them."""
+    rng = np.random.default_rng(2)
+    out = []
+    encs = {s: Encoder(PLAN, KEY, fleet=7, sender=s) for s in (3, 4)}
+    for rnd in (0, 1):
+        for enc in encs.values():
+            x = rng.standard_normal(PLAN.n_params, dtype=np.float32)
+            out += [bytes(d) for d in enc.chunks(x, wire.MsgType.PARAMS, rnd)]
+    zeros = np.zeros(PLAN.n_params, np.float32)
+    nan = zeros.copy()
+    nan[3] = np.nan
+    third = Encoder(PLAN, KEY, fleet=7, sender=5)
+    past_end = bytearray(next(third.chunks(zeros, wire.MsgType.PARAMS, 1)))
+    struct.pack_into("<I", past_end, 3 + 24, PLAN.model_bytes)
+    end = len(past_end) - wire.TAG_SIZE
+    past_end[end:] = wire.make_tag(KEY, bytes(past_end[3:end]))
+    forged = bytearray(out[5])
+    forged[60] ^= 1
+    bad = [
+        bytes(forged),                                                       # bad_tag
+        out[6],                                                              # replayed
+        out[7][:30],                                                         # truncated
+        b"\x02xx" + out[8][3:],                                              # bad_group
+        b"\x80" + bytes(50),                                                 # libzmq's abort
+        bytes(next(Encoder(PLAN, KEY, fleet=8, sender=3).chunks(zeros, 1, 0))),  # wrong_fleet
+        bytes(next(Encoder(PLAN, KEY, fleet=7, sender=9).chunks(zeros, 1, 0))),  # unknown
+        bytes(next(third.chunks(zeros, wire.MsgType.PARAMS, 1))),            # accepted
+        bytes(next(third.chunks(nan, wire.MsgType.PARAMS, 1))),              # non_finite
+        bytes(past_end),                                                     # out_of_bounds
+        bytes(next(third.chunks(zeros, wire.MsgType.PARAMS, 0))),            # old_round
+    ]
+    for k, d in enumerate(bad):
+        out.insert(4 + 9 * k, d)
+    return out
+
+
+def _run(stream, fast):
+    t = UdpTransport()
+    inbox = Inbox(PLAN, KEY, 7, peers={3, 4, 5})
+    bufs = np.zeros((64, RECV_BUFFER), np.uint8)
+    lengths = np.zeros(64, np.intp)
+    rows = [memoryview(bufs[i]) for i in range(64)]
+    slow = []
+
+    def handler(body):
+        slow.append(1)
+        inbox.ingest(body)
+
+    for first in range(0, len(stream), 64):
+        part = stream[first:first + 64]
+        for i, d in enumerate(part):
+            bufs[i, :len(d)] = np.frombuffer(d, np.uint8)
+            lengths[i] = len(d)
+        t.deliver(bufs, rows, lengths, len(part), handler, inbox.counter.drop,
+                  inbox.fast if fast else None)
+    t.close()
+    return inbox, len(slow)
+
+
+def test_fast_path_leaves_the_inbox_as_the_python_path_does():
+    stream = _stream()
+    a, slow_a = _run(stream, fast=False)
+    b, slow_b = _run(stream, fast=True)
+    assert slow_a == len(stream) - a.counter.drops["bad_group"]  # framing is checked first
+    assert slow_b < slow_a / 4  # the fast path took most of the stream
+    assert a.counter.snapshot() == b.counter.snapshot()
+    assert a.counter.drops == {"bad_tag": 1, "replayed": 1, "truncated": 1, "bad_group": 2,
+                               "wrong_fleet": 1, "unknown_sender": 1, "non_finite": 1,
+                               "out_of_bounds": 1, "old_round": 1}
+    assert a.links == b.links
+    assert {s: (w.highest, w.bits) for s, w in a._replay.items()} == \
+           {s: (w.highest, w.bits) for s, w in b._replay.items()}
+    assert a._slots.keys() == b._slots.keys()
+    for key, sa in a._slots.items():
+        sb = b._slots[key]
+        for ra, rb in ((sa.current, sb.current), (sa.previous, sb.previous)):
+            assert (ra.round, ra.received, ra.expected) == (rb.round, rb.received, rb.expected)
+            np.testing.assert_array_equal(ra.mask, rb.mask)
+            np.testing.assert_array_equal(ra.buf, rb.buf)
+    assert [e.__dict__ for e in a.events()] == [e.__dict__ for e in b.events()]
