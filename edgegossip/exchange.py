@@ -38,7 +38,8 @@ def run_peer(me: int, my_addr: tuple[str, int], other: tuple[str, int], transpor
     pre = np.empty_like(x)
     y = np.empty_like(x)
     mask = np.zeros(plan.n_chunks, np.uint8)
-    t = make_transport(transport, rate_bytes_per_s=rate)
+    # no UDP GSO: under `--backend netns` nftables would drop a GSO buffer's datagrams together
+    t = make_transport(transport, rate_bytes_per_s=rate, gso=False)
     t.bind(my_addr)
     inbox = Inbox(plan, KEY, FLEET, peers={1 - me})
     handler = injected_loss(inbox.ingest, inject, inbox.counter.drop, me) if inject else inbox.ingest

@@ -65,6 +65,8 @@ def test_emulate_cli_json_observed_loss(root_only, tmp_path, mnist_data):
                 "datagrams_dropped"} <= set(a)
         assert a["steps"] > 0 and a["datagrams_sent"] > 100
     assert out["loss_kind"] == "kernel (nftables)" and sum(out["kernel_dropped_packets"]) > 0
+    # nftables sees a UDP GSO buffer as one packet: per-datagram loss needs GSO off
+    assert "gso = false" in (tmp_path / "run" / "agent0.toml").read_text()
     assert abs(out["observed_loss"] - 0.2) <= 0.02, out["observed_loss"]
     assert out["average_model_accuracy"] > 0.85
     assert (tmp_path / "run" / "accuracy_vs_time.svg").is_file()
