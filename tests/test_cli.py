@@ -23,7 +23,7 @@ def test_bench_kernels_json():
 
 def test_bench_transport_json():
     out = _json(["bench", "transport", "--json", "--transport", "raw", "--transport", "udp",
-                 "--datagrams", "3000"])
+                 "--datagrams", "3000", "--repeats", "1"])
     rows = out["results"]
     assert {r["transport"] for r in rows} == {"raw", "udp"}
     assert {r["chunk_bytes"] for r in rows} == {1412, 8132}

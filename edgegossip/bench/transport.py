@@ -6,9 +6,10 @@ The receiver is a separate process that, for our transports, runs the full recei
 header checks, HMAC verification, replay window, finiteness check and scatter into the model
 buffer (for `udp`, the compiled fast path of edgegossip/inbox.py once a round is open). The
 sender frames and tags each batch in C and, for `udp`, hands it to the kernel with sendmmsg and
-UDP GSO, exactly as the agent's sender thread does. Goodput counts payload bytes accepted per second between the first and last datagram.
-The raw loop sends unpaced (its delivered fraction says what an unpaced sender loses); our
-senders are paced, and the rate is lowered step by step until at least 99.9% is delivered.
+UDP GSO, exactly as the agent's sender thread does. Goodput counts payload bytes accepted per
+second between the first and last datagram. The raw loop sends unpaced (its delivered fraction
+says what an unpaced sender loses); ours send unpaced first and are paced, lower step by step,
+only if no trial delivered at least 99.9%. Every row is the best of several trials (run()).
 """
 
 from __future__ import annotations
@@ -164,25 +165,36 @@ def measure(kind: str, chunk_bytes: int, rate: float | None, x: np.ndarray,
 
 
 def run(transports=("raw", "udp", "zmq"), chunk_sizes=None, tries: int = 8,
-        datagrams: int = DATAGRAMS) -> dict:
+        datagrams: int = DATAGRAMS, repeats: int = 3) -> dict:
+    """Each row is the best of `repeats` trials, the raw loop's included: on a 2-core machine
+    the sender, the receiver and the kernel share the cores, and a trial the scheduler disturbed
+    says nothing about either. For our transports only trials that delivered at least 99.9%
+    count; if no unpaced trial does, the pace is lowered step by step (at most `tries` more)."""
     chunk_sizes = chunk_sizes or (wire.default_chunk_bytes(), wire.max_chunk_bytes())
     x = np.random.default_rng(0).standard_normal(N_PARAMS, dtype=np.float32)
     rows = []
     for cb in chunk_sizes:
         for kind in transports:
-            if kind == "raw":
-                rows.append(measure(kind, cb, None, x, datagrams))
-                continue
-            rate = None
-            row = measure(kind, cb, rate, x, datagrams)
-            for _ in range(tries):
-                if row["delivered"] >= 0.999:
-                    break
-                # pace just under what the receiver sustained, then lower further if needed
-                sustained = row["goodput_mbps"] * 1e6 * (wire.framing_overhead() + cb) / cb
-                rate = 0.9 * min(sustained, rate or sustained)
-                row = measure(kind, cb, rate, x, datagrams)
+            trials = [measure(kind, cb, None, x, datagrams) for _ in range(max(1, repeats))]
+            if kind != "raw":
+                good = [t for t in trials if t["delivered"] >= 0.999]
+                rate = None
+                last = max(trials, key=lambda t: t["goodput_mbps"])
+                for _ in range(tries if not good else 0):
+                    # pace just under what the receiver sustained, then lower further if needed
+                    sustained = last["goodput_mbps"] * 1e6 * (wire.framing_overhead() + cb) / cb
+                    rate = 0.9 * min(sustained, rate or sustained)
+                    last = measure(kind, cb, rate, x, datagrams)
+                    trials.append(last)
+                    if last["delivered"] >= 0.999:
+                        good = [last]
+                        break
+            count = len(trials)
+            if kind != "raw":  # nothing delivered 99.9%: report the trial closest to it
+                trials = good or [max(trials, key=lambda t: t["delivered"])]
+            row = max(trials, key=lambda t: t["goodput_mbps"])
+            row["trials"] = count
             rows.append(row)
     return {"benchmark": "transport", "n_params": N_PARAMS,
             "rounds": {cb: rounds_for(cb, datagrams) for cb in chunk_sizes},
-            "authentication": "hmac-sha256/128", "results": rows}
+            "repeats": repeats, "authentication": "hmac-sha256/128", "results": rows}

@@ -30,10 +30,12 @@ def kernels(as_json: bool, repeat: int, sizes: tuple[int, ...]) -> None:
 @click.option("--transport", "transports", multiple=True, type=click.Choice(["raw", "udp", "zmq"]),
               help="Limit to these (default: all three).")
 @click.option("--datagrams", default=40_000, show_default=True, help="Datagrams per measurement.")
-def transport(as_json: bool, transports: tuple[str, ...], datagrams: int) -> None:
+@click.option("--repeats", type=click.IntRange(1, 20), default=3, show_default=True,
+              help="Trials per row (every row, raw included, reports its best).")
+def transport(as_json: bool, transports: tuple[str, ...], datagrams: int, repeats: int) -> None:
     """Loopback goodput of a 2.9 M-parameter model per transport beside a raw sendto loop."""
     from edgegossip.bench import transport as t
-    emit(t.run(transports or ("raw", "udp", "zmq"), datagrams=datagrams), as_json,
+    emit(t.run(transports or ("raw", "udp", "zmq"), datagrams=datagrams, repeats=repeats), as_json,
          ["transport", "chunk_bytes", "goodput_mbps", "datagrams_per_s", "delivered",
           "pace_mbps"], title="transport (one process to another on loopback, HMAC on)")
 
