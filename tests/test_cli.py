@@ -74,3 +74,19 @@ def test_emulate_without_root_says_so(monkeypatch, mnist_data):
     res = CliRunner().invoke(cli, ["emulate", "--backend", "netns", "--duration", "1"])
     assert res.exit_code == 3
     assert "--backend loopback" in res.output and res.output.strip().count("\n") == 0
+
+
+def test_simulate_history_rows_match_shorter_runs(mnist_data, tmp_path):
+    """A row checkpointed at epoch E of a longer run is the row a run of E epochs gives (the
+    learning rate is constant), so a long run cut short still yields a table."""
+    base = ["simulate", "--algorithm", "elastic-gossip", "--model", "logreg", "--p", "1/4",
+            "--loss", "0.1", "--seed", "3", "--json"]
+    hist = tmp_path / "h.jsonl"
+    final = _json([*base, "--epochs", "0.2", "--eval-every", "0.1", "--history", str(hist)])
+    rows = [json.loads(line) for line in hist.read_text().splitlines()]
+    assert [r["epochs"] for r in rows] == [0.1, 0.2] and rows[-1] == final
+    short = _json([*base, "--epochs", "0.1"])
+    for key in ("steps", "acc_worker0", "acc_average", "bytes_sent_per_worker", "datagrams_lost"):
+        assert rows[0][key] == short[key], key
+    res = CliRunner().invoke(cli, [*base, "--epochs", "0.1", "--eval-every", "0.1"])
+    assert res.exit_code == 2 and "go together" in res.output
