@@ -129,8 +129,13 @@ def test_allreduce_ring_over_tcp_under_loss(fleet_factory, mnist_data):
     s = summarize(fleet.spec.out, 3, "mlp", 0.1, "kernel", 0, None, mnist_data)
     steps = [a["steps"] for a in s["agents"]]
     assert min(steps) >= 2 and max(steps) - min(steps) <= 1  # lock-step ring
-    states = [checkpoint.load(fleet.spec.out / f"agent{i}") for i in range(3)]
-    same = [st["params"] for st in states if int(st["step"]) == min(steps)]
+    # three agents at most one step apart: at least two stopped at the same step (which one
+    # depends on where the duration ran out), and those must hold bit-identical replicas
+    by_step = {}
+    for i in range(3):
+        st = checkpoint.load(fleet.spec.out / f"agent{i}")
+        by_step.setdefault(int(st["step"]), []).append(st["params"])
+    same = max(by_step.values(), key=len)
     assert len(same) >= 2 and all((p == same[0]).all() for p in same)
     assert all(a["bytes_sent"] > 0 for a in s["agents"])
 
