@@ -15,12 +15,12 @@ import numpy as np
 
 from edgegossip import checkpoint, wire
 from edgegossip.chunking import ChunkPlan
-from edgegossip.config import AgentConfig
+from edgegossip.config import AgentConfig, ConfigError
 from edgegossip.data import mnist
 from edgegossip.data import partition as partitions
 from edgegossip.inbox import Inbox
 from edgegossip.metrics import MetricsLog
-from edgegossip.models import make_model
+from edgegossip.models import ONNX_MISSING, make_model, onnx_available
 from edgegossip.models.optim import NesterovSGD
 from edgegossip.outbox import Encoder
 from edgegossip.protocol import Context, make_protocol
@@ -75,6 +75,8 @@ class Agent:
         self.opt = NesterovSGD(self.model.n_params, cfg.lr, cfg.momentum)
         self.onnx = None
         if cfg.backend == "onnx":
+            if not onnx_available():
+                raise ConfigError(f"train.backend: {ONNX_MISSING}")
             from edgegossip.models.onnx_backend import OnnxTrainer
             self.onnx = OnnxTrainer(self.model, cfg.lr, cfg.momentum)
         self.step = 0

@@ -17,7 +17,7 @@ if "$PY" -c "import zmq, sys; sys.exit(0 if zmq.has('draft') and zmq.pyzmq_versi
 fi
 if ! ls "$wheeldir"/pyzmq-*.whl >/dev/null 2>&1; then
   work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
-  "$PY" -m pip download --quiet --no-binary :all: --no-deps pyzmq==25.1.2 -d "$work"
+  "$PY" -m pip download --quiet --no-binary pyzmq --no-deps pyzmq==25.1.2 -d "$work"
   tar -xzf "$work"/pyzmq-25.1.2.tar.gz -C "$work"
   (cd "$work/pyzmq-25.1.2" && patch -p1 --quiet < "$patch")
   echo "building pyzmq 25.1.2 + patched libzmq 4.3.4 with the draft API (about a minute)"

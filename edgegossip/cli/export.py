@@ -23,7 +23,9 @@ def export(checkpoint_dir: Path, output: Path, model: str, check: bool, as_json:
     import numpy as np
 
     from edgegossip import checkpoint
-    from edgegossip.models import make_model
+    from edgegossip.models import ONNX_MISSING, make_model, onnx_available
+    if not onnx_available():
+        fail(ONNX_MISSING, exit_codes.USAGE)
     from edgegossip.models.onnx_backend import export as write, predict, softmax
 
     state = checkpoint.load(checkpoint_dir)

@@ -19,3 +19,13 @@ def make_model(name: str, seed: int = 0) -> Model:
 
 
 MODELS = ("mlp", "logreg", "cnn")
+
+# onnx and onnxruntime are an optional extra: PyPI has no wheels for them on 32-bit ARM, and a
+# NumPy-only agent does not need them
+ONNX_MISSING = ("the onnx backend and ONNX export need onnx and onnxruntime, which are not "
+                "installed: pip install 'edgegossip[onnx]'")
+
+
+def onnx_available() -> bool:
+    from importlib.util import find_spec
+    return find_spec("onnx") is not None and find_spec("onnxruntime") is not None
