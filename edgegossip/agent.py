@@ -13,19 +13,20 @@ from pathlib import Path
 
 import numpy as np
 
-from edgegossip import checkpoint, wire
-from edgegossip.chunking import ChunkPlan
+from edgegossip import checkpoint
+from edgegossip.dataplane import wire
+from edgegossip.dataplane.chunking import ChunkPlan
 from edgegossip.config import AgentConfig, ConfigError
 from edgegossip.data import mnist
 from edgegossip.data import partition as partitions
-from edgegossip.inbox import Inbox
+from edgegossip.dataplane.inbox import Inbox
 from edgegossip.metrics import MetricsLog
 from edgegossip.models import ONNX_MISSING, make_model, onnx_available
 from edgegossip.models.optim import NesterovSGD
-from edgegossip.outbox import Encoder
+from edgegossip.dataplane.outbox import Encoder
 from edgegossip.protocol import Context, make_protocol
 from edgegossip.protocol.base import Stopped
-from edgegossip.sender import Sender
+from edgegossip.dataplane.sender import Sender
 from edgegossip.transport import ReceiveThread, make_transport
 from edgegossip.transport.lossy import injected_loss
 

@@ -13,7 +13,7 @@ import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from edgegossip import wire
+from edgegossip.dataplane import wire
 from edgegossip.algorithms import NAMES as ALGORITHMS
 
 

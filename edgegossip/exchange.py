@@ -18,11 +18,12 @@ import time
 
 import numpy as np
 
-from edgegossip import kernels, wire
-from edgegossip.chunking import ChunkPlan
-from edgegossip.inbox import Inbox
-from edgegossip.outbox import Encoder
-from edgegossip.sender import send_vector
+from edgegossip import kernels
+from edgegossip.dataplane import wire
+from edgegossip.dataplane.chunking import ChunkPlan
+from edgegossip.dataplane.inbox import Inbox
+from edgegossip.dataplane.outbox import Encoder
+from edgegossip.dataplane.sender import send_vector
 from edgegossip.transport import ReceiveThread, make_transport
 from edgegossip.transport.lossy import injected_loss
 

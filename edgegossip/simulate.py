@@ -16,10 +16,10 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from edgegossip import wire
+from edgegossip.dataplane import wire
 from edgegossip.algorithms import allreduce, elastic_gossip, gossip_pull, gossip_push, rps
 from edgegossip.algorithms import NAMES as ALGORITHMS
-from edgegossip.chunking import ChunkPlan
+from edgegossip.dataplane.chunking import ChunkPlan
 from edgegossip.data import partition
 from edgegossip.data.mnist import Mnist
 from edgegossip.models import make_model

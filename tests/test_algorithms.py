@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from edgegossip.algorithms import allreduce, elastic_gossip, gossip_pull, gossip_push, rps
-from edgegossip.chunking import ChunkPlan
+from edgegossip.dataplane.chunking import ChunkPlan
 
 f32 = lambda *v: np.array(v, np.float32)  # noqa: E731
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgegossip import wire
-from edgegossip.chunking import ChunkPlan
-from edgegossip.inbox import Inbox
-from edgegossip.outbox import Encoder
-from edgegossip.replay import ReplayWindow
+from edgegossip.dataplane import wire
+from edgegossip.dataplane.chunking import ChunkPlan
+from edgegossip.dataplane.inbox import Inbox
+from edgegossip.dataplane.outbox import Encoder
+from edgegossip.dataplane.replay import ReplayWindow
 from edgegossip.transport.udp import RECV_BUFFER, UdpTransport
 
 _wire_c = pytest.importorskip("edgegossip._wire_c", reason="built without OpenSSL headers")

@@ -4,10 +4,10 @@ import time
 import numpy as np
 import pytest
 
-from edgegossip import wire
-from edgegossip.chunking import ChunkPlan
-from edgegossip.inbox import Inbox
-from edgegossip.outbox import Encoder
+from edgegossip.dataplane import wire
+from edgegossip.dataplane.chunking import ChunkPlan
+from edgegossip.dataplane.inbox import Inbox
+from edgegossip.dataplane.outbox import Encoder
 
 KEY = b"k" * 32
 PLAN = ChunkPlan(1000, 400)

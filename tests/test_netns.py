@@ -59,8 +59,8 @@ def test_exchange_under_kernel_loss(lan_factory, transport):
 
 RECEIVER = textwrap.dedent("""
     import json, sys, time
-    from edgegossip.chunking import ChunkPlan
-    from edgegossip.inbox import Inbox
+    from edgegossip.dataplane.chunking import ChunkPlan
+    from edgegossip.dataplane.inbox import Inbox
     from edgegossip.transport import ReceiveThread, make_transport
     t = make_transport(sys.argv[1]); t.bind((sys.argv[2], 47100))
     inbox = Inbox(ChunkPlan(1000, 400), b"k" * 32, 1)
@@ -73,8 +73,8 @@ RECEIVER = textwrap.dedent("""
 SENDER = textwrap.dedent("""
     import socket, sys
     import numpy as np
-    from edgegossip.chunking import ChunkPlan
-    from edgegossip.outbox import Encoder
+    from edgegossip.dataplane.chunking import ChunkPlan
+    from edgegossip.dataplane.outbox import Encoder
     peer = (sys.argv[1], 47100)
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     forged = Encoder(ChunkPlan(1000, 400), b"not-the-key" * 3, 1, 2)

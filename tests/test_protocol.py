@@ -4,13 +4,13 @@ import time
 
 import numpy as np
 
-from edgegossip import wire
-from edgegossip.chunking import ChunkPlan
+from edgegossip.dataplane import wire
+from edgegossip.dataplane.chunking import ChunkPlan
 from edgegossip.config import AgentConfig, Peer
-from edgegossip.inbox import Inbox
-from edgegossip.outbox import Encoder
+from edgegossip.dataplane.inbox import Inbox
+from edgegossip.dataplane.outbox import Encoder
 from edgegossip.protocol import Context, make_protocol
-from edgegossip.sender import Sender
+from edgegossip.dataplane.sender import Sender
 from edgegossip.transport.base import Transport
 
 KEY = b"k" * 32

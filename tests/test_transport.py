@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import zmq
 
-from edgegossip import wire
-from edgegossip.chunking import ChunkPlan
-from edgegossip.inbox import Inbox
-from edgegossip.outbox import Encoder
-from edgegossip.sender import send_vector
+from edgegossip.dataplane import wire
+from edgegossip.dataplane.chunking import ChunkPlan
+from edgegossip.dataplane.inbox import Inbox
+from edgegossip.dataplane.outbox import Encoder
+from edgegossip.dataplane.sender import send_vector
 from edgegossip.transport import ReceiveThread, make_transport
 
 KEY = b"k" * 32
@@ -150,8 +150,8 @@ def test_bad_datagrams_over_the_socket(receiver, kind):
 
 RECEIVER = textwrap.dedent("""
     import sys, time
-    from edgegossip.chunking import ChunkPlan
-    from edgegossip.inbox import Inbox
+    from edgegossip.dataplane.chunking import ChunkPlan
+    from edgegossip.dataplane.inbox import Inbox
     from edgegossip.transport import ReceiveThread, make_transport
     t = make_transport("zmq"); t.bind(("127.0.0.1", int(sys.argv[1])))
     inbox = Inbox(ChunkPlan(1000, 400), b"k" * 32, 1)

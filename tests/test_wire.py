@@ -1,10 +1,10 @@
 import numpy as np
 import pytest
 
-from edgegossip import wire
-from edgegossip.chunking import ChunkPlan
-from edgegossip.outbox import Encoder
-from edgegossip.replay import WINDOW, ReplayWindow
+from edgegossip.dataplane import wire
+from edgegossip.dataplane.chunking import ChunkPlan
+from edgegossip.dataplane.outbox import Encoder
+from edgegossip.dataplane.replay import WINDOW, ReplayWindow
 
 KEY = b"k" * 32
 

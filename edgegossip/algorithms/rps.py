@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from edgegossip import kernels
-from edgegossip.chunking import ChunkPlan
+from edgegossip.dataplane.chunking import ChunkPlan
 
 
 def block_slice(plan: ChunkPlan, block: int, n_blocks: int) -> tuple[slice, range]:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgegossip import _kernels_py, kernels, wire
+from edgegossip import _kernels_py, kernels
+from edgegossip.dataplane import wire
 from edgegossip.bench.timing import best_time
 
 SIZES = (2_913_290, 25_000_000)

@@ -20,8 +20,8 @@ import time
 
 import numpy as np
 
-from edgegossip import wire
-from edgegossip.chunking import ChunkPlan
+from edgegossip.dataplane import wire
+from edgegossip.dataplane.chunking import ChunkPlan
 
 N_PARAMS = 2_913_290
 DATAGRAMS = 40_000  # per measurement: long enough that socket buffers do not flatter a burst
@@ -31,7 +31,7 @@ IDLE_S = 0.5
 
 
 def _receiver(kind: str, chunk_bytes: int, conn, ready) -> None:
-    from edgegossip.inbox import Inbox
+    from edgegossip.dataplane.inbox import Inbox
     from edgegossip.transport import ReceiveThread, make_transport
 
     plan = ChunkPlan(N_PARAMS, chunk_bytes)
@@ -98,8 +98,8 @@ def rounds_for(chunk_bytes: int, datagrams: int = DATAGRAMS) -> int:
 
 def _send(kind: str, chunk_bytes: int, port: int, rate: float | None, x: np.ndarray,
           datagrams: int) -> tuple[int, float]:
-    from edgegossip.outbox import Encoder
-    from edgegossip.sender import send_vector
+    from edgegossip.dataplane.outbox import Encoder
+    from edgegossip.dataplane.sender import send_vector
     from edgegossip.transport import make_transport
 
     plan = ChunkPlan(N_PARAMS, chunk_bytes)

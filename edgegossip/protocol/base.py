@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from edgegossip.chunking import ChunkPlan
+from edgegossip.dataplane.chunking import ChunkPlan
 from edgegossip.config import AgentConfig
-from edgegossip.inbox import Inbox
+from edgegossip.dataplane.inbox import Inbox
 from edgegossip.models.optim import NesterovSGD
-from edgegossip.sender import Sender
+from edgegossip.dataplane.sender import Sender
 from edgegossip.transport.base import Endpoint
 
 

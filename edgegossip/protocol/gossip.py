@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edgegossip import wire
+from edgegossip.dataplane import wire
 from edgegossip.algorithms import elastic_gossip, gossip_pull, gossip_push
 from edgegossip.protocol.base import Context, Protocol
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgegossip import wire
+from edgegossip.dataplane import wire
 from edgegossip.algorithms import rps
 from edgegossip.protocol.base import Context, Protocol
 

@@ -15,7 +15,7 @@ import zmq
 
 from edgegossip.transport.base import DropSink, Endpoint, FastPath, Handler, Transport
 from edgegossip.transport.pacing import Pacer
-from edgegossip.wire import ZMQ_MAX_DATAGRAM
+from edgegossip.dataplane.wire import ZMQ_MAX_DATAGRAM
 
 HWM = 100_000
 

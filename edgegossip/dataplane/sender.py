@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edgegossip import wire
-from edgegossip.outbox import Encoder
+from edgegossip.dataplane import wire
+from edgegossip.dataplane.outbox import Encoder
 from edgegossip.transport.base import Endpoint, Transport
 
 log = logging.getLogger(__name__)

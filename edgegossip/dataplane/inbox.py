@@ -21,9 +21,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edgegossip import kernels, wire
-from edgegossip.chunking import ChunkPlan
-from edgegossip.replay import ReplayWindow
+from edgegossip import kernels
+from edgegossip.dataplane import wire
+from edgegossip.dataplane.chunking import ChunkPlan
+from edgegossip.dataplane.replay import ReplayWindow
 
 try:
     from edgegossip import _wire_c

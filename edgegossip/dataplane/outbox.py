@@ -13,8 +13,8 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from edgegossip import wire
-from edgegossip.chunking import ChunkPlan
+from edgegossip.dataplane import wire
+from edgegossip.dataplane.chunking import ChunkPlan
 
 try:
     from edgegossip import _wire_c
