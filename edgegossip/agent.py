@@ -82,6 +82,9 @@ class Agent:
             self.onnx = OnnxTrainer(self.model, cfg.lr, cfg.momentum)
         self.step = 0
         self.rng = np.random.default_rng([cfg.seed, cfg.id, 7])
+        self.inbox: Inbox | None = None
+        self._replay = np.zeros((0, 3), np.int64)  # the inbox's replay marks, as checkpointed
+        checkpoint.clean(self.out)
         self.resumed = self._resume()
 
     def _resume(self) -> bool:
@@ -93,12 +96,15 @@ class Agent:
         np.copyto(self.x, state["params"])
         np.copyto(self.opt.v, state["momentum"])
         self.step = int(state["step"])
+        self._replay = state.get("replay", self._replay)
         self.rng = np.random.default_rng([self.cfg.seed, self.cfg.id, 7, self.step])
         log.info("resumed from step %d", self.step)
         return True
 
     def save(self) -> None:
-        checkpoint.save(self.out, params=self.x, momentum=self.opt.v, step=self.step)
+        replay = self.inbox.replay_state() if self.inbox is not None else self._replay
+        checkpoint.save(self.out, params=self.x, momentum=self.opt.v, step=self.step,
+                        replay=replay)
 
     def install_signal_handlers(self) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -110,17 +116,21 @@ class Agent:
         if cfg.algorithm in ("local", "allreduce"):
             return None, None, None, peers
         key = wire.derive_key(cfg.key)
+        session = checkpoint.next_session(self.out)  # before anything is sent
         transport = make_transport(cfg.transport, rate_bytes_per_s=cfg.rate_mbps * 1e6 / 8,
                                    gso=cfg.gso)
         transport.bind(cfg.listen_endpoint)
-        inbox = Inbox(self.plan, key, cfg.fleet, peers=set(peers),
-                      rps_blocks=cfg.workers if cfg.algorithm == "rps" else 0)
+        inbox = self.inbox = Inbox(self.plan, key, cfg.fleet, peers=set(peers),
+                                   rps_blocks=cfg.workers if cfg.algorithm == "rps" else 0,
+                                   me=cfg.id)
+        inbox.restore_replay(self._replay)
         handler, fast = inbox.ingest, inbox.fast
         if cfg.inject_loss:  # every datagram must meet the injected loss: no fast path
             handler = injected_loss(handler, cfg.inject_loss, inbox.counter.drop, cfg.id + self.step)
             fast = None
         receiver = ReceiveThread(transport, handler, inbox.counter.drop, fast).start()
-        sender = Sender(transport, Encoder(self.plan, key, cfg.fleet, cfg.id), self.plan.n_params)
+        sender = Sender(transport, Encoder(self.plan, key, cfg.fleet, cfg.id, session=session),
+                        self.plan.n_params, peers)
         return transport, receiver, (inbox, sender), peers
 
     def run(self) -> dict:
@@ -182,7 +192,8 @@ class Agent:
         if sender is not None:
             snap = inbox.counter.snapshot()
             link_arrived, link_expected = inbox.link_loss()
-            rec.update(link_arrived=link_arrived, link_expected=link_expected,bytes_sent=sender.encoder.bytes, datagrams_sent=sender.encoder.datagrams,
+            rec.update(link_arrived=link_arrived, link_expected=link_expected,
+                       session=sender.encoder.session, bytes_sent=sender.encoder.bytes, datagrams_sent=sender.encoder.datagrams,
                        bytes_received=snap["accepted_bytes"], datagrams_received=snap["accepted"],
                        datagrams_dropped=snap["dropped"], drops=snap["drops"],
                        send_skipped=sender.skipped)

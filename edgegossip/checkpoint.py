@@ -1,28 +1,34 @@
 """Atomic checkpoints: write a temporary file, fsync it, rename it over the old one, fsync the
-directory. A kill -9 at any instant leaves either the previous checkpoint or the new one."""
+directory. A kill -9 at any instant leaves either the previous checkpoint or the new one; the
+temporary file of a save cut short is removed at the next start (clean()).
+
+The agent's session (incarnation) number lives beside it in a file of its own, written the same
+way before the agent sends anything, so every start of an agent gets a larger one."""
 
 from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 NAME = "checkpoint.npz"
+SESSION = "session"
+_TMP_PREFIX = ".ckpt-"
 
 
-def save(directory: str | Path, **arrays) -> Path:
-    d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".ckpt-", suffix=".tmp")
+def _atomic_write(path: Path, write: Callable) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_TMP_PREFIX, suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            np.savez(f, **{k: np.asarray(v) for k, v in arrays.items()})
+            write(f)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, d / NAME)
-        dfd = os.open(d, os.O_DIRECTORY)
+        os.replace(tmp, path)
+        dfd = os.open(path.parent, os.O_DIRECTORY)
         try:
             os.fsync(dfd)
         finally:
@@ -30,7 +36,12 @@ def save(directory: str | Path, **arrays) -> Path:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return d / NAME
+    return path
+
+
+def save(directory: str | Path, **arrays) -> Path:
+    return _atomic_write(Path(directory) / NAME, lambda f: np.savez(
+        f, **{k: np.asarray(v) for k, v in arrays.items()}))
 
 
 def load(directory: str | Path) -> dict[str, np.ndarray] | None:
@@ -39,3 +50,32 @@ def load(directory: str | Path) -> dict[str, np.ndarray] | None:
         return None
     with np.load(path) as z:
         return {k: z[k] for k in z.files}
+
+
+def clean(directory: str | Path) -> int:
+    """Remove temporary files of saves that a kill or power loss cut short; how many."""
+    d = Path(directory)
+    if not d.is_dir():
+        return 0
+    stale = list(d.glob(f"{_TMP_PREFIX}*.tmp"))
+    for p in stale:
+        p.unlink(missing_ok=True)
+    return len(stale)
+
+
+def next_session(directory: str | Path) -> int:
+    """The session number for this start: one more than any start before it, persisted (and
+    fsynced) before it is returned. Not the clock: a board without an RTC boots in the past."""
+    path = Path(directory) / SESSION
+    try:
+        last = int(path.read_text().strip() or 0)
+    except FileNotFoundError:
+        last = 0
+    except ValueError:
+        raise ValueError(f"{path}: not a session number; remove it only if this device's "
+                         "keys are replaced too") from None
+    session = last + 1
+    if session >= 2**32:
+        raise ValueError(f"{path}: session numbers exhausted")
+    _atomic_write(path, lambda f: f.write(f"{session}\n".encode()))
+    return session

@@ -42,7 +42,7 @@ def run_peer(me: int, my_addr: tuple[str, int], other: tuple[str, int], transpor
     # no UDP GSO: under `--backend netns` nftables would drop a GSO buffer's datagrams together
     t = make_transport(transport, rate_bytes_per_s=rate, gso=False)
     t.bind(my_addr)
-    inbox = Inbox(plan, KEY, FLEET, peers={1 - me})
+    inbox = Inbox(plan, KEY, FLEET, peers={1 - me}, me=me)
     handler = injected_loss(inbox.ingest, inject, inbox.counter.drop, me) if inject else inbox.ingest
     rt = ReceiveThread(t, handler, inbox.counter.drop, None if inject else inbox.fast).start()
     enc = Encoder(plan, KEY, FLEET, sender=me)
@@ -50,7 +50,7 @@ def run_peer(me: int, my_addr: tuple[str, int], other: tuple[str, int], transpor
     try:
         for r in range(rounds):
             np.copyto(pre, x)
-            send_vector(t, enc, other, pre, wire.MsgType.PARAMS, r)
+            send_vector(t, enc, other, 1 - me, pre, wire.MsgType.PARAMS, r)
             got = inbox.collect(1 - me, wire.MsgType.PARAMS, r, time.monotonic() + deadline_s,
                                 y, mask, settle=0.3)
             kernels.elastic_pull(x, pre, y, mask, plan.chunk_elems, alpha)

@@ -11,6 +11,7 @@ class MetricsLog:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        _drop_torn_line(self.path)
         self._f = open(self.path, "a", buffering=1)
         self.t0 = time.time()
 
@@ -19,6 +20,33 @@ class MetricsLog:
 
     def close(self) -> None:
         self._f.close()
+
+
+def _drop_torn_line(path: Path) -> None:
+    """Cut a last line that a kill or power loss left without its newline, so the next record
+    starts a line of its own instead of being glued to the fragment."""
+    try:
+        f = open(path, "rb+")
+    except FileNotFoundError:
+        return
+    with f:
+        size = f.seek(0, 2)
+        if size == 0:
+            return
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return
+        keep = 0
+        pos = size
+        while pos > 0 and not keep:
+            step = min(65536, pos)
+            pos -= step
+            f.seek(pos)
+            chunk = f.read(step)
+            nl = chunk.rfind(b"\n")
+            if nl >= 0:
+                keep = pos + nl + 1
+        f.truncate(keep)
 
 
 def read(path: str | Path) -> list[dict]:

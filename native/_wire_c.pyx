@@ -28,9 +28,9 @@ cdef extern from "sha256_x2.h" nogil:
                         const uint8_t *m0, size_t n0, uint8_t t0[32],
                         const uint8_t *m1, size_t n1, uint8_t t1[32])
 
-DEF HEADER_SIZE = 40
+DEF HEADER_SIZE = 48
 DEF TAG_SIZE = 16
-DEF VERSION = 1
+DEF VERSION = 2
 DEF DTYPE_F32 = 1
 DEF BLOCK = 64
 
@@ -162,11 +162,13 @@ cdef inline bint _same(const uint8_t *a, const uint8_t *b) noexcept nogil:
 
 def frame_batch(Hmac mac not None, const uint8_t[::1] model not None, uint8_t[:, ::1] rows not None,
                 Py_ssize_t[::1] lengths not None, const uint8_t[::1] prefix not None,
-                int msg_type, int flags, uint32_t fleet, int sender, int block, uint32_t round,
+                int msg_type, int flags, uint32_t fleet, uint16_t sender, uint16_t receiver,
+                uint16_t block, uint32_t session, uint32_t round,
                 Py_ssize_t first_chunk, Py_ssize_t stop_chunk, uint32_t n_chunks,
                 Py_ssize_t chunk_bytes, uint64_t seq0):
     """Frame chunks first_chunk.. of model (the flat vector's bytes) into rows, as many as fit
-    in rows and below stop_chunk; row k gets sequence number seq0 + k. Returns how many."""
+    in rows and below stop_chunk; row k gets sequence number seq0 + k. The tag covers the group
+    framing too. Returns how many."""
     cdef Py_ssize_t plen = prefix.shape[0], mbytes = model.shape[0]
     cdef Py_ssize_t count = stop_chunk - first_chunk, k, off, n, m
     cdef uint8_t *h
@@ -194,22 +196,25 @@ def frame_batch(Hmac mac not None, const uint8_t[::1] model not None, uint8_t[:,
             h[3] = flags
             _put32(h + 4, fleet)
             _put16(h + 8, sender)
-            _put16(h + 10, block)
-            _put32(h + 12, round)
-            _put32(h + 16, <uint32_t>(first_chunk + k))
-            _put32(h + 20, n_chunks)
-            _put32(h + 24, <uint32_t>off)
-            _put32(h + 28, <uint32_t>n)
-            _put64(h + 32, seq0 + k)
+            _put16(h + 10, receiver)
+            _put16(h + 12, block)
+            _put16(h + 14, 0)
+            _put32(h + 16, session)
+            _put32(h + 20, round)
+            _put32(h + 24, <uint32_t>(first_chunk + k))
+            _put32(h + 28, n_chunks)
+            _put32(h + 32, <uint32_t>off)
+            _put32(h + 36, <uint32_t>n)
+            _put64(h + 40, seq0 + k)
             memcpy(h + HEADER_SIZE, &model[off], n)
             lengths[k] = plen + HEADER_SIZE + n + TAG_SIZE
         k = 0
         while k < count:
-            h = &rows[k, plen]
-            n = lengths[k] - plen - TAG_SIZE
+            h = &rows[k, 0]
+            n = lengths[k] - TAG_SIZE
             if k + 1 < count:
-                m = lengths[k + 1] - plen - TAG_SIZE
-                mac.tag2(h, n, h + n, &rows[k + 1, plen], m, &rows[k + 1, plen] + m)
+                m = lengths[k + 1] - TAG_SIZE
+                mac.tag2(h, n, h + n, &rows[k + 1, 0], m, &rows[k + 1, 0] + m)
                 k += 2
             else:
                 mac.tag(h, n, h + n)
@@ -218,29 +223,30 @@ def frame_batch(Hmac mac not None, const uint8_t[::1] model not None, uint8_t[:,
 
 
 cdef inline Py_ssize_t _steady(const uint8_t *d, Py_ssize_t n, const uint8_t *prefix,
-                               Py_ssize_t plen, uint32_t fleet, int sender, int msg_type,
-                               uint32_t round, int64_t highest, Py_ssize_t n_chunks,
-                               Py_ssize_t chunk_bytes, Py_ssize_t mbytes,
+                               Py_ssize_t plen, uint32_t fleet, int me, int sender, int msg_type,
+                               uint32_t session, uint32_t round, int64_t highest, int64_t limit,
+                               Py_ssize_t n_chunks, Py_ssize_t chunk_bytes, Py_ssize_t mbytes,
                                Py_ssize_t max_body) noexcept nogil:
     """Payload length if the datagram d (n bytes, framed) passes every check but the tag and
-    finiteness for this slot, else -1."""
+    finiteness for this slot, its sequence number in (highest, limit], else -1."""
     cdef const uint8_t *h = d + plen
     cdef Py_ssize_t length, c, off
     cdef uint64_t seq
     n -= plen
     if n < HEADER_SIZE + TAG_SIZE or n > max_body or memcmp(d, prefix, plen) != 0:
         return -1
-    length = _le32(h + 28)
+    length = _le32(h + 36)
     if (h[0] != VERSION or h[1] != msg_type or h[2] != DTYPE_F32 or length % 4
             or HEADER_SIZE + length + TAG_SIZE != n or _le32(h + 4) != fleet
-            or _le16(h + 8) != sender or _le32(h + 12) != round):
+            or _le16(h + 8) != sender or _le16(h + 10) != me or _le16(h + 14) != 0
+            or _le32(h + 16) != session or _le32(h + 20) != round):
         return -1
-    seq = _le64(h + 32)
-    if seq > <uint64_t>0x7fffffffffffffff or <int64_t>seq <= highest:
+    seq = _le64(h + 40)
+    if seq > <uint64_t>0x7fffffffffffffff or <int64_t>seq <= highest or <int64_t>seq > limit:
         return -1
-    c = _le32(h + 16)
-    off = _le32(h + 24)
-    if (_le32(h + 20) != n_chunks or c >= n_chunks or off != c * chunk_bytes
+    c = _le32(h + 24)
+    off = _le32(h + 32)
+    if (_le32(h + 28) != n_chunks or c >= n_chunks or off != c * chunk_bytes
             or length != (chunk_bytes if off + chunk_bytes <= mbytes else mbytes - off)):
         return -1
     return length
@@ -289,21 +295,21 @@ cdef class Run:
         self.mask = mask
 
     def peek(self, Py_ssize_t i):
-        """(sender, msg_type, round) from the unauthenticated header of row i, or None if it is
-        too short to hold one; only used to choose which slot run() should try."""
+        """(sender, msg_type, session, round) from the unauthenticated header of row i, or None
+        if it is too short to hold one; only used to choose which slot run() should try."""
         cdef Py_ssize_t plen = self.prefix.shape[0]
         cdef const uint8_t *h
         if not 0 <= i < self.rows.shape[0] or self.lengths[i] < plen + HEADER_SIZE + TAG_SIZE:
             return None
         h = &self.rows[i, plen]
-        return _le16(h + 8), h[1], _le32(h + 12)
+        return _le16(h + 8), h[1], _le32(h + 16), _le32(h + 20)
 
-    def run(self, Py_ssize_t start, Py_ssize_t stop, uint32_t fleet, int sender, int msg_type,
-            uint32_t round, int64_t highest):
+    def run(self, Py_ssize_t start, Py_ssize_t stop, uint32_t fleet, int me, int sender,
+            int msg_type, uint32_t session, uint32_t round, int64_t highest, int64_t limit):
         """Accept rows start, start+1, .. while each one is, unchanged, a datagram the Python
-        inbox would accept into the target slot of (sender, msg_type, round): group, size,
-        version, type, dtype, fleet and tag valid, sequence above `highest` and rising, chunk
-        geometry exact, payload finite. Each accepted payload is copied into the slot and its
+        inbox would accept into the target slot of (sender, msg_type, session, round): group,
+        size, version, type, dtype, fleet, receiver and tag valid, sequence above `highest`,
+        rising and at most `limit`, chunk geometry exact, payload finite. Each accepted payload is copied into the slot and its
         mask byte set. Stops at the first other row, touching nothing for it. Returns how many
         were accepted; their sequence numbers are seqs[:k]; fresh counts chunks new to the
         mask, nbytes the payload bytes."""
@@ -327,8 +333,9 @@ cdef class Run:
             raise ValueError("rows outside the batch")
         with nogil:
             for i in range(start, stop):
-                length = _steady(&self.rows[i, 0], self.lengths[i], pre, plen, fleet, sender,
-                                 msg_type, round, highest, n_chunks, chunk_bytes, mbytes, max_body)
+                length = _steady(&self.rows[i, 0], self.lengths[i], pre, plen, fleet, me, sender,
+                                 msg_type, session, round, highest, limit, n_chunks, chunk_bytes,
+                                 mbytes, max_body)
                 if length < 0:
                     break
                 h = &self.rows[i, plen]
@@ -340,24 +347,27 @@ cdef class Run:
                     nxt = -1
                     if i + 1 < stop:
                         nxt = _steady(&self.rows[i + 1, 0], self.lengths[i + 1], pre, plen, fleet,
-                                      sender, msg_type, round, <int64_t>_le64(h + 32), n_chunks,
-                                      chunk_bytes, mbytes, max_body)
+                                      me, sender, msg_type, session, round,
+                                      <int64_t>_le64(h + 40), limit, n_chunks, chunk_bytes,
+                                      mbytes, max_body)
+                    # the tag covers the group framing: hash from the row's first byte
                     if nxt >= 0:
                         h2 = &self.rows[i + 1, plen]
-                        mac.tag2(h, HEADER_SIZE + length, want, h2, HEADER_SIZE + nxt, want2)
+                        mac.tag2(h - plen, plen + HEADER_SIZE + length, want,
+                                 h2 - plen, plen + HEADER_SIZE + nxt, want2)
                         checked = i + 1
                         checked_ok = _same(want2, h2 + HEADER_SIZE + nxt)
                     else:
-                        mac.tag(h, HEADER_SIZE + length, want)
+                        mac.tag(h - plen, plen + HEADER_SIZE + length, want)
                     tag_ok = _same(want, h + HEADER_SIZE + length)
                 if not tag_ok or not _finite(h + HEADER_SIZE, length):
                     break
-                c = _le32(h + 16)
-                off = _le32(h + 24)
+                c = _le32(h + 24)
+                off = _le32(h + 32)
                 memcpy(&self.buf[off], h + HEADER_SIZE, length)
                 fresh += self.mask[c] == 0
                 self.mask[c] = 1
-                highest = <int64_t>_le64(h + 32)
+                highest = <int64_t>_le64(h + 40)
                 self.seqv[accepted] = highest
                 accepted += 1
                 nbytes += length

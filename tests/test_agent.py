@@ -124,3 +124,57 @@ def test_agent_with_onnx_backend(tmp_path, free_udp_port, mnist_data, procs):
     assert p.returncode == 0, err
     stop = [r for r in read(tmp_path / "out" / "metrics.jsonl") if r.get("event") == "stop"][-1]
     assert stop["step"] == 300 and stop["accuracy"] > 0.8
+
+
+def test_peer_killed_at_a_high_round_is_merged_again_after_restart(tmp_path, free_udp_port,
+                                                                   mnist_data, procs):
+    """kill -9 one of two agents mid-run, leave a torn metrics line and a half-written checkpoint
+    behind as a power cut would, restart it: its new session is heard at once (no old_round),
+    the exchanges with it complete again, and the leftovers are cleaned up."""
+    import json
+    p0, p1 = free_udp_port(), free_udp_port()
+    common = dict(workers=2, model="logreg", eval_every=50, checkpoint_every=100, deadline_s=2.0,
+                  p=0.2)
+    cfg0 = AgentConfig(id=0, listen=f"127.0.0.1:{p0}", peers=(Peer(1, "127.0.0.1", p1),),
+                       output=str(tmp_path / "a0"), **common)
+    cfg1 = AgentConfig(id=1, listen=f"127.0.0.1:{p1}", peers=(Peer(0, "127.0.0.1", p0),),
+                       output=str(tmp_path / "a1"), **common)
+    (tmp_path / "c0").mkdir()
+    (tmp_path / "c1").mkdir()
+    a0 = _start(cfg0, tmp_path / "c0")
+    a1 = _start(cfg1, tmp_path / "c1")
+    procs += [a0, a1]
+
+    def completed(out):
+        if not (out / "metrics.jsonl").is_file():
+            return 0
+        recs = [r for r in read(out / "metrics.jsonl") if r.get("event") is None]
+        return recs[-1]["exchanges"].get("completed", 0) if recs else 0
+
+    deadline = time.monotonic() + 60
+    while completed(tmp_path / "a0") < 30 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert completed(tmp_path / "a0") >= 30
+    a1.kill()
+    a1.wait()
+    with open(tmp_path / "a1" / "metrics.jsonl", "a") as f:
+        f.write('{"torn": ')
+    (tmp_path / "a1" / ".ckpt-cut.tmp").write_bytes(b"\0" * 1000)
+    before = completed(tmp_path / "a0")
+    session_before = int((tmp_path / "a1" / "session").read_text())
+
+    a1 = _start(cfg1, tmp_path / "c1")
+    procs.append(a1)
+    deadline = time.monotonic() + 40
+    while completed(tmp_path / "a0") < before + 5 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert completed(tmp_path / "a0") >= before + 5
+    assert int((tmp_path / "a1" / "session").read_text()) == session_before + 1
+    assert not list((tmp_path / "a1").glob(".ckpt-*.tmp"))
+    for a in (a0, a1):
+        a.send_signal(signal.SIGTERM)
+        a.communicate(timeout=30)
+    lines = (tmp_path / "a1" / "metrics.jsonl").read_text().splitlines()
+    assert all(json.loads(line) for line in lines)  # the torn line is gone, nothing glued to it
+    stop0 = [r for r in read(tmp_path / "a0" / "metrics.jsonl") if r.get("event") == "stop"][-1]
+    assert stop0["drops"].get("old_round", 0) < 5, stop0["drops"]

@@ -38,11 +38,12 @@ def test_valid_model_arrives_whole():
 
 def _forge_payload(body, fn, key=KEY):
     """Rebuild a datagram with a modified payload and a valid tag (an insider's mistake)."""
-    h = wire.unpack(memoryview(body))
+    h = wire.unpack(memoryview(body))._replace(seq=100)  # fresh: above what was accepted
     b = bytearray(body)
+    wire.pack_into(b, 0, h)
     fn(b, h)
     end = wire.HEADER_SIZE + h.length
-    b[end:] = wire.make_tag(key, bytes(b[:end]))
+    b[end:] = wire.body_tag(key, b[:end])
     return bytes(b)
 
 
@@ -134,7 +135,7 @@ def test_unknown_sender_dropped():
 def test_link_loss_counts_sequence_gaps():
     enc = Encoder(PLAN, KEY, 1, 2)
     inbox = Inbox(PLAN, KEY, 1)
-    ds = [bytes(d)[3:] for d in enc.chunks(np.ones(1000, np.float32), 1, 0, stream="a")]
+    ds = [bytes(d)[3:] for d in enc.chunks(np.ones(1000, np.float32), 1, 0)]
     for k, d in enumerate(ds):
         if k % 5 != 1:  # lose 2 of 10
             inbox.ingest(memoryview(d))

@@ -46,10 +46,10 @@ def test_rps_iteration_reaches_every_peer():
                       rps_period=1, peers=tuple(Peer(i, "127.0.0.1", 1000 + i) for i in range(1, W)))
     plan = ChunkPlan(7850, wire.default_chunk_bytes())
     t = SlowRecorder()
-    sender = Sender(t, Encoder(plan, KEY, 1, 0), plan.n_params)
+    endpoints = {p.id: (p.host, p.port) for p in cfg.peers}
+    sender = Sender(t, Encoder(plan, KEY, 1, 0), plan.n_params, endpoints)
     inbox = Inbox(plan, KEY, 1, rps_blocks=W)
-    ctx = Context(cfg, plan, inbox, sender, {p.id: (p.host, p.port) for p in cfg.peers},
-                  np.random.default_rng(0))
+    ctx = Context(cfg, plan, inbox, sender, endpoints, np.random.default_rng(0))
     proto = make_protocol(ctx)
     proto.after_step(np.ones(plan.n_params, np.float32), 1)
     deadline = time.monotonic() + 10

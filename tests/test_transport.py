@@ -44,7 +44,7 @@ def receiver(free_udp_port):
 def _send_model(kind, peer, x, round=0, rate=50e6):
     t = make_transport(kind, rate_bytes_per_s=rate)
     try:
-        send_vector(t, Encoder(PLAN, KEY, 1, sender=2), peer, x, wire.MsgType.PARAMS, round)
+        send_vector(t, Encoder(PLAN, KEY, 1, sender=2), peer, 0, x, wire.MsgType.PARAMS, round)
     finally:
         time.sleep(0.05)
         t.close()
@@ -103,7 +103,7 @@ def _bad_datagrams():
     past = bytearray(good[1])
     wire.pack_into(past, 3, h._replace(byte_offset=PLAN.model_bytes, seq=h.seq + 100))
     end = 3 + wire.HEADER_SIZE + h.length
-    past[end:] = wire.make_tag(KEY, bytes(past[3:end]))
+    past[end:] = wire.make_tag(KEY, bytes(past[:end]))
     return good[0], {
         "truncated": good[1][:25],
         "random": bytes(np.random.default_rng(1).integers(0, 256, 500, dtype=np.uint8)) ,

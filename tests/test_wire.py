@@ -10,10 +10,10 @@ KEY = b"k" * 32
 
 
 def test_header_roundtrip_and_size():
-    h = wire.Header(1, 1, 1, 0, 7, 3, 2, 99, 5, 10, 5 * 1412, 1412, 2**63 + 5)
+    h = wire.Header(2, 1, 1, 0, 7, 3, 4, 2, 0, 17, 99, 5, 10, 5 * 1412, 1412, 2**63 + 5)
     buf = bytearray(wire.HEADER_SIZE + 1412 + wire.TAG_SIZE)
     wire.pack_into(buf, 0, h)
-    assert wire.HEADER_SIZE == 40
+    assert wire.HEADER_SIZE == 48
     assert wire.unpack(memoryview(buf)) == h
 
 
@@ -31,7 +31,8 @@ def test_chunk_sizes_fit_mtu_and_libzmq():
 @pytest.mark.parametrize("mutate,reason", [
     (lambda b: b[:20], "truncated"),
     (lambda b: b[:-1], "truncated"),
-    (lambda b: bytes([2]) + b[1:], "bad_version"),
+    (lambda b: bytes([1]) + b[1:], "bad_version"),
+    (lambda b: b[:14] + bytes([1]) + b[15:], "bad_version"),  # reserved bytes set
     (lambda b: b[:1] + bytes([9]) + b[2:], "bad_type"),
     (lambda b: b[:2] + bytes([2]) + b[3:], "bad_dtype"),
 ])
@@ -44,17 +45,22 @@ def test_unpack_rejects(mutate, reason):
     assert e.value.reason == reason
 
 
-def test_tag_covers_header_and_payload():
+def test_tag_covers_group_header_and_payload():
     plan = ChunkPlan(1000, 400)
     enc = Encoder(plan, KEY, 1, 2)
     body = bytearray(bytes(next(enc.chunks(np.ones(1000, np.float32), 1, 0)))[3:])
     h = wire.unpack(memoryview(body))
-    assert wire.verify(KEY, memoryview(body), h.length)
-    for pos in (6, 45):  # a header byte (sender id), a payload byte
+    end = wire.HEADER_SIZE + h.length
+
+    def ok(b, key=KEY, group=wire.DEFAULT_GROUP):
+        return wire.body_tag(key, b[:end], group) == bytes(b[end:])
+    assert ok(body)
+    for pos in (6, 10, 16, 45, 53):  # sender, receiver, session, seq, a payload byte
         forged = bytearray(body)
         forged[pos] ^= 1
-        assert not wire.verify(KEY, memoryview(forged), h.length)
-    assert not wire.verify(b"x" * 32, memoryview(body), h.length)
+        assert not ok(forged)
+    assert not ok(body, key=b"x" * 32)
+    assert not ok(body, group=b"eh")
 
 
 def test_replay_window():
@@ -65,7 +71,9 @@ def test_replay_window():
     assert w.check(98) == "replayed"
     assert w.check(100 + WINDOW) is None
     assert w.check(100) == "stale"
-    assert w.check(10**15) is None      # a restarted sender starts far above
+    assert w.check(10**15) is None
+    assert w.reason(10**15 + 1) is None and w.reason(10**15) == "replayed"
+    assert w.highest == 10**15          # reason() records nothing
 
 
 def test_chunk_plan_blocks_cover_model():

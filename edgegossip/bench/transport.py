@@ -125,7 +125,7 @@ def _send(kind: str, chunk_bytes: int, port: int, rate: float | None, x: np.ndar
         time.sleep(0.2)
         t0 = time.perf_counter()
     for r in range(rounds):
-        send_vector(t, enc, peer, x, wire.MsgType.PARAMS, r)
+        send_vector(t, enc, peer, 0, x, wire.MsgType.PARAMS, r)
     elapsed = time.perf_counter() - t0
     time.sleep(0.2)
     t.close()

@@ -24,7 +24,7 @@ import numpy as np
 from edgegossip import kernels
 from edgegossip.dataplane import wire
 from edgegossip.dataplane.chunking import ChunkPlan
-from edgegossip.dataplane.replay import ReplayWindow
+from edgegossip.dataplane.replay import FIRST_ROUND_LIMIT, PeerLink, round_limit
 
 try:
     from edgegossip import _wire_c
@@ -33,7 +33,8 @@ except ImportError:  # built without OpenSSL headers: every datagram goes throug
 
 DROP_REASONS = (
     "truncated", "oversized", "bad_group", "bad_version", "bad_type", "bad_dtype", "wrong_fleet",
-    "bad_tag", "replayed", "stale", "old_round", "out_of_bounds", "non_finite", "unknown_sender",
+    "wrong_receiver", "bad_tag", "unknown_sender", "old_session", "session_jump", "replayed",
+    "stale", "seq_jump", "out_of_bounds", "non_finite", "old_round", "round_jump",
 )
 
 
@@ -108,7 +109,8 @@ class Slot:
 
 class Inbox:
     def __init__(self, plan: ChunkPlan, key: bytes, fleet: int, peers: set[int] | None = None,
-                 rps_blocks: int = 0, max_events: int = 1024):
+                 rps_blocks: int = 0, max_events: int = 1024, me: int = 0,
+                 group: bytes = wire.DEFAULT_GROUP):
         self.plan = plan
         self.rps_blocks = rps_blocks
         self._n_chunks = plan.n_chunks
@@ -116,11 +118,12 @@ class Inbox:
         self._model_bytes = plan.model_bytes
         self.key = key
         self.fleet = fleet
+        self.me = me        # datagrams naming another receiver are dropped
         self.peers = peers  # None admits any sender id whose tag verifies
+        self._tagger = wire.Tagger(key, wire.frame_prefix(group))
         self.max_body = wire.HEADER_SIZE + plan.chunk_bytes + wire.TAG_SIZE
         self.counter = DropCounter()
-        self._replay: dict[int, ReplayWindow] = {}
-        self.links: dict[int, list[int]] = {}
+        self.links: dict[int, PeerLink] = {}
         self._slots: dict[tuple[int, int], Slot] = {}
         self._events: deque[Event] = deque(maxlen=max_events)
         self._cond = threading.Condition()
@@ -145,20 +148,25 @@ class Inbox:
             return e.reason
         if h.fleet != self.fleet:
             return "wrong_fleet"
+        if h.receiver != self.me:
+            return "wrong_receiver"
         end = wire.HEADER_SIZE + h.length
-        if not hmac.compare_digest(wire.make_tag(self.key, body[:end]), body[end:]):
+        if not hmac.compare_digest(self._tagger.tag(body[:end]), body[end:]):
             return "bad_tag"
         sender = h.sender
         if self.peers is not None and sender not in self.peers:
             return "unknown_sender"
-        window = self._replay.get(sender)
-        if window is None:
-            window = self._replay[sender] = ReplayWindow()
-        reason = window.check(h.seq)
+        link = self.links.get(sender)
+        if link is None:
+            link = self.links[sender] = PeerLink()
+        now = time.monotonic()
+        reason = link.admit(h.session, h.seq, now)
         if reason is not None:
             return reason
-        self._count_link(sender, h.seq)
         if h.msg_type == wire.MsgType.REQUEST:
+            if h.round > FIRST_ROUND_LIMIT:
+                return "round_jump"
+            self._commit(link, h, now)
             self._event(h)
             self.counter.accepted += 1
             return None
@@ -170,29 +178,40 @@ class Inbox:
         payload = body[wire.HEADER_SIZE:end]
         if not kernels.all_finite(payload):
             return "non_finite"
-        return self._file(h, payload)
+        return self._file(h, payload, link, now)
 
-    def _file(self, h: wire.Header, payload: memoryview) -> str | None:
+    def _commit(self, link: PeerLink, h: wire.Header, now: float) -> None:
+        if link.commit(h.session, h.seq, now):
+            # the peer restarted: its rounds count from 1 again
+            with self._cond:
+                for (sender, _), slot in self._slots.items():
+                    if sender == h.sender:
+                        slot.current.round = slot.previous.round = -1
+
+    def _file(self, h: wire.Header, payload: memoryview, link: PeerLink, now: float) -> str | None:
+        new_session = h.session != link.session
         with self._cond:
             key = (h.sender, h.msg_type)
             slot = self._slots.get(key)
             if slot is None:
                 slot = self._slots[key] = Slot(self.plan)
             cur = slot.current
-            if h.round != cur.round:
-                if h.round < cur.round:
-                    if h.round != slot.previous.round:
-                        return "old_round"
-                    cur = slot.previous  # late chunk of the round before: still useful
-                else:
-                    cur = slot.advance(h.round, self._expected_chunks(h))
-                    self._event(h)
+            current_round = -1 if new_session else cur.round
+            opens = h.round > current_round
+            if h.round < current_round:
+                if h.round != slot.previous.round:
+                    return "old_round"
+                cur = slot.previous  # late chunk of the round before: still useful
+            elif opens and h.round > round_limit(current_round, link, now):
+                return "round_jump"
+            self._commit(link, h, now)
+            if opens:
+                cur = slot.advance(h.round, self._expected_chunks(h))
+                self._event(h)
             fresh = not cur.mask[h.chunk_index]
-            if not kernels.scatter_chunk(cur.bytes, cur.mask, payload, h.byte_offset,
-                                         h.chunk_index):
-                return "out_of_bounds"
+            kernels.scatter_chunk(cur.bytes, cur.mask, payload, h.byte_offset, h.chunk_index)
             cur.received += fresh
-            cur.updated = time.monotonic()
+            cur.updated = now
             self.counter.accepted += 1
             self.counter.accepted_bytes += h.length
             if cur.received >= cur.expected:
@@ -213,53 +232,54 @@ class Inbox:
         head = run.peek(start)
         if head is None:
             return start
-        sender, msg_type, rnd = head
+        sender, msg_type, session, rnd = head
         slot = self._slots.get((sender, msg_type))
-        window = self._replay.get(sender)
         link = self.links.get(sender)
-        if slot is None or window is None or link is None or slot.current.round != rnd:
+        if (slot is None or link is None or link.session != session or not link.baseline
+                or slot.current.round != rnd):
             return start
         if self.peers is not None and sender not in self.peers:
             return start
+        now = time.monotonic()
+        limit = min(link.seq_limit(now), 2**63 - 1)
         with self._cond:
             cur = slot.current
             if self._run_target is not cur:
                 run.target(cur.bytes, cur.mask)
                 self._run_target = cur
-            k = run.run(start, stop, self.fleet, sender, msg_type, rnd, window.highest)
+            k = run.run(start, stop, self.fleet, self.me, sender, msg_type, session, rnd,
+                        link.window.highest, limit)
             if not k:
                 return start
-            seqs = run.seqs[:k]
-            window.advance(seqs)
-            link[1] = max(link[1], int(seqs[k - 1]))
-            link[2] += k
+            link.commit_run(run.seqs[:k], now)
             cur.received += run.fresh
-            cur.updated = time.monotonic()
+            cur.updated = now
             self.counter.accepted += k
             self.counter.accepted_bytes += run.nbytes
             if cur.received >= cur.expected:
                 self._cond.notify_all()
         return start + k
 
-    def _count_link(self, sender: int, seq: int) -> None:
-        link = self.links.get(sender)
-        if link is None:
-            self.links[sender] = [seq, seq, 1]  # first seq, highest seq, authentic arrivals
-        else:
-            if seq < link[0]:
-                link[0] = seq
-            if seq > link[1]:
-                link[1] = seq
-            link[2] += 1
-
     def link_loss(self) -> tuple[int, int]:
         """(datagrams that arrived, datagrams the senders numbered) over every incoming link:
         the loss this receiver observed, from gaps in the per-link sequence numbers."""
         arrived = expected = 0
-        for first, highest, n in list(self.links.values()):
-            arrived += n
-            expected += highest - first + 1
+        for link in list(self.links.values()):
+            a, e = link.loss()
+            arrived += a
+            expected += e
         return arrived, expected
+
+    def replay_state(self) -> np.ndarray:
+        """(peer, session, highest seq) per peer, for the checkpoint."""
+        rows = [(p, *link.state()) for p, link in list(self.links.items()) if link.session >= 0]
+        return np.array(rows, np.int64).reshape(-1, 3)
+
+    def restore_replay(self, state: np.ndarray) -> None:
+        """Take back what replay_state() gave before a restart: nothing accepted then is
+        accepted again."""
+        for peer, session, highest in np.asarray(state, np.int64).reshape(-1, 3):
+            self.links[int(peer)] = PeerLink.restored(int(session), int(highest))
 
     def _expected_chunks(self, h: wire.Header) -> int:
         # the whole model for PARAMS; one block for RPS messages, whose block id names it

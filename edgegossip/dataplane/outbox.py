@@ -8,7 +8,6 @@ batches() frames many chunks at once into preallocated rows for Transport.send_b
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Iterator
 
 import numpy as np
@@ -26,20 +25,23 @@ BATCH = 32  # datagrams framed per batch, sent with one syscall; 32 rows of 8 KB
 
 class Encoder:
     def __init__(self, plan: ChunkPlan, key: bytes, fleet: int, sender: int,
-                 group: bytes = wire.DEFAULT_GROUP):
+                 group: bytes = wire.DEFAULT_GROUP, session: int = 1):
         wire.check_chunk_bytes(plan.chunk_bytes, group)
         self.plan = plan
         self.key = key
         self.fleet = fleet
         self.sender = sender
+        if not 0 < session < 2**32:
+            raise ValueError(f"session {session} outside 1 .. 2**32 - 1")
+        self.session = session  # this process's incarnation (see agent.Incarnation)
         self.prefix = wire.frame_prefix(group)
         self._buf = bytearray(len(self.prefix) + wire.HEADER_SIZE + plan.chunk_bytes
                               + wire.TAG_SIZE)
         self._buf[:len(self.prefix)] = self.prefix
         self._view = memoryview(self._buf)
-        # one sequence per destination stream, so a receiver can count the gaps in what it was
-        # sent; each starts at the microsecond clock so it keeps rising across restarts
-        self._seq: dict[object, int] = {}
+        # one sequence per receiver, so it can count the gaps in what it was sent; each starts
+        # at 1 in every session, and the session grows across restarts
+        self._seq: dict[int, int] = {}
         self.datagrams = 0
         self.bytes = 0
         self.rows = np.zeros((BATCH, len(self._buf)), np.uint8)
@@ -47,39 +49,39 @@ class Encoder:
         self._prefix = np.frombuffer(self.prefix, np.uint8)
         self._mac = _wire_c.Hmac(np.frombuffer(key, np.uint8)) if _wire_c is not None else None
 
-    def _next_seq(self, stream: object) -> int:
-        seq = self._seq.get(stream)
-        seq = time.time_ns() // 1000 if seq is None else seq + 1
-        self._seq[stream] = seq
+    def _next_seq(self, receiver: int) -> int:
+        seq = self._seq.get(receiver, 0) + 1
+        self._seq[receiver] = seq
         return seq
 
     def _frame(self, msg_type: int, round: int, block: int, flags: int, chunk: int,
-               payload: memoryview, stream: object = None) -> memoryview:
+               payload: memoryview, receiver: int = 0) -> memoryview:
         p = len(self.prefix)
         n = len(payload)
-        seq = self._next_seq(stream)
+        seq = self._next_seq(receiver)
         wire.pack_into(self._buf, p, wire.Header(
-            wire.VERSION, msg_type, wire.DTYPE_F32, flags, self.fleet, self.sender, block, round,
-            chunk, self.plan.n_chunks, chunk * self.plan.chunk_bytes, n, seq))
+            wire.VERSION, msg_type, wire.DTYPE_F32, flags, self.fleet, self.sender, receiver,
+            block, 0, self.session, round, chunk, self.plan.n_chunks,
+            chunk * self.plan.chunk_bytes, n, seq))
         end = p + wire.HEADER_SIZE + n
         self._view[p + wire.HEADER_SIZE:end] = payload
-        self._view[end:end + wire.TAG_SIZE] = wire.make_tag(self.key, self._view[p:end])
+        self._view[end:end + wire.TAG_SIZE] = wire.make_tag(self.key, self._view[:end])
         self.datagrams += 1
         self.bytes += end + wire.TAG_SIZE
         return self._view[:end + wire.TAG_SIZE]
 
     def chunks(self, vec: np.ndarray, msg_type: int, round: int, chunks: Iterable[int] | None = None,
-               block: int = 0, flags: int = 0, stream: object = None) -> Iterator[memoryview]:
-        """Framed datagrams of `vec` (the whole model, or the given chunk indices), numbered in
-        the sequence of `stream` (one stream per destination)."""
+               block: int = 0, flags: int = 0, receiver: int = 0) -> Iterator[memoryview]:
+        """Framed datagrams of `vec` (the whole model, or the given chunk indices) for
+        `receiver`, numbered in the sequence of that link."""
         raw = memoryview(vec.view(np.uint8))
         plan = self.plan
         for c in (range(plan.n_chunks) if chunks is None else chunks):
             start, stop = plan.chunk_range(c)
-            yield self._frame(msg_type, round, block, flags, c, raw[start:stop], stream)
+            yield self._frame(msg_type, round, block, flags, c, raw[start:stop], receiver)
 
     def batches(self, vec: np.ndarray, msg_type: int, round: int, chunks: Iterable[int] | None = None,
-                block: int = 0, flags: int = 0, stream: object = None,
+                block: int = 0, flags: int = 0, receiver: int = 0,
                 batch: int = BATCH) -> Iterator[int]:
         """Frame the same datagrams as chunks(), up to `batch` at a time, into self.rows (row i
         is self.lengths[i] bytes); yields how many rows hold the current batch. The caller sends
@@ -92,17 +94,18 @@ class Encoder:
             raw = vec.view(np.uint8)
             for first in range(span.start, span.stop, batch):
                 stop = min(first + batch, span.stop)
-                seq0 = self._next_seq(stream)
+                seq0 = self._next_seq(receiver)
                 n = _wire_c.frame_batch(self._mac, raw, self.rows, self.lengths, self._prefix,
-                                        msg_type, flags, self.fleet, self.sender, block, round,
-                                        first, stop, plan.n_chunks, plan.chunk_bytes, seq0)
-                self._seq[stream] = seq0 + n - 1
+                                        msg_type, flags, self.fleet, self.sender, receiver, block,
+                                        self.session, round, first, stop, plan.n_chunks,
+                                        plan.chunk_bytes, seq0)
+                self._seq[receiver] = seq0 + n - 1
                 self.datagrams += n
                 self.bytes += int(self.lengths[:n].sum())
                 yield n
             return
         k = 0
-        for d in self.chunks(vec, msg_type, round, span, block, flags, stream):
+        for d in self.chunks(vec, msg_type, round, span, block, flags, receiver):
             self.rows[k, :len(d)] = d
             self.lengths[k] = len(d)
             k += 1
@@ -112,6 +115,6 @@ class Encoder:
         if k:
             yield k
 
-    def request(self, round: int, flags: int = 0, stream: object = None) -> memoryview:
+    def request(self, round: int, flags: int = 0, receiver: int = 0) -> memoryview:
         """A payload-less REQUEST datagram (Gossiping SGD pull)."""
-        return self._frame(wire.MsgType.REQUEST, round, 0, flags, 0, memoryview(b""), stream)
+        return self._frame(wire.MsgType.REQUEST, round, 0, flags, 0, memoryview(b""), receiver)

@@ -1,41 +1,71 @@
-"""Per-sender replay protection: a sliding window over datagram sequence numbers (as IPsec's).
+"""What a receiver knows of each peer's link: the peer's session, a replay window over the
+sequence numbers of that session (as IPsec's), and bounds on how far one datagram may move them.
 
-A sequence number is accepted once. One within WINDOW below the highest seen is accepted if it was
-not seen (UDP may reorder); one further below is stale. Senders start their sequence at the
-microsecond wall clock, so a restarted agent's numbers are above those it used before the crash.
+A sequence number is accepted once. One within WINDOW below the highest accepted is accepted if it
+was not seen (UDP may reorder); one further below is stale. A datagram of an older session than
+the newest accepted is dropped (``old_session``); a newer session, once its tag has verified,
+starts the window afresh (the peer restarted and numbers from 1 again).
+
+Nothing is recorded until the whole datagram is accepted (check, then commit), so a replayed,
+out-of-bounds or old-round datagram never moves a window. And no single datagram may move one
+far: a sequence number may lead the highest accepted by at most
+
+    JUMP + RATE * (seconds since this link last accepted a datagram)
+
+(``seq_jump``), which no sender reaches by sending, and a session may lead the known one by at most
+SESSION_JUMP restarts (``session_jump``). A key holder who sends one datagram at the limit holds
+the link's real traffic below the window for JUMP / (its datagram rate) seconds, not for ever.
+A link with no baseline (first contact, or restored from a checkpoint) takes sequence numbers up
+to FIRST_SEQ_LIMIT ahead, which a sender would need years to count.
+
+A receiver persists (session, highest) per peer with its checkpoint and restores them, so no
+datagram it had accepted before a restart is accepted after it.
 """
 
 from __future__ import annotations
 
 WINDOW = 4096
+JUMP = 1 << 16            # datagrams (or rounds) a link may skip with no time passing
+RATE = 1 << 17            # and per second of silence: above any sender's datagram rate
+SESSION_JUMP = 1 << 16    # restarts of a peer between two datagrams we accept from it
+FIRST_SEQ_LIMIT = 1 << 40
 
 
 class ReplayWindow:
     __slots__ = ("highest", "bits")
 
-    def __init__(self) -> None:
-        self.highest = -1
-        self.bits = 0  # bit k set: highest - k was seen
+    def __init__(self, highest: int = -1, bits: int = 0) -> None:
+        self.highest = highest
+        self.bits = bits  # bit k set: highest - k was seen
 
-    def check(self, seq: int) -> str | None:
-        """Record seq; return None if fresh, else the drop reason."""
+    def reason(self, seq: int) -> str | None:
+        """None if seq would be fresh, else the drop reason; records nothing."""
         if seq > self.highest:
-            shift = seq - self.highest
-            self.bits = ((self.bits << shift) | 1) & _MASK if shift < WINDOW else 1
-            self.highest = seq
             return None
         back = self.highest - seq
         if back >= WINDOW:
             return "stale"
-        bit = 1 << back
-        if self.bits & bit:
-            return "replayed"
-        self.bits |= bit
-        return None
+        return "replayed" if self.bits >> back & 1 else None
+
+    def record(self, seq: int) -> None:
+        """Note seq as seen (after reason() said it is fresh)."""
+        if seq > self.highest:
+            shift = seq - self.highest
+            self.bits = ((self.bits << shift) | 1) & _MASK if shift < WINDOW else 1
+            self.highest = seq
+        else:
+            self.bits |= 1 << (self.highest - seq)
+
+    def check(self, seq: int) -> str | None:
+        """reason(), and record() when fresh."""
+        why = self.reason(seq)
+        if why is None:
+            self.record(seq)
+        return why
 
     def advance(self, seqs) -> None:
-        """Record a rising run of sequence numbers, all above highest (what check() would do for
-        each of them in turn, in one update: the receive fast path accepts such runs)."""
+        """Record a rising run of sequence numbers, all above highest (what record() would do
+        for each of them in turn, in one update: the receive fast path accepts such runs)."""
         k = len(seqs)
         if not k:
             return
@@ -53,4 +83,94 @@ class ReplayWindow:
         self.highest = last
 
 
+class PeerLink:
+    """One peer as this receiver sees it. Written by the receive thread only."""
+
+    __slots__ = ("session", "window", "last_accept", "baseline", "first", "arrived",
+                 "past_expected", "past_arrived")
+
+    def __init__(self) -> None:
+        self.session = -1          # newest session accepted; -1: none yet
+        self.window = ReplayWindow()
+        self.last_accept = 0.0     # time.monotonic() of the last accepted datagram
+        self.baseline = False      # False until a datagram is accepted in this process
+        self.first = -1            # loss accounting for the current session
+        self.arrived = 0
+        self.past_expected = 0     # and for the sessions before it
+        self.past_arrived = 0
+
+    def seq_limit(self, now: float) -> int:
+        """Highest sequence number one datagram may carry in the current session now."""
+        base = max(self.window.highest, 0)
+        if not self.baseline:
+            return base + FIRST_SEQ_LIMIT
+        return base + JUMP + int(RATE * max(0.0, now - self.last_accept))
+
+    def admit(self, session: int, seq: int, now: float) -> str | None:
+        """None if a datagram of (session, seq) may be accepted, else the drop reason."""
+        if self.session >= 0:
+            if session < self.session:
+                return "old_session"
+            if session > self.session:
+                return "session_jump" if session - self.session > SESSION_JUMP else None
+        elif session == 0:
+            return "old_session"  # sessions start at 1
+        why = self.window.reason(seq)
+        if why is None and seq > self.seq_limit(now):
+            return "seq_jump"
+        return why
+
+    def commit(self, session: int, seq: int, now: float) -> bool:
+        """Record an accepted datagram; True if it opened a new session of the peer."""
+        new = session != self.session
+        if new:
+            if self.arrived:
+                self.past_expected += self.window.highest - self.first + 1
+                self.past_arrived += self.arrived
+            self.session = session
+            self.window = ReplayWindow()
+            self.first, self.arrived = seq, 0
+        self.window.record(seq)
+        if seq < self.first or self.first < 0:
+            self.first = seq
+        self.arrived += 1
+        self.last_accept = now
+        self.baseline = True
+        return new
+
+    def commit_run(self, seqs, now: float) -> None:
+        """Record a rising run of accepted sequence numbers of the current session."""
+        self.window.advance(seqs)
+        self.arrived += len(seqs)
+        self.last_accept = now
+        self.baseline = True
+
+    def loss(self) -> tuple[int, int]:
+        """(datagrams that arrived, datagrams the peer numbered for us), all sessions."""
+        cur = self.window.highest - self.first + 1 if self.arrived else 0
+        return self.past_arrived + self.arrived, self.past_expected + cur
+
+    def state(self) -> tuple[int, int]:
+        return self.session, self.window.highest
+
+    @classmethod
+    def restored(cls, session: int, highest: int) -> "PeerLink":
+        """A link as persisted: everything at or below highest in that session counts as seen."""
+        link = cls()
+        link.session = session
+        link.window = ReplayWindow(highest, _MASK)
+        return link
+
+
 _MASK = (1 << WINDOW) - 1
+
+
+FIRST_ROUND_LIMIT = 1 << 24  # a round no sender reaches in one session
+
+
+def round_limit(current: int, link: PeerLink, now: float) -> int:
+    """Highest round one datagram may open in a slot whose newest round is `current` (-1: none
+    in this session yet); rounds, like sequence numbers, cannot run ahead faster than RATE."""
+    if current < 0 or not link.baseline:
+        return FIRST_ROUND_LIMIT
+    return current + JUMP + int(RATE * max(0.0, now - link.last_accept))

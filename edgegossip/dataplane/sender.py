@@ -21,20 +21,20 @@ from edgegossip.transport.base import Endpoint, Transport
 log = logging.getLogger(__name__)
 
 
-def send_vector(transport: Transport, encoder: Encoder, peer: Endpoint, vec: np.ndarray,
-                msg_type: int, round: int, chunks: range | None = None, block: int = 0,
-                flags: int = 0) -> None:
-    """Frame vec (or its chunks) and send it to peer, batched as the transport prefers; each
-    destination is its own sequence stream."""
+def send_vector(transport: Transport, encoder: Encoder, endpoint: Endpoint, receiver: int,
+                vec: np.ndarray, msg_type: int, round: int, chunks: range | None = None,
+                block: int = 0, flags: int = 0) -> None:
+    """Frame vec (or its chunks) for worker `receiver` and send it to its endpoint, batched as
+    the transport prefers."""
     size = len(encoder.prefix) + wire.HEADER_SIZE + encoder.plan.chunk_bytes + wire.TAG_SIZE
     batch = transport.batch_hint(size)
-    for n in encoder.batches(vec, msg_type, round, chunks, block, flags, peer, batch):
-        transport.send_batch(peer, encoder.rows, encoder.lengths, n)
+    for n in encoder.batches(vec, msg_type, round, chunks, block, flags, receiver, batch):
+        transport.send_batch(endpoint, encoder.rows, encoder.lengths, n)
 
 
 @dataclass
 class Job:
-    peer: Endpoint
+    peer: int
     vec: np.ndarray | None
     msg_type: int
     round: int
@@ -45,9 +45,11 @@ class Job:
 
 
 class Sender:
-    def __init__(self, transport: Transport, encoder: Encoder, n_params: int, pool: int = 4):
+    def __init__(self, transport: Transport, encoder: Encoder, n_params: int,
+                 endpoints: dict[int, Endpoint], pool: int = 4):
         self.transport = transport
         self.encoder = encoder
+        self.endpoints = endpoints  # worker id -> where its datagrams go
         self._free: queue.Queue[np.ndarray] = queue.Queue()
         for _ in range(pool):
             self._free.put(np.empty(n_params, np.float32))
@@ -57,12 +59,12 @@ class Sender:
         self.errors = 0
         self.skipped = 0
 
-    def send(self, peer: Endpoint, vec: np.ndarray, msg_type: int, round: int,
+    def send(self, peer: int, vec: np.ndarray, msg_type: int, round: int,
              chunks: range | None = None, block: int = 0, flags: int = 0) -> bool:
         """Queue a copy of vec (or of its chunks); False if every buffer is busy (skipped)."""
         return self.broadcast([(peer, chunks, block)], vec, msg_type, round, flags)
 
-    def broadcast(self, targets: list[tuple[Endpoint, range | None, int]], vec: np.ndarray,
+    def broadcast(self, targets: list[tuple[int, range | None, int]], vec: np.ndarray,
                   msg_type: int, round: int, flags: int = 0) -> bool:
         """Queue one copy of vec for every (peer, chunks, block) in targets; False, sending
         nothing, if every buffer is busy."""
@@ -79,7 +81,7 @@ class Sender:
                                last=k == len(targets) - 1))
         return True
 
-    def request(self, peer: Endpoint, round: int, flags: int = 0) -> None:
+    def request(self, peer: int, round: int, flags: int = 0) -> None:
         self._jobs.put(Job(peer, None, -1, round, None, 0, flags))  # type: ignore[arg-type]
 
     @property
@@ -92,11 +94,12 @@ class Sender:
             if job is None:
                 return
             try:
+                endpoint = self.endpoints[job.peer]
                 if job.vec is None:
-                    self.transport.send(job.peer, self.encoder.request(job.round, job.flags, job.peer))
+                    self.transport.send(endpoint, self.encoder.request(job.round, job.flags, job.peer))
                     continue
-                send_vector(self.transport, self.encoder, job.peer, job.vec, job.msg_type,
-                            job.round, job.chunks, job.block, job.flags)
+                send_vector(self.transport, self.encoder, endpoint, job.peer, job.vec,
+                            job.msg_type, job.round, job.chunks, job.block, job.flags)
             except OSError as e:  # unreachable peer, interface gone: the datagrams are lost
                 self.errors += 1
                 log.debug("send to %s failed: %s", job.peer, e)

@@ -58,7 +58,7 @@ class GossipProtocol(Protocol):
 
     def _send_params(self, peer: int, vec: np.ndarray, flags: int = 0) -> bool:
         self.round += 1
-        return self.ctx.sender.send(self.ctx.peers[peer], vec, wire.MsgType.PARAMS, self.round,
+        return self.ctx.sender.send(peer, vec, wire.MsgType.PARAMS, self.round,
                                     flags=flags)
 
     def before_step(self, x: np.ndarray, step: int) -> None:
@@ -74,7 +74,7 @@ class GossipProtocol(Protocol):
                 pre = self._snapshot(x)
                 if pre is not None:
                     self.round += 1
-                    ctx.sender.request(ctx.peers[j], self.round)
+                    ctx.sender.request(j, self.round)
                     self.pending[j] = Pending(j, pre, now + ctx.cfg.deadline_s)
             elif self.kind == "gossip-push":
                 self._send_params(j, x)

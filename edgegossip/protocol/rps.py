@@ -58,7 +58,7 @@ class RpsProtocol(Protocol):
         if step % ctx.cfg.rps_period or ctx.sender.busy:
             return
         self.round += 1
-        ctx.sender.broadcast([(peer, self.blocks[s][1], s) for s, peer in ctx.peers.items()],
+        ctx.sender.broadcast([(s, self.blocks[s][1], s) for s in ctx.peers],
                              x, wire.MsgType.REDUCE, self.round)
         sl, chunks = self.blocks[self.me]
         received = []
@@ -69,5 +69,5 @@ class RpsProtocol(Protocol):
                 if got:
                     received.append((self._y[sl].copy(), self._mask[chunks.start:chunks.stop].copy()))
         rps.reduce(x[sl], received, ce, self._acc, self._count)
-        ctx.sender.broadcast([(peer, chunks, self.me) for peer in ctx.peers.values()],
+        ctx.sender.broadcast([(peer, chunks, self.me) for peer in ctx.peers],
                              x, wire.MsgType.GATHER, self.round)

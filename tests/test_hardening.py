@@ -1,0 +1,204 @@
+"""The five attacks on the data plane, each sent over real sockets to a real receive path
+(transport, receive thread, inbox with its compiled fast path) on both transports; after each,
+the legitimate peer's next round is accepted whole. And a bounded fuzz of captured datagrams."""
+import time
+
+import numpy as np
+import pytest
+
+from edgegossip.dataplane import wire
+from edgegossip.dataplane.chunking import ChunkPlan
+from edgegossip.dataplane.inbox import Inbox
+from edgegossip.dataplane.outbox import Encoder
+from edgegossip.transport import ReceiveThread, make_transport
+
+KEY = b"k" * 32
+PLAN = ChunkPlan(20_000, wire.default_chunk_bytes())  # 57 datagrams a model
+A, B, C = 0, 1, 2  # B is the receiver under attack; A and C are its peers
+
+
+def _frames(enc: Encoder, round: int, receiver: int, value: float = 1.0) -> list[bytes]:
+    x = np.full(PLAN.n_params, value, np.float32)
+    return [bytes(d) for d in enc.chunks(x, wire.MsgType.PARAMS, round, receiver=receiver)]
+
+
+class Receiver:
+    """B: a bound transport with its receive thread and inbox, and a socket to send it things."""
+
+    def __init__(self, kind: str, port: int, inbox: Inbox):
+        self.kind = kind
+        self.inbox = inbox
+        self.t = make_transport(kind)
+        self.t.bind(("127.0.0.1", port))
+        self.endpoint = ("127.0.0.1", port)
+        self.rt = ReceiveThread(self.t, inbox.ingest, inbox.counter.drop, inbox.fast).start()
+        self.out = make_transport(kind, rate_bytes_per_s=50e6)
+        time.sleep(0.2 if kind == "zmq" else 0.0)
+
+    def send(self, datagrams: list[bytes], timeout: float = 5.0) -> None:
+        """Send and wait until the inbox has accounted for every one (accepted or dropped)."""
+        c = self.inbox.counter
+        target = c.accepted + c.dropped + len(datagrams)
+        for d in datagrams:
+            self.out.send(self.endpoint, memoryview(d))
+        deadline = time.monotonic() + timeout
+        while c.accepted + c.dropped < target and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    def round_ok(self, sender: int, round: int) -> bool:
+        out = np.zeros(PLAN.n_params, np.float32)
+        mask = np.zeros(PLAN.n_chunks, np.uint8)
+        got = self.inbox.collect(sender, wire.MsgType.PARAMS, round, time.monotonic() + 3, out,
+                                 mask)
+        return got == PLAN.n_chunks
+
+    def close(self) -> None:
+        self.rt.stop()
+        self.t.close()
+        self.out.close()
+
+
+@pytest.fixture
+def receivers(free_udp_port):
+    opened = []
+
+    def start(kind, inbox=None):
+        r = Receiver(kind, free_udp_port(), inbox or Inbox(PLAN, KEY, 1, peers={A, C}, me=B))
+        opened.append(r)
+        return r
+    yield start
+    for r in opened:
+        r.close()
+
+
+def _drops(r: Receiver) -> dict:
+    return dict(r.inbox.counter.drops)
+
+
+@pytest.mark.parametrize("kind", ["udp", "zmq"])
+def test_replay_across_destinations_is_dropped(receivers, kind):
+    b = receivers(kind)
+    a, c = Encoder(PLAN, KEY, 1, A, session=1), Encoder(PLAN, KEY, 1, C, session=1)
+    a_to_c = _frames(a, 1, C)              # captured on their way to C
+    c_to_a = _frames(c, 1, A)
+    b.send(a_to_c + c_to_a)
+    assert b.inbox.counter.accepted == 0
+    assert _drops(b) == {"wrong_receiver": len(a_to_c) + len(c_to_a)}
+    b.send(_frames(a, 2, B))               # A's own traffic to B, right after
+    assert b.round_ok(A, 2) and set(_drops(b)) == {"wrong_receiver"}
+
+
+@pytest.mark.parametrize("kind", ["udp", "zmq"])
+def test_replay_into_a_restarted_receiver_is_dropped(receivers, kind):
+    first = receivers(kind)
+    a = Encoder(PLAN, KEY, 1, A, session=1)
+    captured = _frames(a, 1, B)
+    first.send(captured)
+    assert first.round_ok(A, 1)
+    state = first.inbox.replay_state()      # what the checkpoint keeps
+    first.close()
+    restarted = Inbox(PLAN, KEY, 1, peers={A, C}, me=B)
+    restarted.restore_replay(state)
+    b = receivers(kind, restarted)
+    b.send(captured)
+    assert b.inbox.counter.accepted == 0
+    assert sum(_drops(b).values()) == len(captured)
+    assert set(_drops(b)) <= {"replayed", "stale"}
+    b.send(_frames(a, 2, B))
+    assert b.round_ok(A, 2)
+
+
+@pytest.mark.parametrize("kind", ["udp", "zmq"])
+def test_a_restarted_peer_is_heard_at_once_and_its_old_session_dropped(receivers, kind):
+    b = receivers(kind)
+    before = Encoder(PLAN, KEY, 1, A, session=4)
+    old = _frames(before, 900, B)
+    b.send(old)
+    assert b.round_ok(A, 900)
+    after = Encoder(PLAN, KEY, 1, A, session=5)   # A crashed and came back: round 1 again
+    b.send(_frames(after, 1, B))
+    assert b.round_ok(A, 1) and "old_round" not in _drops(b)
+    b.send(old)                                   # the old session replayed
+    assert _drops(b) == {"old_session": len(old)}
+    b.send(_frames(after, 2, B))
+    assert b.round_ok(A, 2)
+
+
+@pytest.mark.parametrize("round", [2**31, 2**32 - 1])
+@pytest.mark.parametrize("kind", ["udp", "zmq"])
+def test_one_tagged_datagram_far_ahead_in_round_cannot_lock_a_link(receivers, kind, round):
+    b = receivers(kind)
+    a = Encoder(PLAN, KEY, 1, A, session=1)
+    b.send(_frames(a, 1, B))
+    assert b.round_ok(A, 1)
+    b.send(_frames(a, round, B)[:1])
+    assert _drops(b) == {"round_jump": 1}
+    b.send(_frames(a, 2, B))
+    assert b.round_ok(A, 2)
+
+
+@pytest.mark.parametrize("seq", [2**63, 2**64 - 1])
+@pytest.mark.parametrize("kind", ["udp", "zmq"])
+def test_one_tagged_datagram_far_ahead_in_sequence_cannot_lock_a_link(receivers, kind, seq):
+    b = receivers(kind)
+    a = Encoder(PLAN, KEY, 1, A, session=1)
+    b.send(_frames(a, 1, B))
+    assert b.round_ok(A, 1)
+    honest = a._seq[B]
+    a._seq[B] = seq - 1
+    poisoned = bytes(next(a.chunks(np.ones(PLAN.n_params, np.float32), wire.MsgType.PARAMS, 2,
+                                   receiver=B)))
+    a._seq[B] = honest
+    b.send([poisoned])
+    assert _drops(b) == {"seq_jump": 1} and b.inbox.counter.accepted == PLAN.n_chunks
+    b.send(_frames(a, 2, B))
+    assert b.round_ok(A, 2)
+
+
+def test_fuzzed_captured_datagrams_are_never_accepted():
+    """Mutations of real datagrams B has already accepted: none may be accepted again, on the
+    Python path or the compiled one, and the slot B filled stays as it was."""
+    rng = np.random.default_rng(7)
+    a = Encoder(PLAN, KEY, 1, A, session=3)
+    originals = _frames(a, 5, B, value=2.0)
+    others = _frames(Encoder(PLAN, KEY, 1, C, session=1), 1, A)
+    pool = originals + others
+    inbox = Inbox(PLAN, KEY, 1, peers={A, C}, me=B)
+    for d in originals:
+        inbox.ingest(memoryview(d)[3:])
+    accepted = inbox.counter.accepted
+    prefix = np.frombuffer(wire.frame_prefix(wire.DEFAULT_GROUP), np.uint8)
+    n, width = 64, len(originals[0]) + 64
+    rows, lengths = np.zeros((n, width), np.uint8), np.zeros(n, np.intp)
+    deadline = time.monotonic() + 4
+    mutated = 0
+    while time.monotonic() < deadline:
+        for i in range(n):
+            d = bytearray(pool[rng.integers(len(pool))])
+            for _ in range(int(rng.integers(1, 4))):
+                kind = rng.integers(4) if d else 3
+                if kind == 0:
+                    d[rng.integers(len(d))] ^= 1 << int(rng.integers(8))
+                elif kind == 1:
+                    d[rng.integers(len(d))] = int(rng.integers(256))
+                elif kind == 2:
+                    del d[int(rng.integers(len(d))):]
+                else:
+                    d += bytes(rng.integers(0, 256, int(rng.integers(1, 32)), dtype=np.uint8))
+            d = d[:width]
+            rows[i, :len(d)] = np.frombuffer(bytes(d), np.uint8)
+            lengths[i] = len(d)
+        i = 0
+        while i < n:  # as a batching transport delivers: the fast path first, then ingest()
+            j = inbox.fast(rows, lengths, i, n, prefix)
+            assert j == i, "the compiled path accepted a mutated datagram"
+            if lengths[i] > 3 and rows[i, 0] == 2 and bytes(rows[i, 1:3]) == b"eg":
+                inbox.ingest(memoryview(rows[i, 3:lengths[i]]))
+            i += 1
+        mutated += n
+    assert mutated > 1000
+    assert inbox.counter.accepted == accepted
+    out = np.zeros(PLAN.n_params, np.float32)
+    mask = np.zeros(PLAN.n_chunks, np.uint8)
+    assert inbox.collect(A, wire.MsgType.PARAMS, 5, 0, out, mask) == PLAN.n_chunks
+    assert (out == 2.0).all()
