@@ -20,6 +20,7 @@ from edgegossip.config import AgentConfig, ConfigError
 from edgegossip.data import mnist
 from edgegossip.data import partition as partitions
 from edgegossip.dataplane.inbox import Inbox
+from edgegossip.dataplane.keys import KeyfileError, LinkKeys
 from edgegossip.metrics import MetricsLog
 from edgegossip.models import ONNX_MISSING, make_model, onnx_available
 from edgegossip.models.optim import NesterovSGD
@@ -86,6 +87,7 @@ class Agent:
         self._replay = np.zeros((0, 3), np.int64)  # the inbox's replay marks, as checkpointed
         checkpoint.clean(self.out)
         self.resumed = self._resume()
+        self.keys = self.link_keys() if cfg.algorithm not in ("local", "allreduce") else None
 
     def _resume(self) -> bool:
         state = checkpoint.load(self.out)
@@ -110,26 +112,42 @@ class Agent:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: self.stop_event.set())
 
+    def link_keys(self) -> LinkKeys:
+        """This device's link keys: from its keyfile, or derived from the fleet secret."""
+        cfg = self.cfg
+        if not cfg.keys:
+            return LinkKeys.of(wire.derive_key(cfg.key))
+        try:
+            keys = LinkKeys.load(cfg.keys, cfg.id, cfg.fleet)
+        except KeyfileError as e:
+            raise ConfigError(f"agent.keys: {e}") from None
+        missing = [p.id for p in cfg.peers if keys.key(cfg.id, p.id) is None
+                   or keys.key(p.id, cfg.id) is None]
+        if missing:
+            raise ConfigError(f"agent.keys: no keys for the links with peers {missing}")
+        return keys
+
     def _open_network(self):
         cfg = self.cfg
         peers = {p.id: (p.host, p.port) for p in cfg.peers}
         if cfg.algorithm in ("local", "allreduce"):
             return None, None, None, peers
-        key = wire.derive_key(cfg.key)
+        keys = self.keys
         session = checkpoint.next_session(self.out)  # before anything is sent
         transport = make_transport(cfg.transport, rate_bytes_per_s=cfg.rate_mbps * 1e6 / 8,
                                    gso=cfg.gso)
         transport.bind(cfg.listen_endpoint)
-        inbox = self.inbox = Inbox(self.plan, key, cfg.fleet, peers=set(peers),
+        inbox = self.inbox = Inbox(self.plan, keys, cfg.fleet, peers=set(peers),
                                    rps_blocks=cfg.workers if cfg.algorithm == "rps" else 0,
-                                   me=cfg.id)
+                                   me=cfg.id, require_encryption=cfg.encrypt)
         inbox.restore_replay(self._replay)
         handler, fast = inbox.ingest, inbox.fast
         if cfg.inject_loss:  # every datagram must meet the injected loss: no fast path
             handler = injected_loss(handler, cfg.inject_loss, inbox.counter.drop, cfg.id + self.step)
             fast = None
         receiver = ReceiveThread(transport, handler, inbox.counter.drop, fast).start()
-        sender = Sender(transport, Encoder(self.plan, key, cfg.fleet, cfg.id, session=session),
+        sender = Sender(transport, Encoder(self.plan, keys, cfg.fleet, cfg.id, session=session,
+                                           encrypt=cfg.encrypt),
                         self.plan.n_params, peers)
         return transport, receiver, (inbox, sender), peers
 

@@ -1,10 +1,10 @@
 """The agent's configuration: one frozen dataclass, read from TOML, validated with one-line
 errors that name the bad key.
 
-    [agent]    id, fleet, key, listen, peers ("ID@HOST:PORT"), output
+    [agent]    id, fleet, key, keys, listen, peers ("ID@HOST:PORT"), output
     [train]    algorithm, model, workers, partition, seed, batch, lr, momentum, p, alpha,
                max_steps, duration_s, eval_every, eval_examples, checkpoint_every, rps_period
-    [net]      transport, chunk_bytes, rate_mbps, deadline_s, inject_loss, gso
+    [net]      transport, chunk_bytes, rate_mbps, deadline_s, inject_loss, gso, encrypt
 """
 
 from __future__ import annotations
@@ -35,7 +35,9 @@ class AgentConfig:
     listen: str                              # HOST:PORT this agent receives datagrams on
     peers: tuple[Peer, ...] = ()             # every other agent of the fleet
     fleet: int = 1                           # fleet id carried in every datagram
-    key: str = "edgegossip"                  # fleet secret; the HMAC key is derived from it
+    key: str = "edgegossip"                  # fleet secret; every link key is derived from it
+    keys: str = ""                           # keyfile of this device's links (`edgegossip keys
+                                             # init`); when set, `key` is not used
     output: str = "agent-out"                # checkpoints and metrics.jsonl go here
     # [train]
     algorithm: str = "elastic-gossip"
@@ -62,6 +64,7 @@ class AgentConfig:
     deadline_s: float = 10.0                 # an exchange gives up on missing chunks after this
     inject_loss: float = 0.0                 # loopback emulation only: drop this fraction on receive
     gso: bool = True                         # udp: send runs of datagrams as one UDP GSO buffer
+    encrypt: bool = False                    # encrypt payloads too; receive only encrypted ones
 
     @property
     def listen_endpoint(self) -> tuple[str, int]:
@@ -69,11 +72,11 @@ class AgentConfig:
 
 
 SECTIONS = {
-    "agent": ("id", "listen", "peers", "fleet", "key", "output"),
+    "agent": ("id", "listen", "peers", "fleet", "key", "keys", "output"),
     "train": ("algorithm", "model", "backend", "workers", "partition", "seed", "batch", "lr", "momentum", "p",
               "alpha", "max_steps", "duration_s", "eval_every", "eval_examples",
               "checkpoint_every", "rps_period"),
-    "net": ("transport", "chunk_bytes", "rate_mbps", "deadline_s", "inject_loss", "gso"),
+    "net": ("transport", "chunk_bytes", "rate_mbps", "deadline_s", "inject_loss", "gso", "encrypt"),
 }
 
 

@@ -1,38 +1,52 @@
-# Compiled per-datagram path of the wire format (edgegossip/wire.py documents the layout).
+# Compiled per-datagram path of the wire format (edgegossip/dataplane/wire.py documents the
+# layout, edgegossip/dataplane/aead.py the AEAD).
 #
 # At 8 KB datagrams the Python path spends most of its time on interpreter overhead around the
-# HMAC, not in it, so a sender or receiver tops out far below what a socket moves. This module
-# frames and tags a batch of chunks, and files a run of datagrams into a receive slot, with the
-# GIL released and the HMAC keyed once (the ipad/opad SHA-256 states are precomputed and copied
-# per message, as RFC 2104 permits). Python keeps every decision that is not the steady state:
-# ingest_run() only accepts, and stops at the first datagram it would not accept unchanged, so
-# edgegossip/inbox.py's Python path stays the single definition of what is dropped and why.
+# AEAD, not in it, so a sender or receiver tops out far below what a socket moves. This module
+# frames and seals a batch of chunks, and files a run of datagrams into a receive slot, with the
+# GIL released and each link's ChaCha20-Poly1305 context keyed once (OpenSSL's EVP; per
+# datagram only the nonce is set). Python keeps every decision that is not the steady state:
+# Run.run() only accepts, and stops at the first datagram it would not accept unchanged, so
+# edgegossip/dataplane/inbox.py's Python path stays the single definition of what is dropped.
 
-from libc.string cimport memcmp, memcpy, memset
+from libc.string cimport memcmp, memcpy
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
 
-cdef extern from "<openssl/sha.h>" nogil:
-    ctypedef struct SHA256_CTX:
+cdef extern from "<openssl/evp.h>" nogil:
+    ctypedef struct EVP_CIPHER_CTX:
         pass
-    int SHA256_Init(SHA256_CTX *c)
-    int SHA256_Update(SHA256_CTX *c, const void *data, size_t n)
-    int SHA256_Final(unsigned char *md, SHA256_CTX *c)
-    unsigned char *SHA256(const unsigned char *d, size_t n, unsigned char *md)
+    ctypedef struct EVP_CIPHER:
+        pass
+    ctypedef struct EVP_MD:
+        pass
+    EVP_CIPHER_CTX *EVP_CIPHER_CTX_new()
+    void EVP_CIPHER_CTX_free(EVP_CIPHER_CTX *c)
+    const EVP_CIPHER *EVP_chacha20_poly1305()
+    const EVP_MD *EVP_sha256()
+    int EVP_EncryptInit_ex(EVP_CIPHER_CTX *c, const EVP_CIPHER *t, void *impl,
+                           const unsigned char *key, const unsigned char *iv)
+    int EVP_DecryptInit_ex(EVP_CIPHER_CTX *c, const EVP_CIPHER *t, void *impl,
+                           const unsigned char *key, const unsigned char *iv)
+    int EVP_EncryptUpdate(EVP_CIPHER_CTX *c, unsigned char *out, int *outl,
+                          const unsigned char *inp, int inl)
+    int EVP_DecryptUpdate(EVP_CIPHER_CTX *c, unsigned char *out, int *outl,
+                          const unsigned char *inp, int inl)
+    int EVP_EncryptFinal_ex(EVP_CIPHER_CTX *c, unsigned char *out, int *outl)
+    int EVP_DecryptFinal_ex(EVP_CIPHER_CTX *c, unsigned char *out, int *outl)
+    int EVP_CIPHER_CTX_ctrl(EVP_CIPHER_CTX *c, int type, int arg, void *ptr)
+    int EVP_CTRL_AEAD_GET_TAG
+    int EVP_CTRL_AEAD_SET_TAG
 
-cdef extern from "sha256_x2.h" nogil:
-    int eg_sha_ni_available()
-    void eg_hmac_key(const uint8_t *key, size_t len, uint32_t inner[8], uint32_t outer[8])
-    void eg_hmac_tag(const uint32_t inner[8], const uint32_t outer[8], const uint8_t *msg,
-                     size_t len, uint8_t tag[32])
-    void eg_hmac_tag_x2(const uint32_t inner[8], const uint32_t outer[8],
-                        const uint8_t *m0, size_t n0, uint8_t t0[32],
-                        const uint8_t *m1, size_t n1, uint8_t t1[32])
+cdef extern from "<openssl/hmac.h>" nogil:
+    unsigned char *HMAC(const EVP_MD *md, const void *key, int key_len, const unsigned char *d,
+                        size_t n, unsigned char *md_out, unsigned int *md_len)
 
 DEF HEADER_SIZE = 48
 DEF TAG_SIZE = 16
 DEF VERSION = 2
 DEF DTYPE_F32 = 1
-DEF BLOCK = 64
+DEF FLAG_ENCRYPTED = 2
+DEF MAX_PAYLOAD = 65536
 
 
 cdef inline uint32_t _le32(const uint8_t *p) noexcept nogil:
@@ -75,102 +89,134 @@ cdef inline bint _finite(const uint8_t *p, Py_ssize_t nbytes) noexcept nogil:
     return not bad
 
 
-cdef class Hmac:
-    """HMAC-SHA256 with a fixed key, truncated to TAG_SIZE bytes (wire.make_tag). On x86-64
-    with SHA extensions it runs native/sha256_x2.c and tags two messages at once; elsewhere,
-    or with accelerated=False, OpenSSL's SHA-256."""
-    cdef SHA256_CTX inner
-    cdef SHA256_CTX outer
-    cdef uint32_t istate[8]
-    cdef uint32_t ostate[8]
-    cdef readonly bint accelerated
-
-    def __init__(self, const uint8_t[::1] key not None, accelerated=None):
-        cdef uint8_t block[BLOCK]
-        cdef uint8_t pad[BLOCK]
-        cdef Py_ssize_t i
-        self.accelerated = eg_sha_ni_available() if accelerated is None else (
-            bool(accelerated) and eg_sha_ni_available())
-        if self.accelerated:
-            eg_hmac_key(&key[0] if key.shape[0] else NULL, key.shape[0], self.istate, self.ostate)
-            return
-        memset(block, 0, BLOCK)
-        if key.shape[0] > BLOCK:
-            SHA256(&key[0], key.shape[0], block)
-        elif key.shape[0] > 0:
-            memcpy(block, &key[0], key.shape[0])
-        for i in range(BLOCK):
-            pad[i] = block[i] ^ 0x36
-        SHA256_Init(&self.inner)
-        SHA256_Update(&self.inner, pad, BLOCK)
-        for i in range(BLOCK):
-            pad[i] = block[i] ^ 0x5c
-        SHA256_Init(&self.outer)
-        SHA256_Update(&self.outer, pad, BLOCK)
-
-    cdef void tag(self, const uint8_t *msg, size_t n, uint8_t *out) noexcept nogil:
-        cdef SHA256_CTX ctx
-        cdef uint8_t digest[32]
-        if self.accelerated:
-            eg_hmac_tag(self.istate, self.ostate, msg, n, digest)
-        else:
-            memcpy(&ctx, &self.inner, sizeof(SHA256_CTX))
-            SHA256_Update(&ctx, msg, n)
-            SHA256_Final(digest, &ctx)
-            memcpy(&ctx, &self.outer, sizeof(SHA256_CTX))
-            SHA256_Update(&ctx, digest, 32)
-            SHA256_Final(digest, &ctx)
-        memcpy(out, digest, TAG_SIZE)
-
-    cdef void tag2(self, const uint8_t *m0, size_t n0, uint8_t *out0,
-                   const uint8_t *m1, size_t n1, uint8_t *out1) noexcept nogil:
-        cdef uint8_t d0[32]
-        cdef uint8_t d1[32]
-        if self.accelerated:
-            eg_hmac_tag_x2(self.istate, self.ostate, m0, n0, d0, m1, n1, d1)
-            memcpy(out0, d0, TAG_SIZE)
-            memcpy(out1, d1, TAG_SIZE)
-        else:
-            self.tag(m0, n0, out0)
-            self.tag(m1, n1, out1)
-
-    def digest(self, const uint8_t[::1] msg not None) -> bytes:
-        """The tag of msg (for tests against hmac.digest)."""
-        cdef uint8_t out[TAG_SIZE]
-        with nogil:
-            self.tag(&msg[0] if msg.shape[0] else NULL, msg.shape[0], out)
-        return out[:TAG_SIZE]
-
-    def digest2(self, const uint8_t[::1] a not None, const uint8_t[::1] b not None) -> tuple:
-        """The tags of a and b, computed together (for tests)."""
-        cdef uint8_t ta[TAG_SIZE]
-        cdef uint8_t tb[TAG_SIZE]
-        with nogil:
-            self.tag2(&a[0] if a.shape[0] else NULL, a.shape[0], ta,
-                      &b[0] if b.shape[0] else NULL, b.shape[0], tb)
-        return ta[:TAG_SIZE], tb[:TAG_SIZE]
+cdef inline void _nonce(const uint8_t *h, uint8_t *out) noexcept nogil:
+    # (session, seq) of the header: unique per link key (aead.nonce)
+    memcpy(out, h + 16, 4)
+    memcpy(out + 4, h + 40, 8)
 
 
-cdef inline bint _same(const uint8_t *a, const uint8_t *b) noexcept nogil:
-    # constant time, like hmac.compare_digest
-    cdef uint8_t diff = 0
-    cdef int i
-    for i in range(TAG_SIZE):
-        diff |= a[i] ^ b[i]
-    return diff == 0
+cdef class Aead:
+    """ChaCha20-Poly1305 (RFC 8439) under one 32-byte key, OpenSSL's; the same methods as
+    edgegossip.dataplane.aead.PyAead. Not thread-safe: one per link and thread."""
+    cdef EVP_CIPHER_CTX *enc
+    cdef EVP_CIPHER_CTX *dec
+
+    def __cinit__(self, const uint8_t[::1] key not None):
+        if key.shape[0] != 32:
+            raise ValueError("a link key is 32 bytes")
+        self.enc = EVP_CIPHER_CTX_new()
+        self.dec = EVP_CIPHER_CTX_new()
+        if (self.enc == NULL or self.dec == NULL
+                or EVP_EncryptInit_ex(self.enc, EVP_chacha20_poly1305(), NULL, &key[0], NULL) != 1
+                or EVP_DecryptInit_ex(self.dec, EVP_chacha20_poly1305(), NULL, &key[0], NULL) != 1):
+            raise MemoryError("OpenSSL could not set up ChaCha20-Poly1305")
+
+    def __dealloc__(self):
+        EVP_CIPHER_CTX_free(self.enc)
+        EVP_CIPHER_CTX_free(self.dec)
+
+    cdef bint seal_raw(self, const uint8_t *nonce, const uint8_t *aad, Py_ssize_t naad,
+                       const uint8_t *pt, uint8_t *ct, Py_ssize_t n,
+                       uint8_t *tag) noexcept nogil:
+        cdef int outl
+        return (EVP_EncryptInit_ex(self.enc, NULL, NULL, NULL, nonce) == 1
+                and EVP_EncryptUpdate(self.enc, NULL, &outl, aad, <int>naad) == 1
+                and (n == 0 or EVP_EncryptUpdate(self.enc, ct, &outl, pt, <int>n) == 1)
+                and EVP_EncryptFinal_ex(self.enc, ct + n, &outl) == 1
+                and EVP_CIPHER_CTX_ctrl(self.enc, EVP_CTRL_AEAD_GET_TAG, TAG_SIZE, tag) == 1)
+
+    cdef bint open_raw(self, const uint8_t *nonce, const uint8_t *aad, Py_ssize_t naad,
+                       const uint8_t *ct, uint8_t *pt, Py_ssize_t n,
+                       const uint8_t *tag) noexcept nogil:
+        cdef int outl
+        return (EVP_DecryptInit_ex(self.dec, NULL, NULL, NULL, nonce) == 1
+                and EVP_DecryptUpdate(self.dec, NULL, &outl, aad, <int>naad) == 1
+                and (n == 0 or EVP_DecryptUpdate(self.dec, pt, &outl, ct, <int>n) == 1)
+                and EVP_CIPHER_CTX_ctrl(self.dec, EVP_CTRL_AEAD_SET_TAG, TAG_SIZE,
+                                        <void *>tag) == 1
+                and EVP_DecryptFinal_ex(self.dec, pt + n, &outl) == 1)
+
+    def seal(self, const uint8_t[::1] nonce not None, const uint8_t[::1] aad not None,
+             const uint8_t[::1] plaintext=None) -> bytes:
+        """Ciphertext followed by the 16-byte tag."""
+        cdef Py_ssize_t n = 0 if plaintext is None else plaintext.shape[0]
+        cdef bytearray out = bytearray(n + TAG_SIZE)
+        cdef uint8_t *o = out
+        cdef uint8_t z = 0
+        if nonce.shape[0] != 12:
+            raise ValueError("a nonce is 12 bytes")
+        if not self.seal_raw(&nonce[0], &aad[0] if aad.shape[0] else &z, aad.shape[0],
+                             &plaintext[0] if n else &z, o, n, o + n):
+            raise ValueError("seal failed")
+        return bytes(out)
+
+    def open(self, const uint8_t[::1] nonce not None, const uint8_t[::1] aad not None,
+             const uint8_t[::1] sealed not None):
+        """The plaintext, or None if the tag does not verify."""
+        cdef Py_ssize_t n = sealed.shape[0] - TAG_SIZE
+        cdef bytearray out
+        cdef uint8_t *o
+        cdef uint8_t z = 0
+        if nonce.shape[0] != 12:
+            raise ValueError("a nonce is 12 bytes")
+        if n < 0:
+            return None
+        out = bytearray(n + 1)
+        o = out
+        if not self.open_raw(&nonce[0], &aad[0] if aad.shape[0] else &z, aad.shape[0],
+                             &sealed[0] if n else &z, o, n, &sealed[n]):
+            return None
+        return bytes(out[:n])
 
 
-def frame_batch(Hmac mac not None, const uint8_t[::1] model not None, uint8_t[:, ::1] rows not None,
-                Py_ssize_t[::1] lengths not None, const uint8_t[::1] prefix not None,
+def mac_speed(str kind, Py_ssize_t n, Py_ssize_t count):
+    """Seconds to authenticate `count` messages of n bytes with `kind` (the `bench mac` rows
+    that run in C): hmac-sha256 (OpenSSL), chacha20-poly1305 (tag only), chacha20-poly1305-enc
+    (encrypt the body too)."""
+    import time
+    cdef bytearray buf = bytearray(b"\x07" * n + bytes(n + 64))
+    cdef uint8_t *m = buf
+    cdef uint8_t key[32]
+    cdef uint8_t nonce[12]
+    cdef uint8_t tag[64]
+    cdef unsigned int tl
+    cdef Py_ssize_t i
+    cdef int which = {"hmac-sha256": 0, "chacha20-poly1305": 1, "chacha20-poly1305-enc": 2}[kind]
+    cdef Aead a
+    for i in range(32):
+        key[i] = i
+    for i in range(12):
+        nonce[i] = 0
+    a = Aead(bytes(key[:32]))
+    t = time.perf_counter()
+    with nogil:
+        for i in range(count):
+            memcpy(nonce + 4, &i, sizeof(i) if sizeof(i) <= 8 else 8)
+            if which == 0:
+                HMAC(EVP_sha256(), key, 32, m, n, tag, &tl)
+            elif which == 1:
+                a.seal_raw(nonce, m, n, m, m + n, 0, tag)
+            else:
+                a.seal_raw(nonce, m, 67, m + 67, m + n, n - 67, tag)
+    return time.perf_counter() - t
+
+
+def frame_batch(Aead aead not None, const uint8_t[::1] model not None,
+                uint8_t[:, ::1] rows not None, Py_ssize_t[::1] lengths not None,
+                const uint8_t[::1] prefix not None,
                 int msg_type, int flags, uint32_t fleet, uint16_t sender, uint16_t receiver,
                 uint16_t block, uint32_t session, uint32_t round,
                 Py_ssize_t first_chunk, Py_ssize_t stop_chunk, uint32_t n_chunks,
                 Py_ssize_t chunk_bytes, uint64_t seq0):
     """Frame chunks first_chunk.. of model (the flat vector's bytes) into rows, as many as fit
-    in rows and below stop_chunk; row k gets sequence number seq0 + k. The tag covers the group
-    framing too. Returns how many."""
+    in rows and below stop_chunk; row k gets sequence number seq0 + k and is sealed with `aead`
+    (the link's key): the whole row is associated data, or with FLAG_ENCRYPTED in flags the
+    payload is encrypted. Returns how many."""
     cdef Py_ssize_t plen = prefix.shape[0], mbytes = model.shape[0]
-    cdef Py_ssize_t count = stop_chunk - first_chunk, k, off, n, m
+    cdef Py_ssize_t count = stop_chunk - first_chunk, k, off, n
+    cdef bint encrypt = flags & FLAG_ENCRYPTED, ok = True
+    cdef uint8_t nonce[12]
+    cdef uint8_t *row
     cdef uint8_t *h
     if count > rows.shape[0]:
         count = rows.shape[0]
@@ -180,7 +226,7 @@ def frame_batch(Hmac mac not None, const uint8_t[::1] model not None, uint8_t[:,
         raise ValueError("lengths shorter than the batch")
     if first_chunk < 0 or stop_chunk > n_chunks or chunk_bytes <= 0 or chunk_bytes % 4:
         raise ValueError("chunk range outside the model")
-    if rows.shape[1] < plen + HEADER_SIZE + chunk_bytes + TAG_SIZE:
+    if chunk_bytes > MAX_PAYLOAD or rows.shape[1] < plen + HEADER_SIZE + chunk_bytes + TAG_SIZE:
         raise ValueError("rows too narrow for a datagram")
     if <Py_ssize_t>(n_chunks - 1) * chunk_bytes >= mbytes or <Py_ssize_t>n_chunks * chunk_bytes < mbytes:
         raise ValueError("n_chunks does not match the model size")
@@ -188,8 +234,9 @@ def frame_batch(Hmac mac not None, const uint8_t[::1] model not None, uint8_t[:,
         for k in range(count):
             off = (first_chunk + k) * chunk_bytes
             n = chunk_bytes if off + chunk_bytes <= mbytes else mbytes - off
-            memcpy(&rows[k, 0], &prefix[0], plen)
-            h = &rows[k, plen]
+            row = &rows[k, 0]
+            memcpy(row, &prefix[0], plen)
+            h = row + plen
             h[0] = VERSION
             h[1] = msg_type
             h[2] = DTYPE_F32
@@ -206,27 +253,25 @@ def frame_batch(Hmac mac not None, const uint8_t[::1] model not None, uint8_t[:,
             _put32(h + 32, <uint32_t>off)
             _put32(h + 36, <uint32_t>n)
             _put64(h + 40, seq0 + k)
-            memcpy(h + HEADER_SIZE, &model[off], n)
+            _nonce(h, nonce)
             lengths[k] = plen + HEADER_SIZE + n + TAG_SIZE
-        k = 0
-        while k < count:
-            h = &rows[k, 0]
-            n = lengths[k] - TAG_SIZE
-            if k + 1 < count:
-                m = lengths[k + 1] - TAG_SIZE
-                mac.tag2(h, n, h + n, &rows[k + 1, 0], m, &rows[k + 1, 0] + m)
-                k += 2
+            if encrypt:
+                ok &= aead.seal_raw(nonce, row, plen + HEADER_SIZE, &model[off], h + HEADER_SIZE,
+                                    n, h + HEADER_SIZE + n)
             else:
-                mac.tag(h, n, h + n)
-                k += 1
+                memcpy(h + HEADER_SIZE, &model[off], n)
+                ok &= aead.seal_raw(nonce, row, plen + HEADER_SIZE + n, NULL, h + HEADER_SIZE + n,
+                                    0, h + HEADER_SIZE + n)
+    if not ok:
+        raise ValueError("OpenSSL failed to seal a datagram")
     return count
 
 
 cdef inline Py_ssize_t _steady(const uint8_t *d, Py_ssize_t n, const uint8_t *prefix,
                                Py_ssize_t plen, uint32_t fleet, int me, int sender, int msg_type,
-                               uint32_t session, uint32_t round, int64_t highest, int64_t limit,
-                               Py_ssize_t n_chunks, Py_ssize_t chunk_bytes, Py_ssize_t mbytes,
-                               Py_ssize_t max_body) noexcept nogil:
+                               int flags, uint32_t session, uint32_t round, int64_t highest,
+                               int64_t limit, Py_ssize_t n_chunks, Py_ssize_t chunk_bytes,
+                               Py_ssize_t mbytes, Py_ssize_t max_body) noexcept nogil:
     """Payload length if the datagram d (n bytes, framed) passes every check but the tag and
     finiteness for this slot, its sequence number in (highest, limit], else -1."""
     cdef const uint8_t *h = d + plen
@@ -237,6 +282,7 @@ cdef inline Py_ssize_t _steady(const uint8_t *d, Py_ssize_t n, const uint8_t *pr
         return -1
     length = _le32(h + 36)
     if (h[0] != VERSION or h[1] != msg_type or h[2] != DTYPE_F32 or length % 4
+            or (h[3] & FLAG_ENCRYPTED) != flags
             or HEADER_SIZE + length + TAG_SIZE != n or _le32(h + 4) != fleet
             or _le16(h + 8) != sender or _le16(h + 10) != me or _le16(h + 14) != 0
             or _le32(h + 16) != session or _le32(h + 20) != round):
@@ -257,21 +303,20 @@ cdef class Run:
     array (rows, lengths and the group prefix are the transport's, reused for every batch),
     pointed at a slot with target(), then run() per batch: typed views are acquired here once,
     not per call, which at small batches would cost more than the datagrams."""
-    cdef Hmac mac
     cdef const uint8_t[:, ::1] rows
     cdef const Py_ssize_t[::1] lengths
     cdef const uint8_t[::1] prefix
     cdef uint8_t[::1] buf
     cdef uint8_t[::1] mask
     cdef int64_t[::1] seqv
+    cdef uint8_t[::1] scratch
     cdef Py_ssize_t chunk_bytes, max_body
     cdef readonly object seqs
     cdef readonly int64_t fresh, nbytes
     cdef readonly object rows_obj
 
-    def __init__(self, Hmac mac not None, rows not None, lengths not None, prefix not None,
+    def __init__(self, rows not None, lengths not None, prefix not None,
                  Py_ssize_t chunk_bytes, Py_ssize_t max_body, seqs not None):
-        self.mac = mac
         self.rows = rows
         self.rows_obj = rows
         self.lengths = lengths
@@ -282,10 +327,11 @@ cdef class Run:
             raise ValueError("rows too narrow for the largest datagram")
         if self.lengths.shape[0] < self.rows.shape[0] or self.seqv.shape[0] < self.rows.shape[0]:
             raise ValueError("lengths or seqs shorter than the batch")
-        if chunk_bytes <= 0:
-            raise ValueError("chunk_bytes must be positive")
+        if not 0 < chunk_bytes <= MAX_PAYLOAD:
+            raise ValueError("chunk_bytes out of range")
         self.chunk_bytes = chunk_bytes
         self.max_body = max_body
+        self.scratch = bytearray(chunk_bytes)  # decrypted payload, copied in once it verified
 
     def target(self, uint8_t[::1] buf not None, uint8_t[::1] mask not None):
         """Point run() at a slot: the model-sized byte buffer and its chunk mask."""
@@ -295,36 +341,37 @@ cdef class Run:
         self.mask = mask
 
     def peek(self, Py_ssize_t i):
-        """(sender, msg_type, session, round) from the unauthenticated header of row i, or None
-        if it is too short to hold one; only used to choose which slot run() should try."""
+        """(sender, msg_type, flags, session, round) from the unauthenticated header of row i,
+        or None if it is too short to hold one; only used to choose what run() should try."""
         cdef Py_ssize_t plen = self.prefix.shape[0]
         cdef const uint8_t *h
         if not 0 <= i < self.rows.shape[0] or self.lengths[i] < plen + HEADER_SIZE + TAG_SIZE:
             return None
         h = &self.rows[i, plen]
-        return _le16(h + 8), h[1], _le32(h + 16), _le32(h + 20)
+        return _le16(h + 8), h[1], h[3], _le32(h + 16), _le32(h + 20)
 
-    def run(self, Py_ssize_t start, Py_ssize_t stop, uint32_t fleet, int me, int sender,
-            int msg_type, uint32_t session, uint32_t round, int64_t highest, int64_t limit):
+    def run(self, Aead aead not None, Py_ssize_t start, Py_ssize_t stop, uint32_t fleet, int me,
+            int sender, int msg_type, bint encrypted, uint32_t session, uint32_t round,
+            int64_t highest, int64_t limit):
         """Accept rows start, start+1, .. while each one is, unchanged, a datagram the Python
         inbox would accept into the target slot of (sender, msg_type, session, round): group,
-        size, version, type, dtype, fleet, receiver and tag valid, sequence above `highest`,
-        rising and at most `limit`, chunk geometry exact, payload finite. Each accepted payload is copied into the slot and its
-        mask byte set. Stops at the first other row, touching nothing for it. Returns how many
-        were accepted; their sequence numbers are seqs[:k]; fresh counts chunks new to the
-        mask, nbytes the payload bytes."""
-        cdef Py_ssize_t plen = self.prefix.shape[0], i, c, off, length, nxt
+        size, version, type, dtype, encryption flag, fleet, receiver and tag (under `aead`,
+        the link's key) valid, sequence above `highest`, rising and at most `limit`, chunk
+        geometry exact, payload finite. Each accepted payload is copied (decrypted) into the
+        slot and its mask byte set. Stops at the first other row, touching nothing for it.
+        Returns how many were accepted; their sequence numbers are seqs[:k]; fresh counts
+        chunks new to the mask, nbytes the payload bytes."""
+        cdef Py_ssize_t plen = self.prefix.shape[0], i, c, off, length
         cdef Py_ssize_t mbytes, n_chunks, accepted = 0
         cdef Py_ssize_t chunk_bytes = self.chunk_bytes, max_body = self.max_body
-        cdef Py_ssize_t checked = -1  # row whose tag was verified along with the row before it
-        cdef bint tag_ok, checked_ok = False
+        cdef int flags = FLAG_ENCRYPTED if encrypted else 0
         cdef int64_t fresh = 0, nbytes = 0
+        cdef const uint8_t *row
         cdef const uint8_t *h
-        cdef const uint8_t *h2
-        cdef const uint8_t *pre = &self.prefix[0]
-        cdef uint8_t want[TAG_SIZE]
-        cdef uint8_t want2[TAG_SIZE]
-        cdef Hmac mac = self.mac
+        cdef const uint8_t *payload
+        cdef uint8_t *scratch = &self.scratch[0]
+        cdef uint8_t nonce[12]
+        cdef bint ok
         if self.buf is None:
             raise ValueError("target() first")
         mbytes = self.buf.shape[0]
@@ -333,38 +380,27 @@ cdef class Run:
             raise ValueError("rows outside the batch")
         with nogil:
             for i in range(start, stop):
-                length = _steady(&self.rows[i, 0], self.lengths[i], pre, plen, fleet, me, sender,
-                                 msg_type, session, round, highest, limit, n_chunks, chunk_bytes,
-                                 mbytes, max_body)
+                row = &self.rows[i, 0]
+                length = _steady(row, self.lengths[i], &self.prefix[0], plen, fleet, me, sender,
+                                 msg_type, flags, session, round, highest, limit, n_chunks,
+                                 chunk_bytes, mbytes, max_body)
                 if length < 0:
                     break
-                h = &self.rows[i, plen]
-                if checked == i:
-                    tag_ok = checked_ok
+                h = row + plen
+                _nonce(h, nonce)
+                if encrypted:
+                    ok = aead.open_raw(nonce, row, plen + HEADER_SIZE, h + HEADER_SIZE, scratch,
+                                       length, h + HEADER_SIZE + length)
+                    payload = scratch
                 else:
-                    # verify the next row's tag together with this one's when it looks like it
-                    # continues the run: two SHA-256 streams cost little more than one
-                    nxt = -1
-                    if i + 1 < stop:
-                        nxt = _steady(&self.rows[i + 1, 0], self.lengths[i + 1], pre, plen, fleet,
-                                      me, sender, msg_type, session, round,
-                                      <int64_t>_le64(h + 40), limit, n_chunks, chunk_bytes,
-                                      mbytes, max_body)
-                    # the tag covers the group framing: hash from the row's first byte
-                    if nxt >= 0:
-                        h2 = &self.rows[i + 1, plen]
-                        mac.tag2(h - plen, plen + HEADER_SIZE + length, want,
-                                 h2 - plen, plen + HEADER_SIZE + nxt, want2)
-                        checked = i + 1
-                        checked_ok = _same(want2, h2 + HEADER_SIZE + nxt)
-                    else:
-                        mac.tag(h - plen, plen + HEADER_SIZE + length, want)
-                    tag_ok = _same(want, h + HEADER_SIZE + length)
-                if not tag_ok or not _finite(h + HEADER_SIZE, length):
+                    ok = aead.open_raw(nonce, row, plen + HEADER_SIZE + length, NULL, scratch, 0,
+                                       h + HEADER_SIZE + length)
+                    payload = h + HEADER_SIZE
+                if not ok or not _finite(payload, length):
                     break
                 c = _le32(h + 24)
                 off = _le32(h + 32)
-                memcpy(&self.buf[off], h + HEADER_SIZE, length)
+                memcpy(&self.buf[off], payload, length)
                 fresh += self.mask[c] == 0
                 self.mask[c] = 1
                 highest = <int64_t>_le64(h + 40)

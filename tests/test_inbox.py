@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from edgegossip.dataplane import wire
+from helpers.datagrams import reseal
 from edgegossip.dataplane.chunking import ChunkPlan
 from edgegossip.dataplane.inbox import Inbox
 from edgegossip.dataplane.outbox import Encoder
@@ -42,9 +43,7 @@ def _forge_payload(body, fn, key=KEY):
     b = bytearray(body)
     wire.pack_into(b, 0, h)
     fn(b, h)
-    end = wire.HEADER_SIZE + h.length
-    b[end:] = wire.body_tag(key, b[:end])
-    return bytes(b)
+    return bytes(reseal(b, key))
 
 
 def _nan(b, h):

@@ -12,6 +12,7 @@ import pytest
 import zmq
 
 from edgegossip.dataplane import wire
+from helpers.datagrams import reseal
 from edgegossip.dataplane.chunking import ChunkPlan
 from edgegossip.dataplane.inbox import Inbox
 from edgegossip.dataplane.outbox import Encoder
@@ -102,8 +103,7 @@ def _bad_datagrams():
     h = wire.unpack(memoryview(good[1])[3:])
     past = bytearray(good[1])
     wire.pack_into(past, 3, h._replace(byte_offset=PLAN.model_bytes, seq=h.seq + 100))
-    end = 3 + wire.HEADER_SIZE + h.length
-    past[end:] = wire.make_tag(KEY, bytes(past[:end]))
+    past[3:] = reseal(past[3:], KEY)
     return good[0], {
         "truncated": good[1][:25],
         "random": bytes(np.random.default_rng(1).integers(0, 256, 500, dtype=np.uint8)) ,

@@ -3,6 +3,7 @@ import pytest
 
 from edgegossip.dataplane import wire
 from edgegossip.dataplane.chunking import ChunkPlan
+from edgegossip.dataplane.keys import LinkKeys
 from edgegossip.dataplane.outbox import Encoder
 from edgegossip.dataplane.replay import WINDOW, ReplayWindow
 
@@ -52,8 +53,9 @@ def test_tag_covers_group_header_and_payload():
     h = wire.unpack(memoryview(body))
     end = wire.HEADER_SIZE + h.length
 
-    def ok(b, key=KEY, group=wire.DEFAULT_GROUP):
-        return wire.body_tag(key, b[:end], group) == bytes(b[end:])
+    def ok(b, key=KEY, group=wire.DEFAULT_GROUP, sender=2, receiver=0):
+        aad = wire.frame_prefix(group) + bytes(b[:end])
+        return LinkKeys.of(key).aead(sender, receiver).open(wire.nonce(h), aad, b[end:]) is not None
     assert ok(body)
     for pos in (6, 10, 16, 45, 53):  # sender, receiver, session, seq, a payload byte
         forged = bytearray(body)
@@ -61,6 +63,79 @@ def test_tag_covers_group_header_and_payload():
         assert not ok(forged)
     assert not ok(body, key=b"x" * 32)
     assert not ok(body, group=b"eh")
+    assert not ok(body, sender=1)       # another link's key
+
+
+def test_encrypted_payload_is_not_readable_and_opens_with_the_link_key():
+    plan = ChunkPlan(1000, 400)
+    x = np.arange(1000, dtype=np.float32)
+    enc = Encoder(plan, KEY, 1, 2, encrypt=True)
+    body = bytes(next(enc.chunks(x, 1, 0, receiver=3)))[3:]
+    h = wire.unpack(memoryview(body))
+    assert h.flags & wire.FLAG_ENCRYPTED
+    assert x[:100].tobytes() not in body
+    aad = wire.frame_prefix(wire.DEFAULT_GROUP) + body[:wire.HEADER_SIZE]
+    opened = LinkKeys.of(KEY).aead(2, 3).open(wire.nonce(h), aad, body[wire.HEADER_SIZE:])
+    assert opened == x[:100].tobytes()
+
+
+@pytest.mark.parametrize("encrypt", [False, True])
+def test_compiled_and_python_framing_are_the_same_bytes(encrypt):
+    """The C batch framer against the Python one, both with OpenSSL's AEAD; and the pure-Python
+    ChaCha20-Poly1305 against OpenSSL's on every datagram."""
+    from edgegossip.dataplane import aead
+    if aead.IMPLEMENTATION != "openssl":
+        pytest.skip("built without OpenSSL headers")
+    plan = ChunkPlan(2000, 400)
+    x = np.random.default_rng(0).standard_normal(2000, dtype=np.float32)
+    one = [bytes(d) for d in Encoder(plan, KEY, 1, 2, encrypt=encrypt).chunks(x, 1, 4, receiver=1)]
+    enc = Encoder(plan, KEY, 1, 2, encrypt=encrypt)
+    many = []
+    for n in enc.batches(x, 1, 4, receiver=1):
+        many += [enc.rows[i, :enc.lengths[i]].tobytes() for i in range(n)]
+    assert many == one
+    ref = aead.PyAead(LinkKeys.of(KEY).key(2, 1))
+    raw = x.view(np.uint8)
+    for d in one:
+        body = d[3:]
+        h = wire.unpack(memoryview(body))
+        pt = raw[h.byte_offset:h.byte_offset + h.length].tobytes()
+        if encrypt:
+            sealed = ref.seal(wire.nonce(h), d[:3 + wire.HEADER_SIZE], pt)
+        else:
+            sealed = pt + ref.seal(wire.nonce(h), d[:-wire.TAG_SIZE])
+        assert sealed == body[wire.HEADER_SIZE:]
+
+
+def test_rfc8439_vector_both_implementations():
+    from edgegossip.dataplane import aead
+    pt = (b"Ladies and Gentlemen of the class of '99: If I could offer you only one tip for "
+          b"the future, sunscreen would be it.")
+    aad = bytes.fromhex("50515253c0c1c2c3c4c5c6c7")
+    key = bytes(range(0x80, 0xA0))
+    iv = bytes.fromhex("070000004041424344454647")
+    impls = [aead.PyAead(key)] + ([aead.new(key)] if aead.IMPLEMENTATION == "openssl" else [])
+    for a in impls:
+        sealed = a.seal(iv, aad, pt)
+        assert sealed[-16:] == bytes.fromhex("1ae10b594f09e26a7e902ecbd0600691")
+        assert sealed[:4] == bytes.fromhex("d31a8d34")
+        assert a.open(iv, aad, sealed) == pt
+        assert a.open(iv, aad, sealed[:-1] + bytes([sealed[-1] ^ 1])) is None
+        assert a.open(iv, aad + b"x", sealed) is None
+
+
+def test_keyfiles_hold_only_a_devices_own_links(tmp_path):
+    from edgegossip.dataplane import keys
+    out = keys.write_fleet(tmp_path / "k", workers=3, fleet=9)
+    assert (tmp_path / "k" / "master.key").stat().st_mode & 0o777 == 0o600
+    master = bytes.fromhex((tmp_path / "k" / "master.key").read_text())
+    one = LinkKeys.load(out["devices"][1], device=1, fleet=9)
+    assert one.key(0, 1) == keys.link_key(master, 0, 1) and one.key(1, 2) == keys.link_key(master, 1, 2)
+    assert one.key(0, 2) is None and one.aead(2, 0) is None   # not its links: nothing to forge with
+    with pytest.raises(keys.KeyfileError):
+        LinkKeys.load(out["devices"][1], device=2, fleet=9)
+    with pytest.raises(FileExistsError):
+        keys.write_fleet(tmp_path / "k", workers=3, fleet=9)
 
 
 def test_replay_window():

@@ -3,10 +3,11 @@ on loopback over each transport, at the default and the largest chunk size, besi
 `socket.sendto` loop of the same payload sizes measured in the same run.
 
 The receiver is a separate process that, for our transports, runs the full receive path: framing,
-header checks, HMAC verification, replay window, finiteness check and scatter into the model
-buffer (for `udp`, the compiled fast path of edgegossip/inbox.py once a round is open). The
-sender frames and tags each batch in C and, for `udp`, hands it to the kernel with sendmmsg and
-UDP GSO, exactly as the agent's sender thread does. Goodput counts payload bytes accepted per
+header checks, ChaCha20-Poly1305 verification, replay window, finiteness check and scatter into
+the model buffer (for `udp`, the compiled fast path of edgegossip/dataplane/inbox.py once a round
+is open). The sender frames and seals each batch in C and, for `udp`, hands it to the kernel with
+sendmmsg and UDP GSO, exactly as the agent's sender thread does. `udp-enc` is `udp` with the
+payloads encrypted (`net.encrypt`). Goodput counts payload bytes accepted per
 second between the first and last datagram. The raw loop sends unpaced (its delivered fraction
 says what an unpaced sender loses); ours send unpaced first and are paced, lower step by step,
 only if no trial delivered at least 99.9%. Every row is the best of several trials (run()).
@@ -60,9 +61,9 @@ def _receiver(kind: str, chunk_bytes: int, conn, ready) -> None:
         conn.send((count, nbytes, last - first, {}))
         return
     port = _free_port()
-    t = make_transport(kind)
+    t = make_transport(kind.removesuffix("-enc"))
     t.bind(("127.0.0.1", port))
-    inbox = Inbox(plan, KEY, FLEET)
+    inbox = Inbox(plan, KEY, FLEET, require_encryption=kind.endswith("-enc"))
     rt = ReceiveThread(t, inbox.ingest, inbox.counter.drop, inbox.fast).start()
     ready.send(port)
     first = last = 0.0
@@ -117,8 +118,8 @@ def _send(kind: str, chunk_bytes: int, port: int, rate: float | None, x: np.ndar
                 sent += 1
         s.close()
         return sent, time.perf_counter() - t0
-    t = make_transport(kind, rate_bytes_per_s=rate)
-    enc = Encoder(plan, KEY, FLEET, sender=2)
+    t = make_transport(kind.removesuffix("-enc"), rate_bytes_per_s=rate)
+    enc = Encoder(plan, KEY, FLEET, sender=2, encrypt=kind.endswith("-enc"))
     if kind == "zmq":
         time.sleep(0.2)  # let the RADIO's connect complete before the burst
         t._radio(peer)
@@ -164,7 +165,7 @@ def measure(kind: str, chunk_bytes: int, rate: float | None, x: np.ndarray,
     }
 
 
-def run(transports=("raw", "udp", "zmq"), chunk_sizes=None, tries: int = 8,
+def run(transports=("raw", "udp", "udp-enc", "zmq"), chunk_sizes=None, tries: int = 8,
         datagrams: int = DATAGRAMS, repeats: int = 3) -> dict:
     """Each row is the best of `repeats` trials, the raw loop's included: on a 2-core machine
     the sender, the receiver and the kernel share the cores, and a trial the scheduler disturbed
@@ -197,4 +198,4 @@ def run(transports=("raw", "udp", "zmq"), chunk_sizes=None, tries: int = 8,
             rows.append(row)
     return {"benchmark": "transport", "n_params": N_PARAMS,
             "rounds": {cb: rounds_for(cb, datagrams) for cb in chunk_sizes},
-            "repeats": repeats, "authentication": "hmac-sha256/128", "results": rows}
+            "repeats": repeats, "authentication": "chacha20-poly1305", "results": rows}

@@ -16,6 +16,7 @@ from edgegossip.cli.emulate import emulate
 from edgegossip.cli.simulate import simulate
 from edgegossip.cli.exchange import exchange
 from edgegossip.cli.export import export
+from edgegossip.cli.keys import keys
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -34,6 +35,7 @@ cli.add_command(emulate)
 cli.add_command(simulate)
 cli.add_command(exchange)
 cli.add_command(export)
+cli.add_command(keys)
 
 
 def main() -> None:

@@ -27,17 +27,34 @@ def kernels(as_json: bool, repeat: int, sizes: tuple[int, ...]) -> None:
 
 @bench.command()
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of a table.")
-@click.option("--transport", "transports", multiple=True, type=click.Choice(["raw", "udp", "zmq"]),
-              help="Limit to these (default: all three).")
+@click.option("--transport", "transports", multiple=True,
+              type=click.Choice(["raw", "udp", "udp-enc", "zmq"]),
+              help="Limit to these (default: all four; udp-enc encrypts the payloads).")
 @click.option("--datagrams", default=40_000, show_default=True, help="Datagrams per measurement.")
 @click.option("--repeats", type=click.IntRange(1, 20), default=3, show_default=True,
               help="Trials per row (every row, raw included, reports its best).")
 def transport(as_json: bool, transports: tuple[str, ...], datagrams: int, repeats: int) -> None:
     """Loopback goodput of a 2.9 M-parameter model per transport beside a raw sendto loop."""
     from edgegossip.bench import transport as t
-    emit(t.run(transports or ("raw", "udp", "zmq"), datagrams=datagrams, repeats=repeats), as_json,
+    emit(t.run(transports or ("raw", "udp", "udp-enc", "zmq"), datagrams=datagrams, repeats=repeats), as_json,
          ["transport", "chunk_bytes", "goodput_mbps", "datagrams_per_s", "delivered",
-          "pace_mbps"], title="transport (one process to another on loopback, HMAC on)")
+          "pace_mbps"], title="transport (one process to another on loopback, "
+                              "ChaCha20-Poly1305 on)")
+
+
+@bench.command()
+@click.option("--json", "as_json", is_flag=True, help="One JSON object instead of a table.")
+@click.option("--seconds", default=0.5, show_default=True, type=click.FloatRange(0.05, 10),
+              help="Time per row and datagram size.")
+def mac(as_json: bool, seconds: float) -> None:
+    """GB/s of datagram authentication per candidate, beside HMAC-SHA256 (the v1 MAC).
+
+    JSON: {"benchmark": "mac", "results": [{"mac", "impl", "datagram_bytes", "gbps",
+    "us_per_datagram", "vs_hmac_sha256"}, ...]}; a candidate whose library is missing is left out."""
+    from edgegossip.bench import mac as m
+    emit(m.run(seconds=seconds), as_json,
+         ["mac", "impl", "datagram_bytes", "gbps", "us_per_datagram", "vs_hmac_sha256"],
+         title="datagram authentication, one core (the tag over the whole datagram)")
 
 
 @bench.command()

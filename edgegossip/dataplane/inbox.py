@@ -13,7 +13,6 @@ datagrams ingest() would accept with the same effect and leaves every other one 
 
 from __future__ import annotations
 
-import hmac
 import threading
 import time
 from collections import Counter, deque
@@ -24,6 +23,7 @@ import numpy as np
 from edgegossip import kernels
 from edgegossip.dataplane import wire
 from edgegossip.dataplane.chunking import ChunkPlan
+from edgegossip.dataplane.keys import LinkKeys
 from edgegossip.dataplane.replay import FIRST_ROUND_LIMIT, PeerLink, round_limit
 
 try:
@@ -33,7 +33,7 @@ except ImportError:  # built without OpenSSL headers: every datagram goes throug
 
 DROP_REASONS = (
     "truncated", "oversized", "bad_group", "bad_version", "bad_type", "bad_dtype", "wrong_fleet",
-    "wrong_receiver", "bad_tag", "unknown_sender", "old_session", "session_jump", "replayed",
+    "wrong_receiver", "unknown_sender", "not_encrypted", "bad_tag", "old_session", "session_jump", "replayed",
     "stale", "seq_jump", "out_of_bounds", "non_finite", "old_round", "round_jump",
 )
 
@@ -108,26 +108,26 @@ class Slot:
 
 
 class Inbox:
-    def __init__(self, plan: ChunkPlan, key: bytes, fleet: int, peers: set[int] | None = None,
-                 rps_blocks: int = 0, max_events: int = 1024, me: int = 0,
-                 group: bytes = wire.DEFAULT_GROUP):
+    def __init__(self, plan: ChunkPlan, keys: LinkKeys | bytes, fleet: int,
+                 peers: set[int] | None = None, rps_blocks: int = 0, max_events: int = 1024,
+                 me: int = 0, group: bytes = wire.DEFAULT_GROUP, require_encryption: bool = False):
         self.plan = plan
         self.rps_blocks = rps_blocks
         self._n_chunks = plan.n_chunks
         self._chunk_bytes = plan.chunk_bytes
         self._model_bytes = plan.model_bytes
-        self.key = key
+        self.keys = LinkKeys.of(keys)
         self.fleet = fleet
         self.me = me        # datagrams naming another receiver are dropped
         self.peers = peers  # None admits any sender id whose tag verifies
-        self._tagger = wire.Tagger(key, wire.frame_prefix(group))
+        self.require_encryption = require_encryption
+        self.prefix = wire.frame_prefix(group)
         self.max_body = wire.HEADER_SIZE + plan.chunk_bytes + wire.TAG_SIZE
         self.counter = DropCounter()
         self.links: dict[int, PeerLink] = {}
         self._slots: dict[tuple[int, int], Slot] = {}
         self._events: deque[Event] = deque(maxlen=max_events)
         self._cond = threading.Condition()
-        self._mac = _wire_c.Hmac(np.frombuffer(key, np.uint8)) if _wire_c is not None else None
         self._run = None          # _wire_c.Run over the transport's current batch arrays
         self._run_target = None   # the Round it points at
 
@@ -150,12 +150,23 @@ class Inbox:
             return "wrong_fleet"
         if h.receiver != self.me:
             return "wrong_receiver"
-        end = wire.HEADER_SIZE + h.length
-        if not hmac.compare_digest(self._tagger.tag(body[:end]), body[end:]):
-            return "bad_tag"
         sender = h.sender
-        if self.peers is not None and sender not in self.peers:
+        aead = self.keys.aead(sender, self.me)
+        if aead is None or (self.peers is not None and sender not in self.peers):
             return "unknown_sender"
+        encrypted = bool(h.flags & wire.FLAG_ENCRYPTED)
+        if self.require_encryption and not encrypted:
+            return "not_encrypted"
+        end = wire.HEADER_SIZE + h.length
+        if encrypted:
+            payload = aead.open(wire.nonce(h), self.prefix + bytes(body[:wire.HEADER_SIZE]),
+                                body[wire.HEADER_SIZE:])
+        else:
+            payload = body[wire.HEADER_SIZE:end]
+            if aead.open(wire.nonce(h), self.prefix + bytes(body[:end]), body[end:]) is None:
+                payload = None
+        if payload is None:
+            return "bad_tag"
         link = self.links.get(sender)
         if link is None:
             link = self.links[sender] = PeerLink()
@@ -175,7 +186,6 @@ class Inbox:
                 or h.byte_offset != c * self._chunk_bytes
                 or h.length != min(self._chunk_bytes, self._model_bytes - h.byte_offset)):
             return "out_of_bounds"
-        payload = body[wire.HEADER_SIZE:end]
         if not kernels.all_finite(payload):
             return "non_finite"
         return self._file(h, payload, link, now)
@@ -222,23 +232,27 @@ class Inbox:
              prefix: np.ndarray) -> int:
         """Accept rows start.. (framed datagrams, rows[i, :lengths[i]]) while they continue a
         round ingest() already opened; returns the first row not taken (a FastPath)."""
-        if self._mac is None:
+        if _wire_c is None:
             return start
         run = self._run
         if run is None or run.rows_obj is not rows:
-            run = self._run = _wire_c.Run(self._mac, rows, lengths, prefix, self._chunk_bytes,
+            run = self._run = _wire_c.Run(rows, lengths, prefix, self._chunk_bytes,
                                           self.max_body, np.zeros(len(rows), np.int64))
             self._run_target = None
         head = run.peek(start)
         if head is None:
             return start
-        sender, msg_type, session, rnd = head
+        sender, msg_type, flags, session, rnd = head
         slot = self._slots.get((sender, msg_type))
         link = self.links.get(sender)
         if (slot is None or link is None or link.session != session or not link.baseline
                 or slot.current.round != rnd):
             return start
         if self.peers is not None and sender not in self.peers:
+            return start
+        encrypted = bool(flags & wire.FLAG_ENCRYPTED)
+        aead = self.keys.aead(sender, self.me)
+        if aead is None or (self.require_encryption and not encrypted):
             return start
         now = time.monotonic()
         limit = min(link.seq_limit(now), 2**63 - 1)
@@ -247,8 +261,8 @@ class Inbox:
             if self._run_target is not cur:
                 run.target(cur.bytes, cur.mask)
                 self._run_target = cur
-            k = run.run(start, stop, self.fleet, self.me, sender, msg_type, session, rnd,
-                        link.window.highest, limit)
+            k = run.run(aead, start, stop, self.fleet, self.me, sender, msg_type, encrypted,
+                        session, rnd, link.window.highest, limit)
             if not k:
                 return start
             link.commit_run(run.seqs[:k], now)

@@ -1,4 +1,4 @@
-"""Send side: cut a flat float32 vector into authenticated datagrams, one reused buffer.
+"""Send side: cut a flat float32 vector into sealed datagrams, one reused buffer.
 
 The Encoder frames each chunk as ``[len][group][header][payload][tag]`` (see wire.py) in a
 preallocated buffer and yields a view of it; the caller sends the view before asking for the next.
@@ -14,6 +14,7 @@ import numpy as np
 
 from edgegossip.dataplane import wire
 from edgegossip.dataplane.chunking import ChunkPlan
+from edgegossip.dataplane.keys import LinkKeys
 
 try:
     from edgegossip import _wire_c
@@ -24,16 +25,20 @@ BATCH = 32  # datagrams framed per batch, sent with one syscall; 32 rows of 8 KB
 
 
 class Encoder:
-    def __init__(self, plan: ChunkPlan, key: bytes, fleet: int, sender: int,
-                 group: bytes = wire.DEFAULT_GROUP, session: int = 1):
+    """Frames this device's datagrams. `keys` is a LinkKeys, or a fleet root key (bytes) to
+    derive them from; with `encrypt` the payloads are encrypted, not only authenticated."""
+
+    def __init__(self, plan: ChunkPlan, keys: LinkKeys | bytes, fleet: int, sender: int,
+                 group: bytes = wire.DEFAULT_GROUP, session: int = 1, encrypt: bool = False):
         wire.check_chunk_bytes(plan.chunk_bytes, group)
         self.plan = plan
-        self.key = key
+        self.keys = LinkKeys.of(keys)
+        self.encrypt = encrypt
         self.fleet = fleet
         self.sender = sender
         if not 0 < session < 2**32:
             raise ValueError(f"session {session} outside 1 .. 2**32 - 1")
-        self.session = session  # this process's incarnation (see agent.Incarnation)
+        self.session = session  # this process's incarnation (checkpoint.next_session)
         self.prefix = wire.frame_prefix(group)
         self._buf = bytearray(len(self.prefix) + wire.HEADER_SIZE + plan.chunk_bytes
                               + wire.TAG_SIZE)
@@ -47,7 +52,12 @@ class Encoder:
         self.rows = np.zeros((BATCH, len(self._buf)), np.uint8)
         self.lengths = np.zeros(BATCH, np.intp)
         self._prefix = np.frombuffer(self.prefix, np.uint8)
-        self._mac = _wire_c.Hmac(np.frombuffer(key, np.uint8)) if _wire_c is not None else None
+
+    def _aead(self, receiver: int):
+        a = self.keys.aead(self.sender, receiver)
+        if a is None:
+            raise ValueError(f"no key for the link {self.sender} -> {receiver}")
+        return a
 
     def _next_seq(self, receiver: int) -> int:
         seq = self._seq.get(receiver, 0) + 1
@@ -59,13 +69,22 @@ class Encoder:
         p = len(self.prefix)
         n = len(payload)
         seq = self._next_seq(receiver)
-        wire.pack_into(self._buf, p, wire.Header(
-            wire.VERSION, msg_type, wire.DTYPE_F32, flags, self.fleet, self.sender, receiver,
-            block, 0, self.session, round, chunk, self.plan.n_chunks,
-            chunk * self.plan.chunk_bytes, n, seq))
-        end = p + wire.HEADER_SIZE + n
-        self._view[p + wire.HEADER_SIZE:end] = payload
-        self._view[end:end + wire.TAG_SIZE] = wire.make_tag(self.key, self._view[:end])
+        if self.encrypt:
+            flags |= wire.FLAG_ENCRYPTED
+        h = wire.Header(wire.VERSION, msg_type, wire.DTYPE_F32, flags, self.fleet, self.sender,
+                        receiver, block, 0, self.session, round, chunk, self.plan.n_chunks,
+                        chunk * self.plan.chunk_bytes, n, seq)
+        wire.pack_into(self._buf, p, h)
+        body = p + wire.HEADER_SIZE
+        end = body + n
+        aead = self._aead(receiver)
+        if self.encrypt:
+            sealed = aead.seal(wire.nonce(h), self._view[:body], payload)
+        else:
+            self._view[body:end] = payload
+            sealed = aead.seal(wire.nonce(h), self._view[:end])
+        start = body if self.encrypt else end  # ciphertext and tag, or the tag alone
+        self._view[start:end + wire.TAG_SIZE] = sealed
         self.datagrams += 1
         self.bytes += end + wire.TAG_SIZE
         return self._view[:end + wire.TAG_SIZE]
@@ -89,13 +108,16 @@ class Encoder:
         batch = max(1, min(batch, BATCH))
         plan = self.plan
         span = range(plan.n_chunks) if chunks is None else chunks
-        if (self._mac is not None and isinstance(span, range) and span.step == 1
+        if (_wire_c is not None and isinstance(span, range) and span.step == 1
                 and vec.dtype == np.float32 and vec.flags.c_contiguous and vec.size == plan.n_params):
             raw = vec.view(np.uint8)
+            aead = self._aead(receiver)
+            if self.encrypt:
+                flags |= wire.FLAG_ENCRYPTED
             for first in range(span.start, span.stop, batch):
                 stop = min(first + batch, span.stop)
                 seq0 = self._next_seq(receiver)
-                n = _wire_c.frame_batch(self._mac, raw, self.rows, self.lengths, self._prefix,
+                n = _wire_c.frame_batch(aead, raw, self.rows, self.lengths, self._prefix,
                                         msg_type, flags, self.fleet, self.sender, receiver, block,
                                         self.session, round, first, stop, plan.n_chunks,
                                         plan.chunk_bytes, seq0)

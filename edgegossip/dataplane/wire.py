@@ -7,7 +7,8 @@ RADIO/DISH use over udp://, so a plain UDP socket and a DISH read the same bytes
     0      1     version      protocol version, VERSION (2)
     1      1     msg_type     PARAMS, REQUEST, REDUCE or GATHER (MsgType)
     2      1     dtype        DTYPE_F32 (1): little-endian IEEE float32 payload
-    3      1     flags        FLAG_REPLY: the sender wants our parameters back (Elastic Gossip)
+    3      1     flags        FLAG_REPLY: the sender wants our parameters back (Elastic Gossip);
+                              FLAG_ENCRYPTED: the payload is encrypted
     4      4     fleet        fleet id; datagrams of another fleet are dropped
     8      2     sender       worker id of the sender, 0 .. 65535
     10     2     receiver     worker id this datagram is for; any other receiver drops it
@@ -21,21 +22,21 @@ RADIO/DISH use over udp://, so a plain UDP socket and a DISH read the same bytes
     36     4     length       payload length in bytes (multiple of 4)
     40     8     seq          sequence number on the link (sender, receiver) within the session
     48     len   payload      float32 parameters
-    48+len 16    tag          HMAC-SHA256(link key, group framing + bytes 0 .. 48+len)[:16]
+    48+len 16    tag          ChaCha20-Poly1305 tag under the key of the link sender -> receiver,
+                              nonce (session, seq), the rest of the datagram associated data
 
-All integers are little-endian. The tag covers the group framing, header and payload; a receiver
-checks it before it trusts any field beyond the fleet id. (session, seq) only grows on a link,
+All integers are little-endian. The tag covers the group framing, header and payload (aead.py);
+a receiver checks it before it trusts any field beyond the fleet, receiver and sender ids. (session, seq) only grows on a link,
 across restarts of either end: that, the receiver field and the tag are what make a captured
 datagram useless anywhere but once, at the receiver it was meant for.
 
-Version 1 (40-byte header, no receiver or session, group not tagged) and version 2 peers drop
+Version 1 (40-byte header, HMAC-SHA256 tag, no receiver or session) and version 2 peers drop
 each other's datagrams as ``bad_version``: a fleet upgrades all its devices together.
 """
 
 from __future__ import annotations
 
 import hashlib
-import hmac
 import struct
 from enum import IntEnum
 from typing import NamedTuple
@@ -43,6 +44,7 @@ from typing import NamedTuple
 VERSION = 2
 DTYPE_F32 = 1
 FLAG_REPLY = 0x01
+FLAG_ENCRYPTED = 0x02
 
 HEADER = struct.Struct("<BBBBIHHHHIIIIIIQ")
 HEADER_SIZE = HEADER.size  # 48
@@ -116,32 +118,10 @@ def frame_prefix(group: bytes) -> bytes:
     return bytes([len(group)]) + group
 
 
-def make_tag(key: bytes, signed: bytes | memoryview) -> bytes:
-    """The tag of `signed`: the group framing, header and payload of a datagram."""
-    return hmac.digest(key, signed, "sha256")[:TAG_SIZE]
-
-
-def body_tag(key: bytes, body: bytes | memoryview, group: bytes = DEFAULT_GROUP) -> bytes:
-    """The tag a datagram body (group framing removed; header and payload) must carry."""
-    return make_tag(key, frame_prefix(group) + bytes(body))
-
-
-class Tagger:
-    """Tags of datagram bodies that all follow one group framing: the framing is hashed once
-    and the keyed state copied per datagram (the same tags as make_tag(key, prefix + body))."""
-
-    def __init__(self, key: bytes, prefix: bytes):
-        self._base = hmac.new(key, prefix, "sha256")
-
-    def tag(self, body: bytes | memoryview) -> bytes:
-        m = self._base.copy()
-        m.update(body)
-        return m.digest()[:TAG_SIZE]
-
-
 def derive_key(secret: str | bytes) -> bytes:
-    """Fleet key from a passphrase or raw bytes (32 bytes; stretching is not needed for a key
-    the operator generated, but a human passphrase gets a fixed-salt scrypt)."""
+    """Fleet root key from a passphrase or raw bytes (32 bytes; stretching is not needed for a
+    key the operator generated, but a human passphrase gets a fixed-salt scrypt). Link keys are
+    derived from it (keys.py)."""
     raw = secret.encode() if isinstance(secret, str) else bytes(secret)
     return hashlib.scrypt(raw, salt=b"edgegossip-fleet-key-v1", n=2**14, r=8, p=1, dklen=32)
 
@@ -167,5 +147,11 @@ def unpack(body: bytes | memoryview) -> Header:
     return h
 
 
+def nonce(h: Header) -> bytes:
+    """The AEAD nonce of a datagram: (session, seq), unique under its link key."""
+    return _NONCE.pack(h.session, h.seq)
+
+
+_NONCE = struct.Struct("<IQ")
 _MSG_TYPES = frozenset(int(t) for t in MsgType)
 _make_header = Header._make
