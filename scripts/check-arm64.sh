@@ -36,8 +36,10 @@ fi
 mountpoint -q /proc/sys/fs/binfmt_misc || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
 update-binfmts --enable qemu-aarch64 >/dev/null 2>&1 || true
 
-mirror=$(grep -hoE 'https?://[^ ]+debian/?' /etc/apt/sources.list /etc/apt/sources.list.d/* 2>/dev/null \
-         | grep -v security | head -1)
+# the machine's own Debian mirror (deb822 sources first, then the one-line format)
+mirror=$( { grep -hE '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2}';
+            grep -hE '^deb ' /etc/apt/sources.list 2>/dev/null | awk '{print $2}'; } \
+          | grep -E '/debian/?$' | head -1 || true)
 mirror=${mirror:-http://deb.debian.org/debian}
 if [ ! -x "$root/usr/bin/python3" ]; then
   step debootstrap debootstrap --arch=arm64 --variant=minbase \
