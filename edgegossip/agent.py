@@ -17,8 +17,7 @@ from edgegossip import checkpoint
 from edgegossip.dataplane import wire
 from edgegossip.dataplane.chunking import ChunkPlan
 from edgegossip.config import AgentConfig, ConfigError
-from edgegossip.data import mnist
-from edgegossip.data import partition as partitions
+from edgegossip.data import device
 from edgegossip.dataplane.inbox import Inbox
 from edgegossip.dataplane.keys import KeyfileError, LinkKeys
 from edgegossip.metrics import MetricsLog
@@ -35,43 +34,46 @@ log = logging.getLogger(__name__)
 
 
 class Shard:
-    """This worker's training examples, visited in a fresh permutation each epoch; the order is
+    """This device's training examples, visited in a fresh permutation each epoch; the order is
     a function of (seed, worker, epoch), so a resumed agent continues where it stopped."""
 
-    def __init__(self, cfg: AgentConfig, data: mnist.Mnist):
-        labels = data.y_train
-        if cfg.partition == "iid":
-            shards = partitions.iid(len(labels), cfg.workers, cfg.seed)
-        elif cfg.partition == "dirichlet":
-            shards = partitions.dirichlet(labels, cfg.workers, 0.5, cfg.seed)
-        else:
-            shards = partitions.classes(labels, cfg.workers, 2, cfg.seed)
-        self.idx = shards[cfg.id]
+    def __init__(self, cfg: AgentConfig, data: device.DeviceData):
         self.data = data
         self.batch = cfg.batch
         self.seed, self.worker = cfg.seed, cfg.id
-        self.steps_per_epoch = max(1, len(self.idx) // self.batch)
-        self._epoch, self._order = -1, self.idx
+        self.steps_per_epoch = max(1, len(data.y) // self.batch)
+        self._epoch, self._order = -1, np.arange(len(data.y))
 
     def batch_at(self, step: int) -> tuple[np.ndarray, np.ndarray]:
         epoch, pos = divmod(step, self.steps_per_epoch)
         if epoch != self._epoch:
-            self._order = np.random.default_rng([self.seed, self.worker, epoch]).permutation(self.idx)
+            self._order = np.random.default_rng([self.seed, self.worker, epoch]).permutation(
+                len(self.data.y))
             self._epoch = epoch
         return self.data.batch(self._order[pos * self.batch:(pos + 1) * self.batch])
 
 
+def load_data(cfg: AgentConfig) -> device.DeviceData:
+    """This device's data as its [data] table says, checked against the model's shapes."""
+    if cfg.source == "file":
+        data = device.from_file(cfg.path, cfg.eval_fraction, cfg.label_column, cfg.seed)
+    else:
+        data = device.from_mnist(cfg.id, cfg.workers, cfg.partition, cfg.seed, cfg.eval_examples)
+    device.check(data, cfg.inputs, cfg.classes)
+    return data
+
+
 class Agent:
-    def __init__(self, cfg: AgentConfig, data: mnist.Mnist | None = None):
+    def __init__(self, cfg: AgentConfig, data: device.DeviceData | None = None):
         self.cfg = cfg
         self.out = Path(cfg.output)
         self.stop_event = threading.Event()
-        self.data = data or mnist.load()
-        self.model = make_model(cfg.model, cfg.seed)
+        self.data = data if data is not None else load_data(cfg)
+        self.model = make_model(cfg.model, cfg.seed, cfg.inputs, cfg.classes)
         self.plan = ChunkPlan(self.model.n_params, cfg.chunk_bytes)
         self.shard = Shard(cfg, self.data)
-        n_eval = min(cfg.eval_examples, len(self.data.y_val))
-        self.eval_x, self.eval_y = self.data.x_val[:n_eval], self.data.y_val[:n_eval]
+        self.eval_x = self.data.x_eval[:cfg.eval_examples]
+        self.eval_y = self.data.y_eval[:cfg.eval_examples]
         self.x = self.model.init(cfg.seed)  # one shared initialisation across the fleet
         self.g = np.zeros_like(self.x)
         self.opt = NesterovSGD(self.model.n_params, cfg.lr, cfg.momentum)

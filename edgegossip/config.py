@@ -5,6 +5,7 @@ errors that name the bad key.
     [train]    algorithm, model, workers, partition, seed, batch, lr, momentum, p, alpha,
                max_steps, duration_s, eval_every, eval_examples, checkpoint_every, rps_period
     [net]      transport, chunk_bytes, rate_mbps, deadline_s, inject_loss, gso, encrypt
+    [data]     source ("mnist" or "file"), path, label_column, eval_fraction (data/device.py)
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ class AgentConfig:
     eval_examples: int = 2000                # size of the held-out slice
     checkpoint_every: int = 200
     rps_period: int = 8                      # local steps between RPS iterations
+    inputs: int = 784                        # features per example (mlp, logreg)
+    classes: int = 10                        # labels 0 .. classes - 1
     # [net]
     transport: str = "udp"                   # udp | zmq (allreduce always uses ZeroMQ TCP)
     chunk_bytes: int = field(default_factory=wire.default_chunk_bytes)
@@ -65,6 +68,11 @@ class AgentConfig:
     inject_loss: float = 0.0                 # loopback emulation only: drop this fraction on receive
     gso: bool = True                         # udp: send runs of datagrams as one UDP GSO buffer
     encrypt: bool = False                    # encrypt payloads too; receive only encrypted ones
+    # [data]
+    source: str = "mnist"                    # mnist: this worker's shard; file: path below
+    path: str = ""                           # this device's own .npz or .csv
+    label_column: str = ""                   # csv: header name or index of the label column
+    eval_fraction: float = 0.1               # held out from a file without x_eval/y_eval
 
     @property
     def listen_endpoint(self) -> tuple[str, int]:
@@ -75,8 +83,9 @@ SECTIONS = {
     "agent": ("id", "listen", "peers", "fleet", "key", "keys", "output"),
     "train": ("algorithm", "model", "backend", "workers", "partition", "seed", "batch", "lr", "momentum", "p",
               "alpha", "max_steps", "duration_s", "eval_every", "eval_examples",
-              "checkpoint_every", "rps_period"),
+              "checkpoint_every", "rps_period", "inputs", "classes"),
     "net": ("transport", "chunk_bytes", "rate_mbps", "deadline_s", "inject_loss", "gso", "encrypt"),
+    "data": ("source", "path", "label_column", "eval_fraction"),
 }
 
 
@@ -142,6 +151,13 @@ def validate(c: AgentConfig) -> None:
     need(not (c.backend == "onnx" and (c.model == "cnn" or c.algorithm == "allreduce")),
          "train.backend", "onnx runs mlp and logreg, and not all-reduce (it needs the gradient)")
     need(c.partition in ("iid", "dirichlet", "classes"), "train.partition", "must be iid, dirichlet or classes")
+    need(c.source in ("mnist", "file"), "data.source", "must be mnist or file")
+    need(c.source != "file" or bool(c.path), "data.path", "needed when data.source is file")
+    need(0 < c.eval_fraction < 1, "data.eval_fraction", "must be in (0, 1)")
+    need(c.inputs >= 1, "train.inputs", "must be positive")
+    need(c.classes >= 2, "train.classes", "must be at least 2")
+    need(c.model != "cnn" or (c.inputs, c.classes) == (784, 10), "train.model",
+         "the cnn takes 28x28 images in 10 classes")
     need(c.workers >= 1, "train.workers", "must be at least 1")
     need(0 <= c.id < c.workers, "agent.id", f"must be in 0..{c.workers - 1}")
     need(0 <= c.p <= 1, "train.p", "must be in [0, 1]")

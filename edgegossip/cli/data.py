@@ -1,4 +1,4 @@
-"""`edgegossip data fetch mnist`."""
+"""`edgegossip data fetch mnist` and `edgegossip data split mnist`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from edgegossip.cli import exit_codes
-from edgegossip.cli.render import fail
+from edgegossip.cli.render import emit, fail, table
 
 
 @click.group()
@@ -61,3 +61,40 @@ def fetch(name: str, source: Path | None, force: bool, as_json: bool) -> None:
     result = {"dataset": name, "path": str(path), "source": origin, "fetched": True,
               "sha256": mnist.SHA256, "train": 60000, "test": 10000}
     click.echo(json.dumps(result) if as_json else f"MNIST stored at {path} (from {origin})")
+
+
+@data.command()
+@click.argument("name", type=click.Choice(["mnist"]))
+@click.option("--workers", type=click.IntRange(1, 4096), required=True, help="Devices to split for.")
+@click.option("--partition", type=click.Choice(["iid", "dirichlet", "classes"]), default="iid",
+              show_default=True)
+@click.option("--beta", type=click.FloatRange(min=0, min_open=True), default=0.5, show_default=True,
+              help="Dirichlet concentration (small: few classes per device).")
+@click.option("--classes-per-worker", "k", type=click.IntRange(1, 10), default=2, show_default=True)
+@click.option("--seed", default=0, show_default=True)
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True)
+@click.option("--json", "as_json", is_flag=True,
+              help='Print {"dataset", "out", "devices": [{"device", "path", "train", "eval", '
+                   '"classes"}]}.')
+def split(name: str, workers: int, partition: str, beta: float, k: int, seed: int, out: Path,
+          as_json: bool) -> None:
+    """Write one data file per device (device-ID.npz: its training shard and its own slice of
+    the held-out images) for `data.source = "file"`, so each device only ever holds its own."""
+    from edgegossip.data import mnist
+    from edgegossip.data.split import split_mnist
+    rows = []
+    try:
+        with click.progressbar(split_mnist(out, workers, partition, seed, beta, k), length=workers,
+                               label="split", file=sys.stderr) as bar:
+            rows = list(bar)
+    except mnist.DataError as e:
+        fail(str(e), exit_codes.MISSING_DATA)
+    except ValueError as e:
+        fail(str(e), exit_codes.USAGE)
+    except OSError as e:
+        fail(f"{out}: {e.strerror}", exit_codes.FAILURE)
+    if as_json:
+        emit({"dataset": name, "out": str(out), "devices": rows}, True)
+    else:
+        click.echo(f"{workers} device files in {out}")
+        click.echo(table(rows, ["device", "path", "train", "eval", "classes"]))

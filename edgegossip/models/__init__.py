@@ -5,14 +5,20 @@ from __future__ import annotations
 from edgegossip.models.base import Model
 
 
-def make_model(name: str, seed: int = 0) -> Model:
+def make_model(name: str, seed: int = 0, inputs: int = 784, classes: int = 10) -> Model:
+    """The named model for `inputs` features and `classes` labels (the seed's MNIST shapes by
+    default; the CNN takes 28x28 images only)."""
     if name == "mlp":
         from edgegossip.models.mlp import MLP
-        return MLP.seed_mlp(seed)
+        if (inputs, classes) == (784, 10):
+            return MLP.seed_mlp(seed)
+        return MLP([inputs, 1024, 1024, 1024, classes], 0.2, 0.5, seed)
     if name == "logreg":
         from edgegossip.models.mlp import MLP
-        return MLP([784, 10], dropout_in=0.0, dropout_hidden=0.0, seed=seed)
+        return MLP([inputs, classes], dropout_in=0.0, dropout_hidden=0.0, seed=seed)
     if name == "cnn":
+        if (inputs, classes) != (784, 10):
+            raise ValueError("the cnn takes 28x28 images in 10 classes (inputs 784, classes 10)")
         from edgegossip.models.cnn import CNN
         return CNN(seed=seed)
     raise ValueError(f"unknown model {name!r}; choose mlp, logreg or cnn")

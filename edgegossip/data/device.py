@@ -1,0 +1,167 @@
+"""What one device trains and evaluates on, and nothing more: its own examples and a small
+held-out slice, never the whole data set (a Pi Zero 2 W has 512 MB for everything).
+
+Sources (the agent's [data] table):
+- source = "mnist": this worker's shard of MNIST (train.partition), cut from the cache;
+- source = "file", path = FILE.npz: arrays `x` [n, features] (float32 used as given, or uint8
+  pixels normalised as MNIST's are) and `y` [n] (int labels 0 .. classes - 1), optionally
+  `x_eval` and `y_eval` (the held-out split; otherwise eval_fraction of the rows is held out);
+  `edgegossip data split` writes one such file per device;
+- source = "file", path = FILE.csv: numeric rows, one label column (`label_column`: its header
+  name, or its index; by default a column headed "label", else the last column), an optional
+  header row; held out as above.
+Every shape is checked against the model at start, with a one-line error.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from edgegossip.data import mnist
+from edgegossip.data import partition as partitions
+
+
+DataError = mnist.DataError  # the data is missing (exit 4 from the CLI)
+
+
+class DataMismatch(ValueError):
+    """The data is there but unreadable, or does not fit the model (a configuration error)."""
+
+
+@dataclass
+class DeviceData:
+    x: np.ndarray        # uint8 pixels (normalised per batch) or float32 features, [n, inputs]
+    y: np.ndarray        # int64 [n]
+    x_eval: np.ndarray   # float32 [m, inputs], ready for the model
+    y_eval: np.ndarray   # int64 [m]
+
+    def batch(self, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        x = self.x[pos]
+        return (mnist.normalise(x) if x.dtype == np.uint8 else x), self.y[pos]
+
+
+def _shard(labels: np.ndarray, partition: str, workers: int, seed: int, me: int) -> np.ndarray:
+    if partition == "iid":
+        return partitions.iid(len(labels), workers, seed)[me]
+    if partition == "dirichlet":
+        return partitions.dirichlet(labels, workers, 0.5, seed)[me]
+    return partitions.classes(labels, workers, 2, seed)[me]
+
+
+def from_mnist(me: int, workers: int, partition: str, seed: int, eval_examples: int,
+               path: Path | None = None) -> DeviceData:
+    """This worker's MNIST shard and the first eval_examples of the validation hold-out; the
+    rest of the arrays is dropped as soon as it is read."""
+    path = path or mnist.cache_path()
+    if not path.is_file():
+        raise DataError(f"MNIST is not in the cache ({path}); run `edgegossip data fetch mnist`")
+    with np.load(path) as z:
+        x_all, y_all = z["x_train"], z["y_train"]
+    n = len(y_all) - mnist.VALIDATION
+    idx = _shard(y_all[:n], partition, workers, seed, me)
+    m = min(eval_examples, mnist.VALIDATION)
+    return DeviceData(x_all[idx], y_all[idx].astype(np.int64),
+                      mnist.normalise(x_all[n:n + m]), y_all[n:n + m].astype(np.int64))
+
+
+def from_file(path: str | Path, eval_fraction: float = 0.1, label_column: str = "",
+              seed: int = 0) -> DeviceData:
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"data.path: {path} does not exist")
+    if path.suffix == ".npz":
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                arrays = {k: z[k] for k in z.files}
+        except (OSError, ValueError) as e:
+            raise DataMismatch(f"data.path: {path} is not a readable .npz ({e})") from None
+        if "x" not in arrays or "y" not in arrays:
+            raise DataMismatch(f"data.path: {path} needs arrays x and y (has {', '.join(arrays)})")
+        x, y = arrays["x"], arrays["y"]
+        held = (arrays.get("x_eval"), arrays.get("y_eval"))
+    elif path.suffix == ".csv":
+        x, y = _read_csv(path, label_column)
+        held = (None, None)
+    else:
+        raise DataMismatch(f"data.path: {path}: use a .npz or a .csv file")
+    x = _features(x, path, "x")
+    y = _labels(y, len(x), path, "y")
+    if held[0] is not None and held[1] is not None:
+        x_eval = _features(held[0], path, "x_eval")
+        y_eval = _labels(held[1], len(x_eval), path, "y_eval")
+    else:
+        order = np.random.default_rng(seed).permutation(len(y))
+        k = max(1, int(round(eval_fraction * len(y)))) if len(y) > 1 else 0
+        x_eval, y_eval, x, y = x[order[:k]], y[order[:k]], x[order[k:]], y[order[k:]]
+    if x_eval.dtype == np.uint8:
+        x_eval = mnist.normalise(x_eval)
+    if len(y) == 0:
+        raise DataMismatch(f"data.path: {path} holds no training rows")
+    return DeviceData(x, y, x_eval.astype(np.float32, copy=False), y_eval)
+
+
+def _features(x: np.ndarray, path: Path, name: str) -> np.ndarray:
+    if x.ndim < 2:
+        raise DataMismatch(f"data.path: {path}: {name} must be [rows, features], not {x.shape}")
+    x = x.reshape(len(x), -1)
+    if x.dtype != np.uint8:
+        if not np.issubdtype(x.dtype, np.number):
+            raise DataMismatch(f"data.path: {path}: {name} is not numeric ({x.dtype})")
+        x = x.astype(np.float32, copy=False)
+        if not np.isfinite(x).all():
+            raise DataMismatch(f"data.path: {path}: {name} holds NaN or Inf")
+    return np.ascontiguousarray(x)
+
+
+def _labels(y: np.ndarray, n: int, path: Path, name: str) -> np.ndarray:
+    y = np.asarray(y).reshape(-1)
+    if len(y) != n:
+        raise DataMismatch(f"data.path: {path}: {name} has {len(y)} labels for {n} rows")
+    if n and (not np.issubdtype(y.dtype, np.number) or (y != np.round(y)).any() or y.min() < 0):
+        raise DataMismatch(f"data.path: {path}: {name} must be whole numbers from 0")
+    return y.astype(np.int64)
+
+
+def _read_csv(path: Path, label_column: str) -> tuple[np.ndarray, np.ndarray]:
+    with open(path, newline="") as f:
+        rows = [r for r in csv.reader(f) if r]
+    if not rows:
+        raise DataMismatch(f"data.path: {path} is empty")
+    header = None
+    try:
+        [float(v) for v in rows[0]]
+    except ValueError:
+        header, rows = [h.strip() for h in rows[0]], rows[1:]
+    width = len(header) if header else len(rows[0])
+    if label_column:
+        if header and label_column in header:
+            col = header.index(label_column)
+        elif label_column.lstrip("-").isdigit() and -width <= int(label_column) < width:
+            col = int(label_column) % width
+        else:
+            raise DataMismatch(f"data.label_column: {label_column!r} is not a column of {path}")
+    else:
+        col = header.index("label") if header and "label" in header else width - 1
+    try:
+        table = np.array([[float(v) for v in r] for r in rows], np.float64)
+    except ValueError as e:
+        raise DataMismatch(f"data.path: {path}: a value is not a number ({e})") from None
+    if table.ndim != 2 or table.shape[1] != width:
+        raise DataMismatch(f"data.path: {path}: rows of different lengths")
+    return np.delete(table, col, axis=1).astype(np.float32), table[:, col]
+
+
+def check(data: DeviceData, inputs: int, classes: int) -> None:
+    """One-line errors for data that does not fit the model."""
+    for name, x in (("training rows", data.x), ("held-out rows", data.x_eval)):
+        if x.shape[1] != inputs:
+            raise DataMismatch(f"data: the {name} have {x.shape[1]} features; the model takes "
+                            f"{inputs} (set train.inputs)")
+    top = max(int(data.y.max(initial=0)), int(data.y_eval.max(initial=0)))
+    if top >= classes:
+        raise DataMismatch(f"data: label {top} found; the model has {classes} classes "
+                        "(set train.classes)")

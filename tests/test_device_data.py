@@ -1,0 +1,98 @@
+"""A device's own data: the [data] table, the file formats, `data split`, and the one-line
+errors for data that does not fit the model."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from edgegossip import config
+from edgegossip.cli.app import cli
+from edgegossip.config import AgentConfig
+from edgegossip.data import device
+from edgegossip.metrics import read
+
+
+def test_mnist_source_holds_only_the_shard_and_the_eval_slice(mnist_data):
+    d = device.from_mnist(me=1, workers=4, partition="iid", seed=0, eval_examples=500)
+    assert d.x.shape == (51_200 // 4, 784) and d.x.dtype == np.uint8
+    assert d.x_eval.shape == (500, 784) and d.x_eval.dtype == np.float32
+    full = mnist_data  # the same examples the whole-set loader gives for that shard
+    from edgegossip.data import partition
+    idx = partition.iid(len(full.y_train), 4, 0)[1]
+    np.testing.assert_array_equal(d.x, full.x_train[idx])
+    np.testing.assert_array_equal(d.x_eval, full.x_val[:500])
+
+
+def test_npz_and_csv_files(tmp_path):
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((50, 6), dtype=np.float32), rng.integers(0, 3, 50)
+    np.savez(tmp_path / "a.npz", x=x, y=y, x_eval=x[:5], y_eval=y[:5])
+    d = device.from_file(tmp_path / "a.npz")
+    np.testing.assert_array_equal(d.x, x) and np.testing.assert_array_equal(d.y_eval, y[:5])
+    device.check(d, 6, 3)
+    with pytest.raises(device.DataMismatch, match="6 features; the model takes 784"):
+        device.check(d, 784, 10)
+    with pytest.raises(device.DataMismatch, match="label 2 found"):
+        device.check(d, 6, 2)
+    rows = ["t,h,label,p"] + [f"{a},{b},{c},{e}" for (a, b, e), c in zip(x[:, :3], y)]
+    (tmp_path / "s.csv").write_text("\n".join(rows) + "\n")
+    c = device.from_file(tmp_path / "s.csv", eval_fraction=0.2)
+    assert c.x.shape == (40, 3) and c.x_eval.shape == (10, 3)
+    assert sorted(np.concatenate([c.y, c.y_eval]).tolist()) == sorted(y.tolist())
+    bare = [f"{a},{b},{e},{c}" for (a, b, e), c in zip(x[:, :3], y)]  # no header: label last
+    (tmp_path / "bare.csv").write_text("\n".join(bare) + "\n")
+    c2 = device.from_file(tmp_path / "bare.csv", eval_fraction=0.2, label_column="-1")
+    assert c2.x.shape == (40, 3)
+    assert sorted(np.concatenate([c2.y, c2.y_eval]).tolist()) == sorted(y.tolist())
+    with pytest.raises(device.DataMismatch, match="whole numbers"):
+        device.from_file(tmp_path / "s.csv", label_column="t")   # a column of real numbers
+    (tmp_path / "bad.csv").write_text("1,2,3\n3,x,5\n")
+    with pytest.raises(device.DataMismatch, match="not a number"):
+        device.from_file(tmp_path / "bad.csv")
+    np.savez(tmp_path / "noy.npz", x=x)
+    with pytest.raises(device.DataMismatch, match="needs arrays x and y"):
+        device.from_file(tmp_path / "noy.npz")
+
+
+def _agent(tmp_path, **kw):
+    cfg = AgentConfig(id=0, listen="127.0.0.1:1", workers=1, algorithm="local", model="logreg",
+                      output=str(tmp_path / "out"), eval_every=100, **kw)
+    path = tmp_path / "agent.toml"
+    path.write_text(config.to_toml(cfg))
+    return subprocess.run([sys.executable, "-m", "edgegossip.cli.app", "agent", "--config",
+                           str(path), "--json"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+
+
+def test_split_then_an_agent_trains_on_its_own_file_only(tmp_path, mnist_data):
+    def split(partition):
+        res = CliRunner().invoke(cli, ["data", "split", "mnist", "--workers", "4", "--partition",
+                                       partition, "--out", str(tmp_path / partition), "--json"])
+        assert res.exit_code == 0, res.output
+        return json.loads(res.output.strip().splitlines()[-1])["devices"]
+    rows = split("classes")
+    assert [r["device"] for r in rows] == [0, 1, 2, 3]
+    assert all(r["classes"] == 2 for r in rows) and sum(r["eval"] for r in rows) == 8_800
+    rows = split("iid")
+    p = _agent(tmp_path, source="file", path=rows[2]["path"], max_steps=300)
+    assert p.returncode == 0, p.stderr
+    final = json.loads(p.stdout)
+    assert final["step"] == 300
+    with np.load(rows[2]["path"]) as z:
+        assert set(z.files) == {"x", "y", "x_eval", "y_eval"} and len(z["y"]) == rows[2]["train"]
+    recs = read(tmp_path / "out" / "metrics.jsonl")
+    assert recs[-1]["accuracy"] > 0.8
+
+
+def test_data_that_does_not_fit_the_model_is_one_line(tmp_path):
+    np.savez(tmp_path / "d.npz", x=np.zeros((20, 12), np.float32), y=np.zeros(20, np.int64))
+    p = _agent(tmp_path, source="file", path=str(tmp_path / "d.npz"), max_steps=10)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "12 features" in p.stderr
+    p = _agent(tmp_path, source="file", path=str(tmp_path / "d.npz"), max_steps=10, inputs=12)
+    assert p.returncode == 0, p.stderr   # a 12-feature logistic regression trains on it
+    p = _agent(tmp_path, source="file", path=str(tmp_path / "none.npz"), max_steps=10)
+    assert p.returncode == 4 and "does not exist" in p.stderr
