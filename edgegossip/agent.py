@@ -5,7 +5,6 @@ sockets closed) and resumes from its last checkpoint after a crash."""
 from __future__ import annotations
 
 import logging
-import resource
 import signal
 import threading
 import time
@@ -20,13 +19,13 @@ from edgegossip.config import AgentConfig, ConfigError
 from edgegossip.data import device
 from edgegossip.dataplane.inbox import Inbox
 from edgegossip.dataplane.keys import KeyfileError, LinkKeys
-from edgegossip.metrics import MetricsLog
+from edgegossip.metrics import MetricsLog, peak_rss_mb
 from edgegossip.models import ONNX_MISSING, make_model, onnx_available
 from edgegossip.models.optim import NesterovSGD
 from edgegossip.dataplane.outbox import Encoder
 from edgegossip.protocol import Context, make_protocol
 from edgegossip.protocol.base import Stopped
-from edgegossip.dataplane.sender import Sender
+from edgegossip.dataplane.sender import Sender, Snapshots
 from edgegossip.transport import ReceiveThread, make_transport
 from edgegossip.transport.lossy import injected_loss
 
@@ -72,8 +71,6 @@ class Agent:
         self.model = make_model(cfg.model, cfg.seed, cfg.inputs, cfg.classes)
         self.plan = ChunkPlan(self.model.n_params, cfg.chunk_bytes)
         self.shard = Shard(cfg, self.data)
-        self.eval_x = self.data.x_eval[:cfg.eval_examples]
-        self.eval_y = self.data.y_eval[:cfg.eval_examples]
         self.x = self.model.init(cfg.seed)  # one shared initialisation across the fleet
         self.g = np.zeros_like(self.x)
         self.opt = NesterovSGD(self.model.n_params, cfg.lr, cfg.momentum)
@@ -149,15 +146,18 @@ class Agent:
             fast = None
         receiver = ReceiveThread(transport, handler, inbox.counter.drop, fast).start()
         sender = Sender(transport, Encoder(self.plan, keys, cfg.fleet, cfg.id, session=session,
-                                           encrypt=cfg.encrypt),
-                        self.plan.n_params, peers)
+                                           encrypt=cfg.encrypt), peers)
         return transport, receiver, (inbox, sender), peers
 
     def run(self) -> dict:
         cfg = self.cfg
         transport, receiver, io, peers = self._open_network()
         inbox, sender = io if io else (None, None)
-        ctx = Context(cfg, self.plan, inbox, sender, peers, self.rng, stop=self.stop_event)
+        # two copies of the parameters in flight at most: an exchange we started and one we
+        # answer (Elastic Gossip), or RPS's REDUCE and GATHER
+        snapshots = Snapshots(self.plan.n_params, 2) if sender is not None else None
+        ctx = Context(cfg, self.plan, inbox, sender, peers, self.rng, snapshots,
+                      stop=self.stop_event)
         protocol = make_protocol(ctx)
         metrics = MetricsLog(self.out / "metrics.jsonl")
         t0 = time.monotonic()
@@ -203,12 +203,12 @@ class Agent:
         return final
 
     def _record(self, losses, ctx: Context, sender, inbox, protocol) -> dict:
-        acc = self.model.accuracy(self.x, self.eval_x, self.eval_y)
+        acc = self.data.accuracy(self.model, self.x, self.cfg.eval_examples)
         rec = {"agent": self.cfg.id, "step": self.step,
                "epoch": round(self.step / self.shard.steps_per_epoch, 3),
                "loss": round(float(np.mean(losses)), 5) if losses else None,
                "accuracy": acc, "exchanges": dict(ctx.exchanges),
-               "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+               "peak_rss_mb": peak_rss_mb()}
         if sender is not None:
             snap = inbox.counter.snapshot()
             link_arrived, link_expected = inbox.link_loss()
@@ -216,7 +216,7 @@ class Agent:
                        session=sender.encoder.session, bytes_sent=sender.encoder.bytes, datagrams_sent=sender.encoder.datagrams,
                        bytes_received=snap["accepted_bytes"], datagrams_received=snap["accepted"],
                        datagrams_dropped=snap["dropped"], drops=snap["drops"],
-                       send_skipped=sender.skipped)
+                       send_skipped=ctx.snapshots.skipped)
         else:
             sent = getattr(protocol, "bytes_sent", 0)
             rec.update(bytes_sent=sent, datagrams_sent=0, bytes_received=sent,

@@ -22,6 +22,21 @@ class MetricsLog:
         self._f.close()
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident memory, MB. VmHWM, not getrusage's ru_maxrss: Linux carries
+    ru_maxrss across execve, so a process started by a large parent (emulate holds MNIST) would
+    report the parent's size as its own."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    import resource
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
 def _drop_torn_line(path: Path) -> None:
     """Cut a last line that a kill or power loss left without its newline, so the next record
     starts a line of its own instead of being glued to the fragment."""

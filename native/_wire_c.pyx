@@ -270,8 +270,9 @@ def frame_batch(Aead aead not None, const uint8_t[::1] model not None,
 cdef inline Py_ssize_t _steady(const uint8_t *d, Py_ssize_t n, const uint8_t *prefix,
                                Py_ssize_t plen, uint32_t fleet, int me, int sender, int msg_type,
                                int flags, uint32_t session, uint32_t round, int64_t highest,
-                               int64_t limit, Py_ssize_t n_chunks, Py_ssize_t chunk_bytes,
-                               Py_ssize_t mbytes, Py_ssize_t max_body) noexcept nogil:
+                               int64_t limit, int blocks, Py_ssize_t n_chunks,
+                               Py_ssize_t chunk_bytes, Py_ssize_t mbytes,
+                               Py_ssize_t max_body) noexcept nogil:
     """Payload length if the datagram d (n bytes, framed) passes every check but the tag and
     finiteness for this slot, its sequence number in (highest, limit], else -1."""
     cdef const uint8_t *h = d + plen
@@ -285,7 +286,8 @@ cdef inline Py_ssize_t _steady(const uint8_t *d, Py_ssize_t n, const uint8_t *pr
             or (h[3] & FLAG_ENCRYPTED) != flags
             or HEADER_SIZE + length + TAG_SIZE != n or _le32(h + 4) != fleet
             or _le16(h + 8) != sender or _le16(h + 10) != me or _le16(h + 14) != 0
-            or _le32(h + 16) != session or _le32(h + 20) != round):
+            or _le32(h + 16) != session or _le32(h + 20) != round
+            or (blocks and _le16(h + 12) >= blocks)):
         return -1
     seq = _le64(h + 40)
     if seq > <uint64_t>0x7fffffffffffffff or <int64_t>seq <= highest or <int64_t>seq > limit:
@@ -352,12 +354,13 @@ cdef class Run:
 
     def run(self, Aead aead not None, Py_ssize_t start, Py_ssize_t stop, uint32_t fleet, int me,
             int sender, int msg_type, bint encrypted, uint32_t session, uint32_t round,
-            int64_t highest, int64_t limit):
+            int64_t highest, int64_t limit, int blocks=0):
         """Accept rows start, start+1, .. while each one is, unchanged, a datagram the Python
         inbox would accept into the target slot of (sender, msg_type, session, round): group,
         size, version, type, dtype, encryption flag, fleet, receiver and tag (under `aead`,
         the link's key) valid, sequence above `highest`, rising and at most `limit`, chunk
-        geometry exact, payload finite. Each accepted payload is copied (decrypted) into the
+        geometry exact (and the block id below `blocks`, when not 0), payload finite. Each
+        accepted payload is copied (decrypted) into the
         slot and its mask byte set. Stops at the first other row, touching nothing for it.
         Returns how many were accepted; their sequence numbers are seqs[:k]; fresh counts
         chunks new to the mask, nbytes the payload bytes."""
@@ -382,8 +385,8 @@ cdef class Run:
             for i in range(start, stop):
                 row = &self.rows[i, 0]
                 length = _steady(row, self.lengths[i], &self.prefix[0], plen, fleet, me, sender,
-                                 msg_type, flags, session, round, highest, limit, n_chunks,
-                                 chunk_bytes, mbytes, max_body)
+                                 msg_type, flags, session, round, highest, limit, blocks,
+                                 n_chunks, chunk_bytes, mbytes, max_body)
                 if length < 0:
                     break
                 h = row + plen

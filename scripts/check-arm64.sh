@@ -65,8 +65,11 @@ assert a.IMPLEMENTATION == 'openssl', a.IMPLEMENTATION
 assert zmq.has('draft')
 print('kernels', k.IMPLEMENTATION, 'aead', a.IMPLEMENTATION, 'zmq', zmq.zmq_version())"
 step pytest-install in_root $bin/pip install -q pytest pytest-timeout
-step kernel-and-wire-tests in_root sh -c "cd /opt/edgegossip-src && $bin/python -m pytest -q -p no:cacheprovider \
-  tests/test_kernels.py tests/test_wire.py tests/test_inbox.py tests/test_fast_path.py tests/test_hardening.py"
+# the tests run from a copy outside the source tree, so `edgegossip` is the installed package
+# with its compiled modules, not the source folder (which has none)
+step kernel-and-wire-tests in_root sh -c "rm -rf /tmp/eg-tests && cp -r /opt/edgegossip-src/tests /tmp/eg-tests \
+  && cd /tmp/eg-tests && CI=true $bin/python -m pytest -q -p no:cacheprovider -rs \
+  test_kernels.py test_wire.py test_inbox.py test_fast_path.py test_hardening.py"
 step bench-mac in_root $bin/edgegossip bench mac --seconds 0.3
 step data-fetch in_root $bin/edgegossip data fetch mnist
 step simulate in_root $bin/edgegossip simulate --algorithm elastic-gossip --loss 0.1 --model logreg --workers 4 --epochs 1 --json

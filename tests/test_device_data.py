@@ -19,12 +19,12 @@ from edgegossip.metrics import read
 def test_mnist_source_holds_only_the_shard_and_the_eval_slice(mnist_data):
     d = device.from_mnist(me=1, workers=4, partition="iid", seed=0, eval_examples=500)
     assert d.x.shape == (51_200 // 4, 784) and d.x.dtype == np.uint8
-    assert d.x_eval.shape == (500, 784) and d.x_eval.dtype == np.float32
+    assert d.x_eval.shape == (500, 784) and d.x_eval.dtype == np.uint8
     full = mnist_data  # the same examples the whole-set loader gives for that shard
     from edgegossip.data import partition
     idx = partition.iid(len(full.y_train), 4, 0)[1]
     np.testing.assert_array_equal(d.x, full.x_train[idx])
-    np.testing.assert_array_equal(d.x_eval, full.x_val[:500])
+    np.testing.assert_array_equal(device._ready(d.x_eval), full.x_val[:500])
 
 
 def test_npz_and_csv_files(tmp_path):

@@ -139,3 +139,12 @@ def test_link_loss_counts_sequence_gaps():
         if k % 5 != 1:  # lose 2 of 10
             inbox.ingest(memoryview(d))
     assert inbox.link_loss() == (8, 10)  # datagrams 1 and 6 of 0..9 lost
+
+
+def test_rps_block_outside_the_fleet_is_out_of_bounds():
+    inbox = Inbox(PLAN, KEY, 1, rps_blocks=4)
+    enc = Encoder(PLAN, KEY, 1, 2)
+    d = bytes(next(enc.chunks(np.ones(1000, np.float32), wire.MsgType.REDUCE, 1, chunks=[0],
+                              block=9)))[3:]
+    inbox.ingest(memoryview(d))  # tagged, but names a block no server holds: no exception
+    assert inbox.counter.drops == {"out_of_bounds": 1}

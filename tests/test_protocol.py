@@ -10,7 +10,7 @@ from edgegossip.config import AgentConfig, Peer
 from edgegossip.dataplane.inbox import Inbox
 from edgegossip.dataplane.outbox import Encoder
 from edgegossip.protocol import Context, make_protocol
-from edgegossip.dataplane.sender import Sender
+from edgegossip.dataplane.sender import Sender, Snapshots
 from edgegossip.transport.base import Transport
 
 KEY = b"k" * 32
@@ -47,9 +47,10 @@ def test_rps_iteration_reaches_every_peer():
     plan = ChunkPlan(7850, wire.default_chunk_bytes())
     t = SlowRecorder()
     endpoints = {p.id: (p.host, p.port) for p in cfg.peers}
-    sender = Sender(t, Encoder(plan, KEY, 1, 0), plan.n_params, endpoints)
+    sender = Sender(t, Encoder(plan, KEY, 1, 0), endpoints)
     inbox = Inbox(plan, KEY, 1, rps_blocks=W)
-    ctx = Context(cfg, plan, inbox, sender, endpoints, np.random.default_rng(0))
+    snapshots = Snapshots(plan.n_params, 2)
+    ctx = Context(cfg, plan, inbox, sender, endpoints, np.random.default_rng(0), snapshots)
     proto = make_protocol(ctx)
     proto.after_step(np.ones(plan.n_params, np.float32), 1)
     deadline = time.monotonic() + 10
@@ -61,4 +62,18 @@ def test_rps_iteration_reaches_every_peer():
     reduce_to = {p for p, m, _ in t.sent if m == wire.MsgType.REDUCE}
     gather_to = {p for p, m, _ in t.sent if m == wire.MsgType.GATHER}
     assert reduce_to == peers and gather_to == peers, (len(reduce_to), len(gather_to))
-    assert sender.skipped == 0
+    assert snapshots.skipped == 0
+
+
+def test_a_snapshot_returns_to_the_pool_only_when_every_holder_is_done():
+    pool = Snapshots(10, 2)
+    x = np.arange(10, dtype=np.float32)
+    a = pool.take(x)
+    a.hold()                      # the send thread's hold
+    b = pool.take(x + 1)
+    assert pool.take(x) is None and pool.skipped == 1
+    a.release()                   # the protocol is done; the sender still reads a.vec
+    assert pool.take(x) is None
+    a.release()                   # the sender is done
+    c = pool.take(x * 0)
+    assert c is a and (c.vec == 0).all() and (b.vec == x + 1).all()

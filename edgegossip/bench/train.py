@@ -13,9 +13,10 @@ CASES = [("logreg", "numpy"), ("logreg", "onnx"), ("mlp", "numpy"), ("mlp", "onn
 BATCHES = (32, 128)
 
 _CHILD = r"""
-import json, resource, sys, time
+import json, sys, time
 import numpy as np
 from edgegossip.models import make_model
+from edgegossip.metrics import peak_rss_mb
 from edgegossip.models.optim import NesterovSGD
 name, backend, batch, steps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 m = make_model(name)
@@ -39,7 +40,7 @@ for _ in range(3):
     best = min(best, (time.perf_counter() - t) / steps)
 print(json.dumps({"model": name, "backend": backend, "batch": batch,
                   "ms_per_step": round(best * 1e3, 3),
-                  "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}))
+                  "peak_rss_mb": peak_rss_mb()}))
 """
 
 

@@ -36,14 +36,16 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
 @click.option("--model", type=click.Choice(["mlp", "logreg", "cnn"]), default="mlp", show_default=True)
 @click.option("--p", "p", type=Probability(), default="1/32", show_default=True)
 @click.option("--alpha", type=click.FloatRange(0, 1), default=0.5, show_default=True)
+@click.option("--train-backend", type=click.Choice(["numpy", "onnx"]), default="numpy",
+              show_default=True, help="What runs each agent's training step.")
 @click.option("--backend", type=click.Choice(["auto", "netns", "loopback"]), default="auto",
               show_default=True, help="netns needs root; loopback injects loss in the receive path.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Output folder (default runs/emulate-TIMESTAMP).")
 @click.option("--cleanup", is_flag=True, help="Remove namespaces, links and agents left by an earlier run.")
 @click.option("--json", "as_json", is_flag=True)
-def emulate(nodes, algorithm, loss, rate, duration, epochs, transport, model, p, alpha, backend,
-            out, cleanup, as_json) -> None:
+def emulate(nodes, algorithm, loss, rate, duration, epochs, transport, model, p, alpha,
+            train_backend, backend, out, cleanup, as_json) -> None:
     """Run NODES agents, each in its own network namespace on one bridge, for a while."""
     from edgegossip.emulate import netns
     from edgegossip.emulate.fleet import Fleet, FleetSpec, rate_to_mbps
@@ -77,7 +79,7 @@ def emulate(nodes, algorithm, loss, rate, duration, epochs, transport, model, p,
     out = out or Path("runs") / time.strftime("emulate-%Y%m%d-%H%M%S")
     spec = FleetSpec(nodes=nodes, algorithm=algorithm, loss=loss, rate=rate, backend=backend,
                      out=out, duration_s=duration, epochs=epochs, transport=transport, model=model,
-                     p=p, alpha=alpha)
+                     p=p, alpha=alpha, train_backend=train_backend)
     loss_kind = "kernel (nftables)" if backend == "netns" else "injected"
     fleet = Fleet(spec)
     t0 = time.monotonic()
@@ -116,11 +118,11 @@ def emulate(nodes, algorithm, loss, rate, duration, epochs, transport, model, p,
     if as_json:
         click.echo(json.dumps(summary))
         return
-    rows = [{**{k: a[k] for k in ("agent", "accuracy", "steps", "bytes_sent", "datagrams_sent",
-                                  "datagrams_received", "datagrams_dropped")}} for a in summary["agents"]]
+    cols = ["agent", "accuracy", "steps", "bytes_sent", "datagrams_sent", "datagrams_received",
+            "datagrams_dropped", "peak_rss_mb"]
+    rows = [{k: a[k] for k in cols} for a in summary["agents"]]
     rows.append({"agent": "average", "accuracy": summary["average_model_accuracy"]})
-    click.echo(table(rows, ["agent", "accuracy", "steps", "bytes_sent", "datagrams_sent",
-                            "datagrams_received", "datagrams_dropped"]))
+    click.echo(table(rows, cols))
     obs = summary["observed_loss"]
     click.echo(f"loss configured {loss:.1%} ({loss_kind}), observed by receivers "
                f"{'n/a (TCP)' if obs is None else f'{obs:.1%}'}; test accuracy of the average model "

@@ -36,12 +36,27 @@ class DataMismatch(ValueError):
 class DeviceData:
     x: np.ndarray        # uint8 pixels (normalised per batch) or float32 features, [n, inputs]
     y: np.ndarray        # int64 [n]
-    x_eval: np.ndarray   # float32 [m, inputs], ready for the model
+    x_eval: np.ndarray   # like x, [m, inputs]
     y_eval: np.ndarray   # int64 [m]
 
     def batch(self, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        x = self.x[pos]
-        return (mnist.normalise(x) if x.dtype == np.uint8 else x), self.y[pos]
+        return _ready(self.x[pos]), self.y[pos]
+
+    def accuracy(self, model, params: np.ndarray, limit: int, batch: int = 64) -> float:
+        """Accuracy on the first `limit` held-out examples, in small batches: the CNN's im2col
+        over 250 images alone took 70 MB, and a device has no such room."""
+        n = min(limit, len(self.y_eval))
+        hits = 0
+        for i in range(0, n, batch):
+            j = min(i + batch, n)
+            hits += int((model.logits(params, _ready(self.x_eval[i:j])).argmax(1)
+                         == self.y_eval[i:j]).sum())
+        return hits / n if n else 0.0
+
+
+def _ready(x: np.ndarray) -> np.ndarray:
+    """What the model takes: uint8 pixels normalised as MNIST's, anything else as it is."""
+    return mnist.normalise(x) if x.dtype == np.uint8 else x
 
 
 def _shard(labels: np.ndarray, partition: str, workers: int, seed: int, me: int) -> np.ndarray:
@@ -60,12 +75,39 @@ def from_mnist(me: int, workers: int, partition: str, seed: int, eval_examples: 
     if not path.is_file():
         raise DataError(f"MNIST is not in the cache ({path}); run `edgegossip data fetch mnist`")
     with np.load(path) as z:
-        x_all, y_all = z["x_train"], z["y_train"]
+        y_all = z["y_train"]
     n = len(y_all) - mnist.VALIDATION
     idx = _shard(y_all[:n], partition, workers, seed, me)
     m = min(eval_examples, mnist.VALIDATION)
-    return DeviceData(x_all[idx], y_all[idx].astype(np.int64),
-                      mnist.normalise(x_all[n:n + m]), y_all[n:n + m].astype(np.int64))
+    held = np.arange(n, n + m)
+    rows = _stream_rows(path, "x_train", np.concatenate([idx, held]))
+    return DeviceData(rows[:len(idx)], y_all[idx].astype(np.int64), rows[len(idx):],
+                      y_all[held].astype(np.int64))
+
+
+def _stream_rows(path: Path, name: str, rows: np.ndarray, block: int = 2048) -> np.ndarray:
+    """rows (in that order) of a 2-D array stored in an .npz, decompressed a block at a time:
+    a device never holds the whole training set, not even while it reads its shard."""
+    import zipfile
+    order = np.argsort(rows, kind="stable")
+    wanted = rows[order]
+    with zipfile.ZipFile(path) as zf, zf.open(f"{name}.npy") as f:
+        fmt = np.lib.format
+        major, _ = fmt.read_magic(f)
+        header = fmt.read_array_header_1_0 if major == 1 else fmt.read_array_header_2_0
+        shape, fortran, dtype = header(f)
+        if fortran or len(shape) != 2:
+            raise DataMismatch(f"{path}: {name} is not a C-ordered 2-D array")
+        out = np.empty((len(rows), shape[1]), dtype)
+        width = shape[1] * dtype.itemsize
+        k = 0
+        for start in range(0, shape[0], block):
+            stop = min(start + block, shape[0])
+            buf = np.frombuffer(f.read((stop - start) * width), dtype).reshape(-1, shape[1])
+            j = np.searchsorted(wanted, stop)
+            out[order[k:j]] = buf[wanted[k:j] - start]
+            k = j
+    return out
 
 
 def from_file(path: str | Path, eval_fraction: float = 0.1, label_column: str = "",
@@ -97,11 +139,9 @@ def from_file(path: str | Path, eval_fraction: float = 0.1, label_column: str = 
         order = np.random.default_rng(seed).permutation(len(y))
         k = max(1, int(round(eval_fraction * len(y)))) if len(y) > 1 else 0
         x_eval, y_eval, x, y = x[order[:k]], y[order[:k]], x[order[k:]], y[order[k:]]
-    if x_eval.dtype == np.uint8:
-        x_eval = mnist.normalise(x_eval)
     if len(y) == 0:
         raise DataMismatch(f"data.path: {path} holds no training rows")
-    return DeviceData(x, y, x_eval.astype(np.float32, copy=False), y_eval)
+    return DeviceData(x, y, x_eval, y_eval)
 
 
 def _features(x: np.ndarray, path: Path, name: str) -> np.ndarray:

@@ -79,20 +79,24 @@ class Round:
         self.received = 0
         self.expected = 0
         self.updated = 0.0
+        self.collected = False  # the agent has taken what arrived
 
 
 class Slot:
     """Receive buffers of one (sender, message type): the round being filled, and the round
     before it kept intact, so a peer that starts its next round before we collected the
-    previous one does not overwrite it (double buffering, allocated once)."""
+    previous one does not overwrite it. The second buffer is only written (and so only becomes
+    resident memory) when that happens: a collected round's buffer is reused."""
 
     def __init__(self, plan: ChunkPlan):
         self.current = Round(plan)
         self.previous = Round(plan)
 
     def advance(self, round: int, expected: int) -> Round:
-        self.current, self.previous = self.previous, self.current
+        if not (self.current.collected or self.current.round < 0):
+            self.current, self.previous = self.previous, self.current
         cur = self.current
+        cur.collected = False
         cur.mask[:] = 0
         cur.round = round
         cur.received = 0
@@ -184,7 +188,8 @@ class Inbox:
         c = h.chunk_index
         if (h.chunk_count != self._n_chunks or c >= self._n_chunks
                 or h.byte_offset != c * self._chunk_bytes
-                or h.length != min(self._chunk_bytes, self._model_bytes - h.byte_offset)):
+                or h.length != min(self._chunk_bytes, self._model_bytes - h.byte_offset)
+                or (self.rps_blocks and h.block >= self.rps_blocks)):
             return "out_of_bounds"
         if not kernels.all_finite(payload):
             return "non_finite"
@@ -262,7 +267,7 @@ class Inbox:
                 run.target(cur.bytes, cur.mask)
                 self._run_target = cur
             k = run.run(aead, start, stop, self.fleet, self.me, sender, msg_type, encrypted,
-                        session, rnd, link.window.highest, limit)
+                        session, rnd, link.window.highest, limit, self.rps_blocks)
             if not k:
                 return start
             link.commit_run(run.seqs[:k], now)
@@ -351,6 +356,7 @@ class Inbox:
             if found is None:
                 out_mask[:] = 0
                 return 0
+            found.collected = True
             np.copyto(out, found.buf)
             np.copyto(out_mask, found.mask)
             return int(found.received)

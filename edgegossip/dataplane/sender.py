@@ -1,9 +1,13 @@
 """Background sender: the training loop hands over a snapshot of its parameters and goes on;
 this thread cuts it into datagrams and sends them paced, so a slow link never stalls a step.
 
-Snapshots come from a small pool of preallocated vectors, so memory stays bounded: when every
-buffer is in flight a new send is skipped (and counted) rather than queued. One snapshot can
-serve several destinations (broadcast), so an RPS iteration to W - 1 peers needs one buffer."""
+Snapshots come from one small pool of preallocated vectors (Snapshots) that the protocol and
+this thread share: the protocol takes a copy of x, hands it to send() (no second copy) and keeps
+it as long as its exchange needs it (Elastic Gossip applies its own pre-step copy when the
+peer's answer is in); the buffer returns to the pool when both are done with it. When every
+buffer is in use a new exchange is skipped (and counted) rather than queued, so memory stays
+bounded: on a 512 MB board every copy of the model counts. One snapshot can serve several
+destinations (broadcast), so an RPS iteration to W - 1 peers needs one buffer."""
 
 from __future__ import annotations
 
@@ -32,54 +36,87 @@ def send_vector(transport: Transport, encoder: Encoder, endpoint: Endpoint, rece
         transport.send_batch(endpoint, encoder.rows, encoder.lengths, n)
 
 
+class Snapshot:
+    """A copy of the parameters, shared by whoever holds it; back to the pool on the last
+    release()."""
+
+    __slots__ = ("vec", "_refs", "_pool")
+
+    def __init__(self, vec: np.ndarray, pool: Snapshots):
+        self.vec = vec
+        self._refs = 0
+        self._pool = pool
+
+    def hold(self) -> Snapshot:
+        self._pool._hold(self)
+        return self
+
+    def release(self) -> None:
+        self._pool._release(self)
+
+
+class Snapshots:
+    """`size` preallocated parameter copies; buffers are touched (made resident) only when
+    first used."""
+
+    def __init__(self, n_params: int, size: int):
+        self._free = [Snapshot(np.empty(n_params, np.float32), self) for _ in range(size)]
+        self._lock = threading.Lock()
+        self.skipped = 0  # takes refused because every copy was in use
+
+    def take(self, x: np.ndarray) -> Snapshot | None:
+        """A copy of x held once by the caller, or None (counted) if every buffer is in use."""
+        with self._lock:
+            if not self._free:
+                self.skipped += 1
+                return None
+            snap = self._free.pop()
+            snap._refs = 1
+        np.copyto(snap.vec, x)
+        return snap
+
+    def _hold(self, snap: Snapshot) -> None:
+        with self._lock:
+            snap._refs += 1
+
+    def _release(self, snap: Snapshot) -> None:
+        with self._lock:
+            snap._refs -= 1
+            if snap._refs == 0:
+                self._free.append(snap)
+
+
 @dataclass
 class Job:
     peer: int
-    vec: np.ndarray | None
+    snap: Snapshot | None
     msg_type: int
     round: int
     chunks: range | None
     block: int
     flags: int
-    last: bool = True  # the last job using vec: it returns the buffer to the pool
 
 
 class Sender:
-    def __init__(self, transport: Transport, encoder: Encoder, n_params: int,
-                 endpoints: dict[int, Endpoint], pool: int = 4):
+    def __init__(self, transport: Transport, encoder: Encoder, endpoints: dict[int, Endpoint]):
         self.transport = transport
         self.encoder = encoder
         self.endpoints = endpoints  # worker id -> where its datagrams go
-        self._free: queue.Queue[np.ndarray] = queue.Queue()
-        for _ in range(pool):
-            self._free.put(np.empty(n_params, np.float32))
         self._jobs: queue.Queue[Job | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="sender", daemon=True)
         self._thread.start()
         self.errors = 0
-        self.skipped = 0
 
-    def send(self, peer: int, vec: np.ndarray, msg_type: int, round: int,
-             chunks: range | None = None, block: int = 0, flags: int = 0) -> bool:
-        """Queue a copy of vec (or of its chunks); False if every buffer is busy (skipped)."""
-        return self.broadcast([(peer, chunks, block)], vec, msg_type, round, flags)
+    def send(self, peer: int, snap: Snapshot, msg_type: int, round: int,
+             chunks: range | None = None, block: int = 0, flags: int = 0) -> None:
+        """Queue snap's parameters (or their chunks) for peer; the snapshot is held until sent."""
+        self.broadcast([(peer, chunks, block)], snap, msg_type, round, flags)
 
-    def broadcast(self, targets: list[tuple[int, range | None, int]], vec: np.ndarray,
-                  msg_type: int, round: int, flags: int = 0) -> bool:
-        """Queue one copy of vec for every (peer, chunks, block) in targets; False, sending
-        nothing, if every buffer is busy."""
-        if not targets:
-            return True
-        try:
-            buf = self._free.get_nowait()
-        except queue.Empty:
-            self.skipped += len(targets)
-            return False
-        np.copyto(buf, vec)
-        for k, (peer, chunks, block) in enumerate(targets):
-            self._jobs.put(Job(peer, buf, msg_type, round, chunks, block, flags,
-                               last=k == len(targets) - 1))
-        return True
+    def broadcast(self, targets: list[tuple[int, range | None, int]], snap: Snapshot,
+                  msg_type: int, round: int, flags: int = 0) -> None:
+        """Queue snap for every (peer, chunks, block) in targets."""
+        for peer, chunks, block in targets:
+            self._jobs.put(Job(peer, snap.hold(), msg_type, round, chunks, block, flags))
 
     def request(self, peer: int, round: int, flags: int = 0) -> None:
         self._jobs.put(Job(peer, None, -1, round, None, 0, flags))  # type: ignore[arg-type]
@@ -95,17 +132,17 @@ class Sender:
                 return
             try:
                 endpoint = self.endpoints[job.peer]
-                if job.vec is None:
+                if job.snap is None:
                     self.transport.send(endpoint, self.encoder.request(job.round, job.flags, job.peer))
                     continue
-                send_vector(self.transport, self.encoder, endpoint, job.peer, job.vec,
+                send_vector(self.transport, self.encoder, endpoint, job.peer, job.snap.vec,
                             job.msg_type, job.round, job.chunks, job.block, job.flags)
             except OSError as e:  # unreachable peer, interface gone: the datagrams are lost
                 self.errors += 1
                 log.debug("send to %s failed: %s", job.peer, e)
             finally:
-                if job.vec is not None and job.last:
-                    self._free.put(job.vec)
+                if job.snap is not None:
+                    job.snap.release()
 
     def close(self, timeout: float = 2.0) -> None:
         self._jobs.put(None)

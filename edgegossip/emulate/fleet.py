@@ -39,6 +39,7 @@ class FleetSpec:
     epochs: float = 0.0
     transport: str = "udp"
     model: str = "mlp"
+    train_backend: str = "numpy"
     p: float = 1 / 32
     alpha: float = 0.5
     batch: int = 32
@@ -88,7 +89,8 @@ class Fleet:
             id=i, listen=f"{addrs[i][0]}:{addrs[i][1]}",
             peers=tuple(Peer(j, h, p) for j, (h, p) in enumerate(addrs) if j != i),
             fleet=4242, key="edgegossip-emulated-fleet", output=str(s.out / f"agent{i}"),
-            algorithm=s.algorithm, model=s.model, workers=s.nodes, seed=s.seed, batch=s.batch,
+            algorithm=s.algorithm, model=s.model, backend=s.train_backend, workers=s.nodes,
+            seed=s.seed, batch=s.batch,
             p=s.p, alpha=s.alpha, max_steps=steps, duration_s=s.duration_s,
             eval_every=s.eval_every, checkpoint_every=s.checkpoint_every, transport=s.transport,
             rate_mbps=0.9 * link if link else 200.0, deadline_s=deadline,

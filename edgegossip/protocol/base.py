@@ -12,7 +12,7 @@ from edgegossip.dataplane.chunking import ChunkPlan
 from edgegossip.config import AgentConfig
 from edgegossip.dataplane.inbox import Inbox
 from edgegossip.models.optim import NesterovSGD
-from edgegossip.dataplane.sender import Sender
+from edgegossip.dataplane.sender import Sender, Snapshots
 from edgegossip.transport.base import Endpoint
 
 
@@ -24,6 +24,7 @@ class Context:
     sender: Sender | None
     peers: dict[int, Endpoint]
     rng: np.random.Generator
+    snapshots: Snapshots | None = None   # the parameter copies the protocol and sender share
     exchanges: Counter = field(default_factory=Counter)  # completed / partial / timed_out / skipped
     stop: threading.Event = field(default_factory=threading.Event)  # set by SIGTERM / SIGINT
 

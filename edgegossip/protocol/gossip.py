@@ -25,6 +25,7 @@ import numpy as np
 
 from edgegossip.dataplane import wire
 from edgegossip.algorithms import elastic_gossip, gossip_pull, gossip_push
+from edgegossip.dataplane.sender import Snapshot
 from edgegossip.protocol.base import Context, Protocol
 
 SETTLE_S = 0.5  # silence after the last chunk that ends waiting for the rest
@@ -33,33 +34,33 @@ SETTLE_S = 0.5  # silence after the last chunk that ends waiting for the rest
 @dataclass
 class Pending:
     peer: int
-    pre: np.ndarray | None     # our snapshot (None for push receipts: they use x itself)
+    pre: Snapshot | None       # our snapshot (None for push receipts: they use x itself)
     deadline: float
     round: int | None = None   # the peer's round we apply; None until its reply shows up
 
 
 class GossipProtocol(Protocol):
-    def __init__(self, ctx: Context, pool: int = 3):
+    def __init__(self, ctx: Context):
         super().__init__(ctx)
         self.kind = ctx.cfg.algorithm
         self.round = 0
         self.pending: dict[int, Pending] = {}
-        self._free = [np.empty(ctx.plan.n_params, np.float32) for _ in range(pool)]
         self._y = np.empty(ctx.plan.n_params, np.float32)
         self._mask = np.zeros(ctx.plan.n_chunks, np.uint8)
         self.ids = sorted(ctx.peers)
 
-    def _snapshot(self, x: np.ndarray) -> np.ndarray | None:
-        if not self._free:
-            return None
-        buf = self._free.pop()
-        np.copyto(buf, x)
-        return buf
-
-    def _send_params(self, peer: int, vec: np.ndarray, flags: int = 0) -> bool:
+    def _send_params(self, peer: int, snap: Snapshot, flags: int = 0) -> None:
         self.round += 1
-        return self.ctx.sender.send(peer, vec, wire.MsgType.PARAMS, self.round,
-                                    flags=flags)
+        self.ctx.sender.send(peer, snap, wire.MsgType.PARAMS, self.round, flags=flags)
+
+    def _send_now(self, peer: int, x: np.ndarray) -> None:
+        """Send a copy of x and keep nothing (push, and answers to pull requests)."""
+        snap = self.ctx.snapshots.take(x)
+        if snap is None:
+            self.ctx.exchanges["skipped"] += 1
+            return
+        self._send_params(peer, snap)
+        snap.release()
 
     def before_step(self, x: np.ndarray, step: int) -> None:
         ctx = self.ctx
@@ -70,28 +71,26 @@ class GossipProtocol(Protocol):
             j = self.ids[int(ctx.rng.integers(len(self.ids)))]
             if j in self.pending:
                 return
-            if self.kind == "gossip-pull":
-                pre = self._snapshot(x)
-                if pre is not None:
-                    self.round += 1
-                    ctx.sender.request(j, self.round)
-                    self.pending[j] = Pending(j, pre, now + ctx.cfg.deadline_s)
-            elif self.kind == "gossip-push":
-                self._send_params(j, x)
+            if self.kind == "gossip-push":
+                self._send_now(j, x)
+                return
+            pre = ctx.snapshots.take(x)
+            if pre is None:
+                ctx.exchanges["skipped"] += 1
+            elif self.kind == "gossip-pull":
+                self.round += 1
+                ctx.sender.request(j, self.round)
+                self.pending[j] = Pending(j, pre, now + ctx.cfg.deadline_s)
             else:
-                pre = self._snapshot(x)
-                if pre is not None:
-                    if self._send_params(j, pre, wire.FLAG_REPLY):
-                        self.pending[j] = Pending(j, pre, now + ctx.cfg.deadline_s)
-                    else:
-                        self._free.append(pre)
+                self._send_params(j, pre, wire.FLAG_REPLY)
+                self.pending[j] = Pending(j, pre, now + ctx.cfg.deadline_s)
 
     def _on_event(self, ev, x: np.ndarray, now: float) -> None:
         ctx = self.ctx
         if ev.sender not in ctx.peers:
             return
         if ev.msg_type == wire.MsgType.REQUEST and self.kind == "gossip-pull":
-            self._send_params(ev.sender, x)
+            self._send_now(ev.sender, x)
             return
         if ev.msg_type != wire.MsgType.PARAMS:
             return
@@ -102,7 +101,7 @@ class GossipProtocol(Protocol):
             p.round = ev.round
             return
         if self.kind == "elastic-gossip" and ev.flags & wire.FLAG_REPLY and p is None:
-            pre = self._snapshot(x)
+            pre = ctx.snapshots.take(x)
             if pre is None:
                 ctx.exchanges["skipped"] += 1
                 return
@@ -128,9 +127,10 @@ class GossipProtocol(Protocol):
             if got:
                 ce = self.ctx.plan.chunk_elems
                 if self.kind == "elastic-gossip":
-                    elastic_gossip.apply(x, p.pre, [(self._y, self._mask)], self.ctx.cfg.alpha, ce)
+                    elastic_gossip.apply(x, p.pre.vec, [(self._y, self._mask)], self.ctx.cfg.alpha,
+                                         ce)
                 elif self.kind == "gossip-pull":
-                    gossip_pull.apply(x, p.pre, self._y, self._mask, ce)
+                    gossip_pull.apply(x, p.pre.vec, self._y, self._mask, ce)
                 else:
                     gossip_push.apply(x, self._y, self._mask, ce)
             self._finish(p)
@@ -138,4 +138,4 @@ class GossipProtocol(Protocol):
     def _finish(self, p: Pending) -> None:
         del self.pending[p.peer]
         if p.pre is not None:
-            self._free.append(p.pre)
+            p.pre.release()

@@ -57,9 +57,14 @@ class RpsProtocol(Protocol):
                 del self.pending_gather[server]
         if step % ctx.cfg.rps_period or ctx.sender.busy:
             return
+        snap = ctx.snapshots.take(x)
+        if snap is None:
+            ctx.exchanges["skipped"] += 1
+            return
         self.round += 1
         ctx.sender.broadcast([(s, self.blocks[s][1], s) for s in ctx.peers],
-                             x, wire.MsgType.REDUCE, self.round)
+                             snap, wire.MsgType.REDUCE, self.round)
+        snap.release()
         sl, chunks = self.blocks[self.me]
         received = []
         for w, r in self.latest_reduce.items():
@@ -69,5 +74,10 @@ class RpsProtocol(Protocol):
                 if got:
                     received.append((self._y[sl].copy(), self._mask[chunks.start:chunks.stop].copy()))
         rps.reduce(x[sl], received, ce, self._acc, self._count)
+        snap = ctx.snapshots.take(x)
+        if snap is None:  # the REDUCE copy is still being sent: serve this block next time
+            ctx.exchanges["skipped"] += 1
+            return
         ctx.sender.broadcast([(peer, chunks, self.me) for peer in ctx.peers],
-                             x, wire.MsgType.GATHER, self.round)
+                             snap, wire.MsgType.GATHER, self.round)
+        snap.release()
