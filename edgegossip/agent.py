@@ -74,12 +74,12 @@ class Agent:
         self.x = self.model.init(cfg.seed)  # one shared initialisation across the fleet
         self.g = np.zeros_like(self.x)
         self.opt = NesterovSGD(self.model.n_params, cfg.lr, cfg.momentum)
-        self.onnx = None
+        self.backend = self.model  # what computes loss and gradient: NumPy, or onnxruntime
         if cfg.backend == "onnx":
             if not onnx_available():
                 raise ConfigError(f"train.backend: {ONNX_MISSING}")
             from edgegossip.models.onnx_backend import OnnxTrainer
-            self.onnx = OnnxTrainer(self.model, cfg.lr, cfg.momentum)
+            self.backend = OnnxTrainer(self.model)
         self.step = 0
         self.rng = np.random.default_rng([cfg.seed, cfg.id, 7])
         self.inbox: Inbox | None = None
@@ -172,15 +172,12 @@ class Agent:
                     break
                 protocol.before_step(self.x, self.step)
                 xb, yb = self.shard.batch_at(self.step)
-                if self.onnx is not None:  # forward, backward and update in one graph
-                    losses.append(self.onnx.step(self.x, self.opt.v, xb, yb, self.rng))
-                else:
-                    loss = self.model.loss_grad(self.x, self.g, xb, yb, self.rng)
-                    try:
-                        protocol.step(self.x, self.g, self.opt)
-                    except Stopped:  # stopping mid all-reduce: this step is not taken
-                        break
-                    losses.append(loss)
+                loss = self.backend.loss_grad(self.x, self.g, xb, yb, self.rng)
+                try:
+                    protocol.step(self.x, self.g, self.opt)
+                except Stopped:  # stopping mid all-reduce: this step is not taken
+                    break
+                losses.append(loss)
                 self.step += 1
                 protocol.after_step(self.x, self.step)
                 if self.step % cfg.eval_every == 0:

@@ -43,7 +43,7 @@ class AgentConfig:
     # [train]
     algorithm: str = "elastic-gossip"
     model: str = "mlp"
-    backend: str = "numpy"                   # numpy | onnx (the whole step in onnxruntime)
+    backend: str = "numpy"                   # numpy | onnx (loss and gradient in onnxruntime)
     workers: int = 4                         # fleet size, for sharding the data
     partition: str = "iid"
     seed: int = 0
@@ -148,8 +148,8 @@ def validate(c: AgentConfig) -> None:
     need(c.model in ("mlp", "logreg", "cnn"), "train.model", "must be mlp, logreg or cnn")
     need(c.transport in ("udp", "zmq"), "net.transport", "must be udp or zmq")
     need(c.backend in ("numpy", "onnx"), "train.backend", "must be numpy or onnx")
-    need(not (c.backend == "onnx" and (c.model == "cnn" or c.algorithm == "allreduce")),
-         "train.backend", "onnx runs mlp and logreg, and not all-reduce (it needs the gradient)")
+    need(not (c.backend == "onnx" and c.model == "cnn"), "train.backend",
+         "onnx runs the mlp and logreg models")
     need(c.partition in ("iid", "dirichlet", "classes"), "train.partition", "must be iid, dirichlet or classes")
     need(c.source in ("mnist", "file"), "data.source", "must be mnist or file")
     need(c.source != "file" or bool(c.path), "data.path", "needed when data.source is file")

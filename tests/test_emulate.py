@@ -85,7 +85,7 @@ def test_killed_agent_resumes_while_others_train(fleet_factory, mnist_data):
     starts = [r for r in read(fleet.spec.out / "agent1" / "metrics.jsonl") if r.get("event") == "start"]
     assert len(starts) == 2 and starts[1]["resumed"] and starts[1]["step"] > 0
     s = summarize(fleet.spec.out, 3, "logreg", 0.0, "kernel", 0, None, mnist_data)
-    assert all(a["accuracy"] > 0.85 for a in s["agents"])
+    assert all(a["accuracy"] > 0.85 for a in s["agents"]), [(a["accuracy"], a["steps"]) for a in s["agents"]]
 
 
 def test_cut_link_then_heal_still_converges(fleet_factory, mnist_data):
@@ -98,7 +98,7 @@ def test_cut_link_then_heal_still_converges(fleet_factory, mnist_data):
     ex = s["agents"][2]["exchanges"]
     assert ex.get("timed_out", 0) >= 1                       # while cut
     assert ex.get("completed", 0) + ex.get("partial", 0) >= 1  # after healing
-    assert all(a["accuracy"] > 0.85 for a in s["agents"])
+    assert all(a["accuracy"] > 0.85 for a in s["agents"]), [(a["accuracy"], a["steps"]) for a in s["agents"]]
     assert s["average_model_accuracy"] > 0.85
 
 

@@ -23,13 +23,12 @@ m = make_model(name)
 p = m.init(); g = np.zeros_like(p); opt = NesterovSGD(m.n_params)
 rng = np.random.default_rng(0)
 x = rng.standard_normal((batch, 784), dtype=np.float32); y = rng.integers(0, 10, batch)
+grad = m
 if backend == "onnx":
     from edgegossip.models.onnx_backend import OnnxTrainer
-    tr = OnnxTrainer(m)
-    step = lambda: tr.step(p, opt.v, x, y, rng)
-else:
-    def step():
-        m.loss_grad(p, g, x, y, rng); opt.step(p, g)
+    grad = OnnxTrainer(m)
+def step():
+    grad.loss_grad(p, g, x, y, rng); opt.step(p, g)
 for _ in range(3):
     step()
 best = float("inf")
@@ -44,7 +43,7 @@ print(json.dumps({"model": name, "backend": backend, "batch": batch,
 """
 
 
-def run(cases=CASES, batches=BATCHES, steps: int = 20) -> dict:
+def run(cases=CASES, batches=BATCHES, steps: int = 60) -> dict:
     from edgegossip.models import onnx_available
     rows = []
     if not onnx_available():  # a NumPy-only install: measure what it can run

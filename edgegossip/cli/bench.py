@@ -59,7 +59,7 @@ def mac(as_json: bool, seconds: float) -> None:
 
 @bench.command()
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of a table.")
-@click.option("--steps", default=20, show_default=True, help="Timed steps per batch (x10 for logreg).")
+@click.option("--steps", default=60, show_default=True, help="Timed steps per batch (x10 for logreg).")
 def train(as_json: bool, steps: int) -> None:
     """ms per training step and peak RSS per model and backend, at batch 32 and 128."""
     from edgegossip.bench import train as t

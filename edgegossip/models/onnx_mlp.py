@@ -1,14 +1,16 @@
 """The MLP (and logistic regression) as standard ONNX graphs for stock onnxruntime.
 
 - inference_graph: logits = MLP(x), weights baked in as initializers; what `export` writes.
-- train_step_graph: one whole training step as a graph. Inputs: the flat parameter vector, the
-  flat momentum buffer, a batch x, one-hot labels, the scaled dropout keep-masks, lr and mu.
-  Outputs: the new flat parameters and momentum, and the loss. The backward pass is written out
-  by hand with the same algebra as models/mlp.py (onnxruntime-training is not an option: it
-  stopped at 1.19 and imports torch):
+- grad_graph: the loss and its gradient as a graph. Inputs: every layer's weights and biases
+  (W0, b0, ...), a batch x, one-hot labels and the scaled dropout keep-masks. Outputs: the loss
+  and every layer's gradient (gW0, gb0, ...). The caller binds each weight input and gradient
+  output to its slice of the flat parameter and gradient vectors (onnx_backend.OnnxTrainer), so
+  nothing is copied in or out, and applies the same fused Nesterov update as the NumPy backend.
+  The backward pass is written out by hand with the same algebra as models/mlp.py
+  (onnxruntime-training is not an option: it stopped at 1.19 and imports torch):
       d_logits = (softmax(logits) - onehot) / B
       dW_l = h_{l-1}^T d_l,  db_l = sum_rows d_l,  d_{l-1} = (d_l W_l^T) * mask_{l-1} * [a_{l-1} > 0]
-      v <- mu v + g;  x <- x - lr (g + mu v)
+  Transposes are Gemm attributes, never materialised.
 """
 
 from __future__ import annotations
@@ -41,15 +43,6 @@ class _G:
         return name
 
 
-def _weights(g: _G, model: MLP, flat: str) -> dict[str, str]:
-    """Slice and reshape every layer out of the flat parameter input."""
-    out = {}
-    for name, (a, b, shape) in model.layout.offsets.items():
-        sl = g.op("Slice", flat, g.const([a]), g.const([b]), g.const([0]))
-        out[name] = g.op("Reshape", sl, g.const(list(shape)))
-    return out
-
-
 def inference_graph(model: MLP, params: np.ndarray) -> onnx.ModelProto:
     g = _G()
     v = model.layout.views(params)
@@ -74,17 +67,16 @@ def inference_graph(model: MLP, params: np.ndarray) -> onnx.ModelProto:
     return m
 
 
-def train_step_graph(model: MLP) -> onnx.ModelProto:
+def grad_graph(model: MLP) -> onnx.ModelProto:
     g = _G()
     L = model.n_layers
-    W = _weights(g, model, "params")
     dropout = [model.dropout_in > 0] + [model.dropout_hidden > 0] * (L - 1)
     # forward, keeping what backward needs
     acts, pre = [], []
     h = g.op("Mul", "x", "mask0") if dropout[0] else "x"
     acts.append(h)
     for i in range(L):
-        a = g.op("Add", g.op("MatMul", h, W[f"W{i}"]), W[f"b{i}"])
+        a = g.op("Gemm", h, f"W{i}", f"b{i}")
         if i < L - 1:
             pre.append(a)
             h = g.op("Relu", a)
@@ -99,38 +91,28 @@ def train_step_graph(model: MLP) -> onnx.ModelProto:
     g.nodes.append(helper.make_node("Div", [nll, batch], ["loss"]))
     # backward
     d = g.op("Div", g.op("Sub", g.op("Exp", logp), "onehot"), batch)
-    grads = {}
     for i in reversed(range(L)):
-        grads[f"W{i}"] = g.op("MatMul", g.op("Transpose", acts[i], perm=[1, 0]), d)
-        grads[f"b{i}"] = g.op("ReduceSum", d, g.const([0]), keepdims=0)
+        g.nodes.append(helper.make_node("Gemm", [acts[i], d], [f"gW{i}"], transA=1))
+        g.nodes.append(helper.make_node("ReduceSum", [d, g.const([0])], [f"gb{i}"], keepdims=0))
         if i == 0:
             break
-        d = g.op("MatMul", d, g.op("Transpose", W[f"W{i}"], perm=[1, 0]))
+        d = g.op("Gemm", d, f"W{i}", transB=1)
         if dropout[i]:
             d = g.op("Mul", d, f"mask{i}")
         relu_grad = g.op("Cast", g.op("Greater", pre[i - 1], g.const(0.0, np.float32)),
                          to=TensorProto.FLOAT)
         d = g.op("Mul", d, relu_grad)
-    flat_g = g.op("Concat", *[g.op("Reshape", grads[name], g.const([-1]))
-                              for name, _ in model.layout.shapes], axis=0)
-    # Nesterov momentum, as models/optim.py
-    v_new = g.op("Add", g.op("Mul", "momentum", "mu"), flat_g)
-    step = g.op("Mul", "lr", g.op("Add", flat_g, g.op("Mul", "mu", v_new)))
-    g.nodes.append(helper.make_node("Identity", [v_new], ["momentum_out"]))
-    g.nodes.append(helper.make_node("Sub", ["params", step], ["params_out"]))
-    n = model.n_params
-    inputs = [helper.make_tensor_value_info("params", TensorProto.FLOAT, [n]),
-              helper.make_tensor_value_info("momentum", TensorProto.FLOAT, [n]),
-              helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", model.sizes[0]]),
-              helper.make_tensor_value_info("onehot", TensorProto.FLOAT, ["batch", model.sizes[-1]]),
-              helper.make_tensor_value_info("lr", TensorProto.FLOAT, []),
-              helper.make_tensor_value_info("mu", TensorProto.FLOAT, [])]
+    shapes = dict(model.layout.shapes)
+    inputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shapes[name]))
+              for name, _ in model.layout.shapes]
+    inputs += [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", model.sizes[0]]),
+               helper.make_tensor_value_info("onehot", TensorProto.FLOAT, ["batch", model.sizes[-1]])]
     inputs += [helper.make_tensor_value_info(f"mask{i}", TensorProto.FLOAT, ["batch", model.sizes[i]])
                for i in range(L) if dropout[i]]
-    outputs = [helper.make_tensor_value_info("params_out", TensorProto.FLOAT, [n]),
-               helper.make_tensor_value_info("momentum_out", TensorProto.FLOAT, [n]),
-               helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])]
-    graph = helper.make_graph(g.nodes, "edgegossip_mlp_train_step", inputs, outputs, g.inits)
+    outputs = [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])]
+    outputs += [helper.make_tensor_value_info(f"g{name}", TensorProto.FLOAT, list(shapes[name]))
+                for name, _ in model.layout.shapes]
+    graph = helper.make_graph(g.nodes, "edgegossip_mlp_grad", inputs, outputs, g.inits)
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
                           producer_name="edgegossip")
     onnx.checker.check_model(m)
