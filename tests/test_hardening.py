@@ -202,3 +202,17 @@ def test_fuzzed_captured_datagrams_are_never_accepted():
     mask = np.zeros(PLAN.n_chunks, np.uint8)
     assert inbox.collect(A, wire.MsgType.PARAMS, 5, 0, out, mask) == PLAN.n_chunks
     assert (out == 2.0).all()
+
+
+def test_a_new_session_cannot_start_far_ahead_in_sequence():
+    """A key holder bumping the session does not get to place the new window anywhere."""
+    inbox = Inbox(PLAN, KEY, 1, peers={A, C}, me=B)
+    for d in _frames(Encoder(PLAN, KEY, 1, A, session=1), 1, B):
+        inbox.ingest(memoryview(d)[3:])
+    bumped = Encoder(PLAN, KEY, 1, A, session=2)
+    bumped._seq[B] = 2**62
+    inbox.ingest(memoryview(_frames(bumped, 1, B)[0])[3:])
+    assert inbox.counter.drops == {"seq_jump": 1}
+    for d in _frames(Encoder(PLAN, KEY, 1, A, session=2), 1, B):  # the real restart
+        inbox.ingest(memoryview(d)[3:])
+    assert inbox.counter.accepted == 2 * PLAN.n_chunks

@@ -111,8 +111,10 @@ class PeerLink:
         if self.session >= 0:
             if session < self.session:
                 return "old_session"
-            if session > self.session:
-                return "session_jump" if session - self.session > SESSION_JUMP else None
+            if session > self.session:  # a restarted peer numbers from 1 again
+                if session - self.session > SESSION_JUMP:
+                    return "session_jump"
+                return "seq_jump" if seq > FIRST_SEQ_LIMIT else None
         elif session == 0:
             return "old_session"  # sessions start at 1
         why = self.window.reason(seq)
