@@ -4,6 +4,7 @@ sockets closed) and resumes from its last checkpoint after a crash."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import signal
 import threading
@@ -12,10 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
-from edgegossip import checkpoint
+from edgegossip import __version__, checkpoint
+from edgegossip import config as config_io
 from edgegossip.dataplane import wire
 from edgegossip.dataplane.chunking import ChunkPlan
 from edgegossip.config import AgentConfig, ConfigError
+from edgegossip.control.server import Controls
 from edgegossip.data import device
 from edgegossip.dataplane.inbox import Inbox
 from edgegossip.dataplane.keys import KeyfileError, LinkKeys
@@ -81,6 +84,9 @@ class Agent:
             from edgegossip.models.onnx_backend import OnnxTrainer
             self.backend = OnnxTrainer(self.model)
         self.step = 0
+        self._last: dict | None = None
+        self._t0 = time.monotonic()
+        self.config_hash = hashlib.sha256(config_io.to_toml(cfg).encode()).hexdigest()[:12]
         self.rng = np.random.default_rng([cfg.seed, cfg.id, 7])
         self.inbox: Inbox | None = None
         self._replay = np.zeros((0, 3), np.int64)  # the inbox's replay marks, as checkpointed
@@ -126,6 +132,38 @@ class Agent:
             raise ConfigError(f"agent.keys: no keys for the links with peers {missing}")
         return keys
 
+    def _open_control(self, controls):
+        """The control socket, when the config asks for one; None otherwise."""
+        cfg = self.cfg
+        if not cfg.endpoint:
+            return None
+        import zmq
+
+        from edgegossip.control.server import ControlServer
+        try:
+            return ControlServer(cfg.endpoint, cfg.server_key, cfg.client_keys, controls).start()
+        except (OSError, ValueError, zmq.ZMQError) as e:
+            raise ConfigError(f"control: cannot serve {cfg.endpoint}: {e}") from None
+
+    def _checkpoint_now(self) -> dict:
+        self.save()
+        return {"path": str(self.out / checkpoint.NAME), "step": self.step}
+
+    def status(self, ctx: Context, inbox, controls) -> dict:
+        """What the control endpoint's `status` answers (control/messages.py)."""
+        last = self._last or {}
+        state = ("stopping" if self.stop_event.is_set() else
+                 "paused" if controls.paused.is_set() else "training")
+        snap = inbox.counter.snapshot() if inbox is not None else {"drops": {}, "dropped": 0}
+        return {"agent": self.cfg.id, "version": __version__, "config_hash": self.config_hash,
+                "state": state, "step": self.step,
+                "epoch": round(self.step / self.shard.steps_per_epoch, 3),
+                "loss": last.get("loss"), "accuracy": last.get("accuracy"),
+                "exchanges": dict(ctx.exchanges),
+                "link_loss": inbox.loss_by_link() if inbox is not None else {},
+                "drops": snap["drops"], "datagrams_dropped": snap["dropped"],
+                "peak_rss_mb": peak_rss_mb(), "uptime_s": round(time.monotonic() - self._t0, 1)}
+
     def _open_network(self):
         cfg = self.cfg
         peers = {p.id: (p.host, p.port) for p in cfg.peers}
@@ -159,6 +197,8 @@ class Agent:
         ctx = Context(cfg, self.plan, inbox, sender, peers, self.rng, snapshots,
                       stop=self.stop_event)
         protocol = make_protocol(ctx)
+        controls = Controls(lambda: self.status(ctx, inbox, controls), self.stop_event)
+        control = self._open_control(controls)
         metrics = MetricsLog(self.out / "metrics.jsonl")
         t0 = time.monotonic()
         losses: list[float] = []
@@ -170,6 +210,8 @@ class Agent:
                     break
                 if cfg.duration_s and time.monotonic() - t0 >= cfg.duration_s:
                     break
+                controls.wait_while_paused(self._checkpoint_now)
+                controls.serve_checkpoint(self._checkpoint_now)
                 protocol.before_step(self.x, self.step)
                 xb, yb = self.shard.batch_at(self.step)
                 loss = self.backend.loss_grad(self.x, self.g, xb, yb, self.rng)
@@ -181,7 +223,8 @@ class Agent:
                 self.step += 1
                 protocol.after_step(self.x, self.step)
                 if self.step % cfg.eval_every == 0:
-                    metrics.write(self._record(losses, ctx, sender, inbox, protocol))
+                    self._last = self._record(losses, ctx, sender, inbox, protocol)
+                    metrics.write(self._last)
                     losses.clear()
                 if self.step % cfg.checkpoint_every == 0:
                     self.save()
@@ -190,6 +233,8 @@ class Agent:
             final = self._record(losses, ctx, sender, inbox, protocol)
             metrics.write({**final, "event": "stop"})
             metrics.close()
+            if control is not None:
+                control.close()
             protocol.close()
             if sender is not None:
                 sender.close()

@@ -6,6 +6,8 @@ errors that name the bad key.
                max_steps, duration_s, eval_every, eval_examples, checkpoint_every, rps_period
     [net]      transport, chunk_bytes, rate_mbps, deadline_s, inject_loss, gso, encrypt
     [data]     source ("mnist" or "file"), path, label_column, eval_fraction (data/device.py)
+    [control]  endpoint (HOST:PORT, empty: no control socket), server_key, client_keys
+               (control/server.py)
 """
 
 from __future__ import annotations
@@ -73,6 +75,10 @@ class AgentConfig:
     path: str = ""                           # this device's own .npz or .csv
     label_column: str = ""                   # csv: header name or index of the label column
     eval_fraction: float = 0.1               # held out from a file without x_eval/y_eval
+    # [control]
+    endpoint: str = ""                       # HOST:PORT of the CURVE control socket; "" = none
+    server_key: str = ""                     # this agent's CURVE secret certificate (zmq.auth)
+    client_keys: str = ""                    # folder of the public certificates allowed to ask
 
     @property
     def listen_endpoint(self) -> tuple[str, int]:
@@ -86,6 +92,7 @@ SECTIONS = {
               "checkpoint_every", "rps_period", "inputs", "classes"),
     "net": ("transport", "chunk_bytes", "rate_mbps", "deadline_s", "inject_loss", "gso", "encrypt"),
     "data": ("source", "path", "label_column", "eval_fraction"),
+    "control": ("endpoint", "server_key", "client_keys"),
 }
 
 
@@ -179,13 +186,19 @@ def validate(c: AgentConfig) -> None:
     except ValueError as e:
         raise ConfigError(f"net.chunk_bytes: {e}") from None
     _endpoint(c.listen, "agent.listen")
+    if c.endpoint:
+        _endpoint(c.endpoint, "control.endpoint")
+        need(bool(c.server_key), "control.server_key", "needed when control.endpoint is set")
+        need(bool(c.client_keys), "control.client_keys", "needed when control.endpoint is set")
     ids = [p.id for p in c.peers]
     need(len(set(ids)) == len(ids), "agent.peers", "duplicate peer id")
     need(c.id not in ids, "agent.peers", "lists this agent itself")
     need(all(0 <= i < c.workers for i in ids), "agent.peers", f"ids must be in 0..{c.workers - 1}")
-    if c.algorithm != "local":
+    if c.algorithm in ("rps", "allreduce"):
         need(len(c.peers) == c.workers - 1, "agent.peers",
              f"{c.algorithm} needs all {c.workers - 1} other agents")
+    elif c.algorithm != "local":  # gossip copes with ids a fleet has retired
+        need(len(c.peers) >= 1, "agent.peers", f"{c.algorithm} needs at least one peer")
 
 
 def load(path: str | Path) -> AgentConfig:

@@ -17,6 +17,8 @@ from edgegossip.cli.simulate import simulate
 from edgegossip.cli.exchange import exchange
 from edgegossip.cli.export import export
 from edgegossip.cli.keys import keys
+from edgegossip.cli.fleet import fleet
+from edgegossip.cli.lab import lab
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -36,6 +38,8 @@ cli.add_command(simulate)
 cli.add_command(exchange)
 cli.add_command(export)
 cli.add_command(keys)
+cli.add_command(fleet)
+cli.add_command(lab)
 
 
 def main() -> None:

@@ -289,6 +289,14 @@ class Inbox:
             expected += e
         return arrived, expected
 
+    def loss_by_link(self) -> dict[int, float | None]:
+        """Observed loss on each incoming link (None before anything was numbered)."""
+        out = {}
+        for peer, link in list(self.links.items()):
+            a, e = link.loss()
+            out[peer] = round(1 - a / e, 4) if e else None
+        return out
+
     def replay_state(self) -> np.ndarray:
         """(peer, session, highest seq) per peer, for the checkpoint."""
         rows = [(p, *link.state()) for p, link in list(self.links.items()) if link.session >= 0]

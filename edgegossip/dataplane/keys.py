@@ -95,16 +95,20 @@ def write_fleet(out: str | Path, workers: int, fleet: int) -> dict:
     _write_private(master_path, master.hex() + "\n")
     files = []
     for d in range(workers):
-        links = {}
-        for peer in range(workers):
-            if peer != d:
-                links[f"{d}>{peer}"] = link_key(master, d, peer).hex()
-                links[f"{peer}>{d}"] = link_key(master, peer, d).hex()
         path = out / f"device-{d}.keys"
-        _write_private(path, json.dumps({"version": 1, "fleet": fleet, "device": d,
-                                         "links": links}, indent=1) + "\n")
+        _write_private(path, keyfile_text(master, d, range(workers), fleet))
         files.append(str(path))
     return {"master": str(master_path), "devices": files, "workers": workers, "fleet": fleet}
+
+
+def keyfile_text(master: bytes, device: int, ids, fleet: int) -> str:
+    """The keyfile of one device: the keys of its links with every other id in ids."""
+    links = {}
+    for peer in ids:
+        if peer != device:
+            links[f"{device}>{peer}"] = link_key(master, device, peer).hex()
+            links[f"{peer}>{device}"] = link_key(master, peer, device).hex()
+    return json.dumps({"version": 1, "fleet": fleet, "device": device, "links": links}, indent=1) + "\n"
 
 
 def _write_private(path: Path, text: str) -> None:

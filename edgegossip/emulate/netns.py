@@ -34,11 +34,12 @@ def _run(*args: str, check: bool = True, input: str | None = None) -> subprocess
     return p
 
 
-def loss_rules(loss: float, udp_ports: tuple[int, int] | None = None) -> str:
+def loss_rules(loss: float, exempt: str | None = None) -> str:
     """nftables ruleset for a node: drop `loss` of IPv4 packets arriving from the other nodes.
 
     Loss applies to UDP and TCP alike (the all-reduce baseline must pay for it too); ICMP and ARP
-    are left alone so the LAN itself stays up."""
+    are left alone so the LAN itself stays up, and so is traffic from `exempt` (an address: the
+    lab's operator)."""
     pct = round(loss * 10000)
     if not 0 <= pct <= 10000:
         raise ValueError("loss must be a fraction in [0, 1]")
@@ -48,10 +49,12 @@ def loss_rules(loss: float, udp_ports: tuple[int, int] | None = None) -> str:
         rule = f"meta l4proto {{ udp, tcp }} numgen random mod 10000 < {pct} counter drop"
     else:
         rule = ""
+    spare = f"ip saddr {exempt} accept" if exempt else ""
     return f"""table inet edgegossip {{
   chain input {{
     type filter hook input priority 0; policy accept;
     iifname "lo" accept
+    {spare}
     {rule}
   }}
 }}

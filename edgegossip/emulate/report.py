@@ -14,16 +14,15 @@ from edgegossip.metrics import read as read_metrics
 from edgegossip.models import make_model
 
 
-def summarize(out: Path, nodes: int, model_name: str, configured_loss: float, loss_kind: str,
+def summarize(out: Path, nodes: int | list[int], model_name: str, configured_loss: float, loss_kind: str,
               elapsed_s: float, kernel_dropped: list[int] | None, data: mnist.Mnist | None = None) -> dict:
     data = data or mnist.load()
     model = make_model(model_name)
     params, agents, histories = [], [], {}
-    for i in range(nodes):
+    for i in (range(nodes) if isinstance(nodes, int) else nodes):  # ids: a fleet may have gaps
         recs = read_metrics(out / f"agent{i}" / "metrics.jsonl") \
             if (out / f"agent{i}" / "metrics.jsonl").is_file() else []
-        stops = [r for r in recs if r.get("event") == "stop"]
-        last = stops[-1] if stops else ([r for r in recs if "step" in r] or [{}])[-1]
+        last = ([r for r in recs if "step" in r] or [{}])[-1]  # a resumed agent's records go on
         histories[i] = [r for r in recs if "accuracy" in r]
         state = checkpoint.load(out / f"agent{i}")
         acc = None
@@ -42,7 +41,7 @@ def summarize(out: Path, nodes: int, model_name: str, configured_loss: float, lo
         })
     avg_acc = None
     if params:
-        avg = np.mean(params, axis=0, dtype=np.float64).astype(np.float32)
+        avg = average(params)
         avg_acc = model.accuracy(avg, data.x_test, data.y_test)
     # from sequence gaps on each incoming link: immune to agents starting or stopping at
     # different moments; injected loss never reaches the inbox, so it counts as lost
@@ -55,6 +54,11 @@ def summarize(out: Path, nodes: int, model_name: str, configured_loss: float, lo
             "average_model_accuracy": avg_acc, "elapsed_s": round(elapsed_s, 1),
             "kernel_dropped_packets": kernel_dropped, "agents": agents,
             "plots": [str(out / "accuracy_vs_time.svg"), str(out / "accuracy_vs_bytes.svg")]}
+
+
+def average(params: list[np.ndarray]) -> np.ndarray:
+    """The fleet's average model (summed in float64: many small devices, one rounding)."""
+    return np.mean(params, axis=0, dtype=np.float64).astype(np.float32)
 
 
 def time_to(histories: dict[int, list[dict]], target: float, t0: float | None) -> dict:

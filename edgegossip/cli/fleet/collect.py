@@ -1,0 +1,43 @@
+"""`edgegossip fleet collect --out DIR`: every device's model and metrics, scored and averaged."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from edgegossip.cli import exit_codes
+from edgegossip.cli.fleet import exit_for, fleet_options, open_fleet, select
+from edgegossip.cli.render import emit, fail, table
+
+
+@click.command()
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True)
+@click.option("--live", is_flag=True, help="Ask each running agent for a checkpoint of this moment first.")
+@fleet_options(timeout=300)
+def collect(out, live, fleet_dir, as_json, concurrency, timeout_s, only) -> None:
+    """Fetch each device's latest checkpoint and metrics into OUT/agentID/, score each model and
+    their average on the MNIST test set, export the average as OUT/average.onnx, and write
+    OUT/summary.json and the plots `emulate` writes.
+
+    --json: {"average_model_accuracy", "onnx" (path or null), "onnx_error", "model", "fleet",
+    "observed_loss", "plots", "devices": [{"name", "ok", "error", "agent", "accuracy", "step",
+    "peak_rss_mb", "seconds"}], ...}"""
+    from edgegossip.data.mnist import DataError
+    from edgegossip.fleet.collect import collect as run
+    f = open_fleet(fleet_dir)
+    try:
+        s = run(f, select(f, only), out, live, concurrency, timeout_s)
+    except DataError as e:
+        fail(str(e), exit_codes.MISSING_DATA)
+    if as_json:
+        emit(s, True)
+    else:
+        click.echo(table(s["devices"], ["name", "ok", "agent", "accuracy", "step", "peak_rss_mb", "error"]))
+        acc = s["average_model_accuracy"]
+        click.echo(f"average model: test accuracy {'n/a' if acc is None else f'{acc:.4f}'}; "
+                   f"onnx: {s['onnx'] or s['onnx_error']}; summary: {out / 'summary.json'}")
+    exit_for(s["devices"])
+
+
+COMMANDS = [collect]

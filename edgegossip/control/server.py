@@ -1,0 +1,128 @@
+"""The agent side of the control endpoint: one thread, one ROUTER socket, CURVE server.
+
+The thread never touches the model: it reads counters the training loop publishes and sets
+flags the loop reads between steps (stop, pause, a checkpoint request it answers when written).
+Only a valid `stop` can end training; a malformed or unknown request gets an error reply."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import zmq
+import zmq.auth
+from zmq.auth.thread import ThreadAuthenticator
+
+from edgegossip.control import messages
+
+log = logging.getLogger(__name__)
+
+
+class Controls:
+    """What the control thread may do to a running agent, and how the loop honours it."""
+
+    def __init__(self, status: Callable[[], dict], stop: threading.Event):
+        self.status = status
+        self.stop = stop
+        self.paused = threading.Event()
+        self._ckpt_lock = threading.Lock()
+        self._ckpt_wanted = threading.Event()
+        self._ckpt_done = threading.Event()
+        self._ckpt_result: dict = {}
+
+    def request_checkpoint(self, timeout: float = 20.0) -> dict:
+        with self._ckpt_lock:
+            self._ckpt_done.clear()
+            self._ckpt_wanted.set()
+            if not self._ckpt_done.wait(timeout):
+                self._ckpt_wanted.clear()
+                raise TimeoutError("the training loop did not write a checkpoint in time")
+            return dict(self._ckpt_result)
+
+    def serve_checkpoint(self, write: Callable[[], dict]) -> None:
+        """Called by the training loop between steps."""
+        if self._ckpt_wanted.is_set():
+            self._ckpt_wanted.clear()
+            self._ckpt_result = write()
+            self._ckpt_done.set()
+
+    def wait_while_paused(self, write_checkpoint: Callable[[], dict]) -> None:
+        while self.paused.is_set() and not self.stop.is_set():
+            self.serve_checkpoint(write_checkpoint)
+            self.stop.wait(0.1)
+
+
+class ControlServer:
+    def __init__(self, endpoint: str, server_key: str, client_keys: str, controls: Controls):
+        self.controls = controls
+        self.ctx = zmq.Context()
+        self.auth = ThreadAuthenticator(self.ctx, log=logging.getLogger("edgegossip.control.auth"))
+        self._thread: threading.Thread | None = None
+        self._closing = threading.Event()
+        try:
+            public, secret = zmq.auth.load_certificate(server_key)
+            if not Path(client_keys).is_dir():
+                raise OSError(f"{client_keys}: no such folder")
+            self.auth.start()
+            self.auth.configure_curve(domain="*", location=str(client_keys))
+            self.sock = self.ctx.socket(zmq.ROUTER)
+            self.sock.curve_server = True
+            self.sock.curve_publickey, self.sock.curve_secretkey = public, secret
+            self.sock.setsockopt(zmq.MAXMSGSIZE, messages.MAX_REQUEST)
+            self.sock.linger = 0
+            self.sock.bind(f"tcp://{endpoint}")
+        except Exception:
+            self.auth.stop()
+            self.ctx.destroy(linger=0)
+            raise
+
+    def start(self) -> "ControlServer":
+        self._thread = threading.Thread(target=self._serve, name="control", daemon=True)
+        self._thread.start()
+        return self
+
+    def _serve(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self.sock, zmq.POLLIN)
+        while not self._closing.is_set():
+            if not poller.poll(200):
+                continue
+            frames = self.sock.recv_multipart()
+            if len(frames) < 2:
+                continue
+            ident, body = frames[0], frames[-1]
+            reply = self._answer(body)
+            self.sock.send_multipart([ident, b"", reply] if len(frames) == 3 else [ident, reply])
+
+    def _answer(self, body: bytes) -> bytes:
+        try:
+            op = messages.parse(body)
+        except messages.BadRequest as e:
+            return messages.error(str(e))
+        c = self.controls
+        try:
+            if op == "status":
+                return messages.encode({"ok": True, **c.status()})
+            if op == "checkpoint":
+                return messages.encode({"ok": True, **c.request_checkpoint()})
+            if op == "stop":
+                c.stop.set()
+                return messages.encode({"ok": True, "state": "stopping"})
+            if op == "pause":
+                c.paused.set()
+                return messages.encode({"ok": True, "state": "paused"})
+            c.paused.clear()
+            return messages.encode({"ok": True, "state": "training"})
+        except Exception as e:  # a reply, never a dead control thread
+            log.exception("control request %s failed", op)
+            return messages.error(f"{op} failed: {e}")
+
+    def close(self) -> None:
+        self._closing.set()
+        if self._thread is not None:
+            self._thread.join(2)
+        self.sock.close(0)
+        self.auth.stop()
+        self.ctx.term()

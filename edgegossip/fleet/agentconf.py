@@ -1,0 +1,49 @@
+"""Each device's agent.toml, rendered from the inventory: defaults < the device's profile < the
+fleet's shared [train]/[net]/[data] < the device's overrides; ids, peers, keys, paths and the
+control socket are the tooling's. Where the files live on a device is fixed here, once."""
+
+from __future__ import annotations
+
+from edgegossip import config
+
+ETC = "/etc/edgegossip"
+CONFIG = f"{ETC}/agent.toml"
+KEYFILE = f"{ETC}/link.keys"
+SERVER_KEY = f"{ETC}/control/server.key_secret"
+CLIENT_KEYS = f"{ETC}/control/clients"
+STATE = "/var/lib/edgegossip"
+OUTPUT = f"{STATE}/out"
+DATA = f"{STATE}/data/device.npz"
+CACHE = f"{STATE}/cache"
+UNIT = "edgegossip-agent"
+
+
+def values(fleet, device) -> dict:
+    from edgegossip.fleet.inventory import profile_settings
+    v: dict = {}
+    if device.profile:
+        v.update(profile_settings(device.profile, f"devices.{device.name}"))
+    for section in ("train", "net", "data"):
+        v.update(fleet.settings.get(section, {}))
+    v.update(device.overrides)
+    workers = max(d.id for d in fleet.devices) + 1
+    v.update(id=device.id, workers=workers, fleet=fleet.id, keys=KEYFILE, output=OUTPUT,
+             listen=f"0.0.0.0:{fleet.data_port}",
+             peers=[f"{d.id}@{d.address}:{fleet.data_port}" for d in fleet.devices if d is not device],
+             endpoint=f"0.0.0.0:{fleet.control_port}", server_key=SERVER_KEY, client_keys=CLIENT_KEYS)
+    if device.data:
+        v.update(source="file", path=DATA)
+    return v
+
+
+def render(fleet, device) -> config.AgentConfig:
+    """The device's AgentConfig; raises config.ConfigError naming the bad key."""
+    doc: dict = {}
+    for key, value in values(fleet, device).items():
+        section = next(s for s, keys in config.SECTIONS.items() if key in keys)
+        doc.setdefault(section, {})[key] = value
+    return config.from_dict(doc)
+
+
+def toml(fleet, device) -> str:
+    return config.to_toml(render(fleet, device))

@@ -1,0 +1,137 @@
+"""Deploy one device: probe it, ship what it lacks, install, start; rolled out in batches."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from edgegossip.data import mnist
+from edgegossip.fleet import agentconf, bundle, remote, secrets
+from edgegossip.fleet.control import ask
+from edgegossip.fleet.ssh import Ssh, SshError
+
+PROJECT = bundle.PROJECT
+# room an install needs beyond the shipped files: a venv with numpy, pyzmq and edgegossip
+VENV_MB = 200
+
+
+def device_files(fleet, device, info: dict, include_wheels: bool, wheelhouse: Path,
+                 manifest: dict) -> dict:
+    """The per-device bundle, {name in archive: bytes or Path}, leaving out what it has."""
+    _, server_secret = secrets.server_certificate(fleet.secrets, device.name)
+    client_public, _ = secrets.client_certificate(fleet.secrets)
+    ids = [d.id for d in fleet.devices]
+    files: dict = {
+        "install.sh": remote.INSTALL.encode(),
+        "agent.toml": agentconf.toml(fleet, device).encode(),
+        "link.keys": secrets.keyfile(fleet.secrets, device.id, ids, fleet.id).encode(),
+        "server.key_secret": server_secret,
+        "client.key": client_public,
+        "edgegossip-agent.service": PROJECT / "devices" / "edgegossip-agent.service",
+        "60-edgegossip.conf": remote.SYSCTL.encode(),
+    }
+    if device.data:
+        data = fleet.root / device.data
+        if not data.is_file():
+            raise ValueError(f"devices.{device.name}.data: {data} does not exist")
+        if _sha(data) != info.get("data_sha"):
+            files["device.npz"] = data
+    elif agentconf.render(fleet, device).source == "mnist":
+        cache = mnist.cache_path()
+        if not cache.is_file():
+            raise ValueError(f"MNIST is not in this machine's cache ({cache}): "
+                             "run `edgegossip data fetch mnist` (the devices get it from here)")
+        if _sha(cache) != info.get("mnist_sha"):
+            files["mnist.npz"] = cache
+    if include_wheels:
+        for w in manifest["wheels"]:
+            files[f"wheels/{w}"] = wheelhouse / w
+    return files
+
+
+def _sha(path: Path) -> str:
+    import hashlib
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _size(content) -> int:
+    return content.stat().st_size if isinstance(content, Path) else len(content)
+
+
+def deploy_one(fleet, device, deadline: float, wheelhouse: Path, manifest: dict, extras: str,
+               wait_s: float = 60) -> dict:
+    ssh = Ssh(fleet, device, deadline)
+    info = remote.probe(ssh)
+    want = manifest["platform"]
+    if (info["machine"], info["python"]) != (want["machine"], want["python"]):
+        raise ValueError(f"device runs {info['machine']} Python {info['python']}; the wheelhouse is for "
+                         f"{want['machine']} Python {want['python']} (build one on such a device with "
+                         "`edgegossip fleet wheelhouse` and pass --wheelhouse)")
+    new_release = manifest["release"] not in info["releases"]
+    files = device_files(fleet, device, info, new_release, wheelhouse, manifest)
+    shipped = sum(_size(c) for c in files.values())
+    need_mb = shipped / 1e6 + (VENV_MB if new_release else 0)
+    if info["free_mb"] < need_mb:
+        raise ValueError(f"disk full: {info['free_mb']} MB free under /opt, the install needs about "
+                         f"{need_mb:.0f} MB; nothing was changed")
+    result = remote.install(ssh, bundle.tar(files), manifest["release"], extras)
+    row = {"address": device.address, "version_before": info["version"] or None,
+           "release_before": info["release"] or None, "version_after": result["version"],
+           "release_after": manifest["release"], "changed": result["changed"],
+           "shipped_mb": round(shipped / 1e6, 1), "state": None}
+    row["state"] = wait_training(fleet, device, min(wait_s, max(0.0, deadline - time.monotonic())))
+    return row
+
+
+def wait_training(fleet, device, timeout_s: float, config_hash: str | None = None) -> str:
+    """Poll the control endpoint until the agent trains (with config_hash, if given)."""
+    end = time.monotonic() + timeout_s
+    state = "starting"
+    while time.monotonic() < end:
+        try:
+            st = ask(fleet, device, "status", timeout_s=2.0)
+            state = st["state"]
+            if state == "training" and (config_hash is None or st["config_hash"] == config_hash):
+                return state
+        except Exception:  # not up yet
+            pass
+        time.sleep(0.5)
+    return state
+
+
+def batches(devices: list, batch: str) -> list[list]:
+    """--batch N or P%: the rollout's groups, in inventory order."""
+    n = len(devices)
+    if batch.endswith("%"):
+        size = max(1, round(n * float(batch[:-1]) / 100))
+    else:
+        size = int(batch)
+    if size < 1:
+        raise ValueError("--batch must be at least 1 device")
+    return [devices[i:i + size] for i in range(0, n, size)]
+
+
+def rollout(devices: list, batch: str, max_fail: str, run_batch) -> list[dict]:
+    """Run batch after batch; stop once failures exceed max_fail (N or P% of all devices): the
+    devices not reached get a row saying so."""
+    limit = (len(devices) * float(max_fail[:-1]) / 100) if max_fail.endswith("%") else float(max_fail)
+    rows, failed = [], 0
+    groups = batches(devices, batch)
+    for k, group in enumerate(groups):
+        got = run_batch(group)
+        rows += got
+        failed += sum(1 for r in got if not r["ok"])
+        if failed > limit:
+            for rest in groups[k + 1:]:
+                rows += [{"name": d.name, "ok": False, "skipped": True,
+                          "error": f"not attempted: {failed} devices failed (--max-fail {max_fail})",
+                          "seconds": 0.0} for d in rest]
+            break
+    return rows
+
+
+__all__ = ["deploy_one", "rollout", "wait_training", "SshError"]

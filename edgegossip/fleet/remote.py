@@ -1,0 +1,149 @@
+"""What runs on a device, as root, over SSH: the probe, the install, service control, logs and
+fetching the agent's output. Scripts go in on stdin; nothing but bash, python3 and coreutils is
+assumed on the device (Raspberry Pi OS Lite has them)."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+
+from edgegossip.fleet import agentconf as paths
+from edgegossip.fleet.ssh import Ssh, SshError, last_line
+
+BASE = "/opt/edgegossip"
+STAGE = f"{BASE}/incoming"
+UNIT = paths.UNIT
+DISK_FULL = 28  # the install script's exit code when /opt lacks room (ENOSPC's number)
+
+SYSCTL = """# the agent (no CAP_NET_ADMIN) asks for a large UDP receive buffer so a burst of a peer's
+# datagrams waits in the kernel while training holds the CPU; the default cap is 208 KB
+net.core.rmem_max = 8388608
+"""
+
+PROBE = r"""
+set -u
+b=/opt/edgegossip
+free=$(df -Pm "$( [ -d $b ] && echo $b || echo /opt )" 2>/dev/null | awk 'NR==2 {print $4}')
+rel=""; [ -L $b/venv ] && rel=$(basename "$(dirname "$(readlink $b/venv)")")
+ver=""; [ -x $b/venv/bin/edgegossip ] && ver=$($b/venv/bin/edgegossip --version 2>/dev/null | awk '{print $NF}')
+sha() { [ -f "$1" ] && sha256sum "$1" | cut -c1-64 || echo ""; }
+python3 - "$free" "$rel" "$ver" "$(sha /var/lib/edgegossip/data/device.npz)" \
+  "$(sha /var/lib/edgegossip/cache/mnist.npz)" "$(systemctl is-active edgegossip-agent 2>/dev/null)" \
+  "$(ls $b/releases 2>/dev/null | tr '\n' ' ')" <<'PY'
+import json, platform, sys
+a = sys.argv[1:]
+print(json.dumps({"machine": platform.machine(), "python": "%d.%d" % sys.version_info[:2],
+                  "free_mb": int(a[0] or 0), "release": a[1], "version": a[2], "data_sha": a[3],
+                  "mnist_sha": a[4], "service": a[5], "releases": a[6].split()}))
+PY
+"""
+
+INSTALL = r"""
+set -euo pipefail
+stage=$1; rel=$2; extras=$3; b=/opt/edgegossip; r=$b/releases/$rel
+changed=0
+if [ ! -f "$r/.complete" ]; then
+  rm -rf "$r"; mkdir -p "$r"
+  python3 -m venv "$r/venv"
+  "$r/venv/bin/pip" install --quiet --no-index --find-links "$stage/wheels" "edgegossip$extras"
+  touch "$r/.complete"; changed=1
+fi
+getent group edgegossip >/dev/null || groupadd --system edgegossip
+getent passwd edgegossip >/dev/null || useradd --system --gid edgegossip --no-create-home \
+  --home-dir /var/lib/edgegossip --shell /usr/sbin/nologin edgegossip
+put() {  # put SRC DEST MODE OWNER: replace only when different, and say so
+  if ! cmp -s "$1" "$2"; then install -m "$3" -o "${4%%:*}" -g "${4##*:}" "$1" "$2.new"; mv -f "$2.new" "$2"; changed=1; fi
+}
+install -d -m 0755 /etc/edgegossip
+install -d -m 0750 -o root -g edgegossip /etc/edgegossip/control /etc/edgegossip/control/clients
+install -d -m 0750 -o edgegossip -g edgegossip /var/lib/edgegossip /var/lib/edgegossip/data /var/lib/edgegossip/cache
+put "$stage/agent.toml" /etc/edgegossip/agent.toml 0640 root:edgegossip
+put "$stage/link.keys" /etc/edgegossip/link.keys 0640 root:edgegossip
+put "$stage/server.key_secret" /etc/edgegossip/control/server.key_secret 0640 root:edgegossip
+put "$stage/client.key" /etc/edgegossip/control/clients/client.key 0644 root:root
+[ -f "$stage/device.npz" ] && put "$stage/device.npz" /var/lib/edgegossip/data/device.npz 0640 edgegossip:edgegossip
+[ -f "$stage/mnist.npz" ] && put "$stage/mnist.npz" /var/lib/edgegossip/cache/mnist.npz 0640 edgegossip:edgegossip
+put "$stage/edgegossip-agent.service" /etc/systemd/system/edgegossip-agent.service 0644 root:root
+put "$stage/60-edgegossip.conf" /etc/sysctl.d/60-edgegossip.conf 0644 root:root
+sysctl -q -p /etc/sysctl.d/60-edgegossip.conf 2>/dev/null || true  # read-only in containers
+if [ -d $b/venv ] && [ ! -L $b/venv ]; then mv $b/venv "$b/releases/preinstalled-$(date +%s)"; fi
+if [ "$(readlink $b/venv 2>/dev/null)" != "$r/venv" ]; then
+  ln -sfn "$r/venv" $b/venv.new && mv -T $b/venv.new $b/venv; changed=1
+fi
+# keep the release in use and the one before it, for a manual rollback
+{ ls -1t $b/releases | grep -vx "$rel" || true; } | tail -n +2 | while read -r old; do rm -rf "$b/releases/$old"; done
+rm -rf "$stage"
+systemctl daemon-reload
+systemctl enable --quiet edgegossip-agent
+if [ $changed = 1 ]; then systemctl restart edgegossip-agent; else systemctl start edgegossip-agent; fi
+echo "{\"changed\": $( [ $changed = 1 ] && echo true || echo false ), \"version\": \"$($b/venv/bin/edgegossip --version | awk '{print $NF}')\"}"
+"""
+
+
+def probe(ssh: Ssh) -> dict:
+    p = ssh.run("bash -s", input=PROBE.encode(), timeout=30)
+    try:
+        return json.loads(last_line(p.stdout))
+    except ValueError:
+        raise SshError(f"probe gave no answer ({last_line(p.stderr) or 'python3 missing?'})") from None
+
+
+def install(ssh: Ssh, archive: bytes, release: str, extras: str) -> dict:
+    """Unpack archive into the stage and run the install there; its {"changed", "version"}."""
+    cmd = (f"bash -c 'set -e; rm -rf {STAGE}; mkdir -p {STAGE}; tar -x -C {STAGE}; "
+           f"bash {STAGE}/install.sh {STAGE} {release} \"{extras}\"'")
+    p = ssh.run(cmd, input=archive, timeout=900, check=False)
+    if p.returncode != 0:
+        err = p.stderr.decode(errors="replace")
+        if "No space left" in err:
+            ssh.run(f"rm -rf {STAGE}", check=False)
+            raise SshError(f"disk full on the device ({last_line(err)}); nothing was changed "
+                           "there but the staging folder, now removed")
+        raise SshError(last_line(err) or f"install exit {p.returncode}")
+    return json.loads(last_line(p.stdout))
+
+
+def service(ssh: Ssh, action: str) -> str:
+    """systemctl ACTION the agent; its state afterwards."""
+    ssh.run(f"systemctl {action} {UNIT}", timeout=90)
+    return ssh.run(f"systemctl is-active {UNIT}", check=False, timeout=15).stdout.decode().strip()
+
+
+def service_state(ssh: Ssh) -> tuple[str, str]:
+    """(systemd's state of the unit, its last log line)."""
+    p = ssh.run(f"bash -c 'systemctl is-active {UNIT}; journalctl -u {UNIT} -n 1 -o cat --no-pager'",
+                check=False, timeout=20)
+    lines = p.stdout.decode(errors="replace").splitlines()
+    return (lines[0].strip() if lines else "unknown"), (lines[-1].strip() if len(lines) > 1 else "")
+
+
+def logs_command(lines: int, follow: bool) -> str:
+    return f"journalctl -u {UNIT} -n {int(lines)} --no-pager -o short-iso" + (" -f" if follow else "")
+
+
+def put_config(ssh: Ssh, toml_text: str) -> None:
+    """Replace agent.toml atomically (it is validated already)."""
+    ssh.run(f"bash -c 'install -m 0640 -o root -g edgegossip /dev/stdin {paths.CONFIG}.new && "
+            f"mv -f {paths.CONFIG}.new {paths.CONFIG}'", input=toml_text.encode(), timeout=30)
+
+
+def fetch_output(ssh: Ssh, dest: Path) -> list[str]:
+    """Copy the agent's checkpoint and metrics into dest; the names copied."""
+    names = ("checkpoint.npz", "metrics.jsonl")
+    p = ssh.run(f"bash -c 'cd {paths.OUTPUT} && tar -c --ignore-failed-read {' '.join(names)} 2>/dev/null'",
+                timeout=300, check=False)
+    dest.mkdir(parents=True, exist_ok=True)
+    got = []
+    try:
+        with tarfile.open(fileobj=io.BytesIO(p.stdout)) as t:
+            for m in t.getmembers():
+                if m.isfile() and m.name in names:
+                    (dest / m.name).write_bytes(t.extractfile(m).read())
+                    got.append(m.name)
+    except tarfile.TarError:
+        pass
+    if "checkpoint.npz" not in got:
+        raise SshError(f"no checkpoint in {paths.OUTPUT} yet")
+    return got

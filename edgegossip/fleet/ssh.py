@@ -1,0 +1,91 @@
+"""SSH to a device through the system's OpenSSH client (subprocess).
+
+Why OpenSSH and not asyncssh or Fabric: it is already on every machine that manages Pis, it reads
+the user's ~/.ssh/config (jump hosts, agents, hardware keys) as the user expects, it multiplexes
+one TCP connection per device (ControlMaster) so the many short commands of a deploy cost one
+handshake, and it adds no dependency. The price, one process per command, is small beside a
+pip install. Host keys are pinned in the fleet's own known_hosts: learned at first contact
+(accept-new, as Ansible does by default) or written by the lab, and refused if they change."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+
+class SshError(RuntimeError):
+    """One line saying why a device could not be reached or a command failed there."""
+
+
+def _control_dir() -> str:
+    d = Path(tempfile.gettempdir()) / f"edgegossip-ssh-{os.getuid()}"
+    d.mkdir(mode=0o700, exist_ok=True)
+    return str(d)
+
+
+class Ssh:
+    def __init__(self, fleet, device, deadline: float | None = None):
+        self.device = device
+        self.deadline = deadline  # time.monotonic() after which nothing more is started
+        key = fleet.ssh_key_path()
+        # one shared connection per (fleet, key, device): another key never rides on this one
+        tag = hashlib.sha256(f"{key.resolve()}\0{fleet.secrets.resolve()}".encode()).hexdigest()[:8]
+        self.base = ["ssh", "-p", str(device.port), "-o", "BatchMode=yes",
+                     "-o", f"UserKnownHostsFile={fleet.secrets / 'known_hosts'}",
+                     "-o", "StrictHostKeyChecking=accept-new", "-o", "ConnectTimeout=5",
+                     "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=2",
+                     "-o", "ControlMaster=auto", "-o", f"ControlPath={_control_dir()}/{tag}-%C",
+                     "-o", "ControlPersist=60", "-o", "LogLevel=ERROR", "-F", "none"]
+        if key.is_file():
+            self.base += ["-i", str(key), "-o", "IdentitiesOnly=yes"]
+        self.target = f"{device.user}@{device.address}"
+        self.sudo = "" if device.user == "root" else "sudo -n "
+
+    def argv(self, command: str, tty: bool = False) -> list[str]:
+        return self.base + (["-t"] if tty else []) + [self.target, "--", self.sudo + command]
+
+    def close(self) -> None:
+        """End the shared connection (it would otherwise linger ControlPersist seconds)."""
+        subprocess.run(self.base + ["-O", "exit", self.target], capture_output=True, timeout=10)
+
+    def _timeout(self, timeout: float) -> float:
+        if self.deadline is None:
+            return timeout
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise SshError("timed out")
+        return min(timeout, left)
+
+    def run(self, command: str, input: bytes | None = None, timeout: float = 60,
+            check: bool = True) -> subprocess.CompletedProcess:
+        """Run command on the device (as root, through sudo if the SSH user is not root)."""
+        try:
+            p = subprocess.run(self.argv(command), input=input, capture_output=True,
+                               timeout=self._timeout(timeout), stdin=None if input is not None
+                               else subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise SshError(f"timed out after {timeout:g} s") from None
+        if p.returncode == 255:
+            raise SshError(unreachable_reason(p.stderr.decode(errors="replace")))
+        if check and p.returncode != 0:
+            raise SshError(last_line(p.stderr) or last_line(p.stdout) or f"exit {p.returncode}")
+        return p
+
+
+def last_line(raw: bytes | str) -> str:
+    text = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+def unreachable_reason(stderr: str) -> str:
+    line = last_line(stderr)
+    if "Permission denied" in line:
+        return f"SSH key refused ({line})"
+    if "REMOTE HOST IDENTIFICATION HAS CHANGED" in stderr or "Host key verification failed" in line:
+        return "host key differs from the one pinned in secrets/known_hosts (a different device?)"
+    return f"unreachable ({line or 'ssh failed'})"

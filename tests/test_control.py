@@ -1,0 +1,106 @@
+"""The agent's control endpoint as a real process on loopback: CURVE, allow-listed keys only,
+status/pause/resume/checkpoint/stop, and requests that must change nothing."""
+import time
+
+import pytest
+import zmq
+import zmq.auth
+
+from edgegossip.control import client
+from tests.helpers.waiting import until
+from tests.test_agent import _cfg, _start, procs  # noqa: F401  (fixture)
+
+
+@pytest.fixture
+def certs(tmp_path):
+    d = tmp_path / "certs"
+    allowed = d / "allowed"
+    allowed.mkdir(parents=True)
+    for name in ("server", "operator", "stranger"):
+        zmq.auth.create_certificates(str(d), name)
+    (allowed / "operator.key").write_bytes((d / "operator.key").read_bytes())
+    return d
+
+
+def _port(free_udp_port):
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def _ask(port, op, certs, who="operator", timeout_s=3.0):
+    return client.request("127.0.0.1", port, op, str(certs / f"{who}.key_secret"),
+                          str(certs / "server.key"), timeout_s)
+
+
+def _raw(port, certs, body: bytes) -> dict:
+    import json
+    c_pub, c_sec = zmq.auth.load_certificate(str(certs / "operator.key_secret"))
+    s_pub, _ = zmq.auth.load_certificate(str(certs / "server.key"))
+    sock = zmq.Context.instance().socket(zmq.REQ)
+    sock.linger = 0
+    sock.curve_publickey, sock.curve_secretkey, sock.curve_serverkey = c_pub, c_sec, s_pub
+    sock.connect(f"tcp://127.0.0.1:{port}")
+    sock.send(body)
+    assert sock.poll(5000), "no reply to a malformed request"
+    reply = json.loads(sock.recv())
+    sock.close(0)
+    return reply
+
+
+def test_control_endpoint(tmp_path, free_udp_port, mnist_data, procs, certs):  # noqa: F811
+    port = _port(free_udp_port)
+    cfg = _cfg(tmp_path, free_udp_port, algorithm="local", peers=(), workers=1, eval_every=50,
+               endpoint=f"127.0.0.1:{port}", server_key=str(certs / "server.key_secret"),
+               client_keys=str(certs / "allowed"))
+    p = _start(cfg, tmp_path)
+    procs.append(p)
+    st = until(lambda: _try(port, certs))
+    assert st["agent"] == 0 and st["state"] == "training" and len(st["config_hash"]) == 12
+    st = until(lambda: (s := _ask(port, "status", certs))["accuracy"] is not None and s)
+    assert 0 <= st["accuracy"] <= 1 and st["step"] >= 50 and st["peak_rss_mb"] > 0
+
+    # a key that is not allow-listed gets no answer, and nothing changes
+    with pytest.raises(client.ControlError, match="allow-listed"):
+        _ask(port, "stop", certs, who="stranger", timeout_s=1.5)
+    # malformed, unknown, oversized: an error reply each, and training goes on
+    assert _raw(port, certs, b"\xff\x00garbage")["error"] == "request is not JSON"
+    assert "unknown op" in _raw(port, certs, b'{"op": "rm -rf"}')["error"]
+    assert _raw(port, certs, b"[1, 2]")["ok"] is False
+    big = _ask(port, "status", certs)["step"]
+    until(lambda: _ask(port, "status", certs)["step"] > big)
+    assert p.poll() is None
+
+    assert _ask(port, "pause", certs)["state"] == "paused"
+    time.sleep(0.5)
+    s1 = _ask(port, "status", certs)
+    time.sleep(1.0)
+    s2 = _ask(port, "status", certs)
+    assert s1["state"] == s2["state"] == "paused" and s1["step"] == s2["step"]
+    ck = _ask(port, "checkpoint", certs)  # served while paused
+    assert ck["step"] == s2["step"] and ck["path"].endswith("checkpoint.npz")
+    assert _ask(port, "resume", certs)["state"] == "training"
+    until(lambda: _ask(port, "status", certs)["step"] > s2["step"])
+
+    assert _ask(port, "stop", certs)["state"] == "stopping"
+    p.communicate(timeout=30)
+    assert p.returncode == 0
+
+
+def _try(port, certs):
+    try:
+        return _ask(port, "status", certs, timeout_s=1.0)
+    except client.ControlError:
+        return None
+
+
+def test_control_endpoint_config_errors():
+    from edgegossip import config
+    base = {"agent": {"id": 0, "listen": "127.0.0.1:5000"}, "train": {"algorithm": "local", "workers": 1}}
+    with pytest.raises(config.ConfigError, match="control.server_key: needed"):
+        config.from_dict({**base, "control": {"endpoint": "127.0.0.1:5001"}})
+    with pytest.raises(config.ConfigError, match="control.endpoint"):
+        config.from_dict({**base, "control": {"endpoint": "nope", "server_key": "a", "client_keys": "b"}})

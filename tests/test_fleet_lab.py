@@ -1,0 +1,184 @@
+"""The fleet commands end to end against a lab of booted Debian containers (root, CI): lab up ->
+deploy -> status -> set p=1/16 (rolling) -> an agent killed -> status shows it down -> start ->
+it resumes -> collect (average logreg >= 0.85 on the test set) -> lab down leaves nothing. And
+the ways it must fail: unreachable host, wrong SSH key, full disk, a control key not allowed."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.waiting import until
+
+pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+def eg(*args, timeout=600, check=True):
+    p = subprocess.run([sys.executable, "-m", "edgegossip.cli.app", *args], capture_output=True,
+                       text=True, timeout=timeout, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+    if check and p.returncode != 0:
+        raise AssertionError(f"edgegossip {' '.join(args)}: exit {p.returncode}\n{p.stderr[-3000:]}")
+    return p
+
+
+def js(*args, **kw):
+    p = eg(*args, "--json", **kw)
+    return json.loads(p.stdout)
+
+
+def status(lab, *extra):
+    return {r["name"]: r for r in js("fleet", "status", "--fleet", str(lab), *extra)["devices"]}
+
+
+def on_device(lab, name, command, check=True):
+    from edgegossip.fleet import inventory
+    from edgegossip.fleet.ssh import Ssh
+    f = inventory.load(lab)
+    return Ssh(f, f.device(name)).run(command, check=check, timeout=60)
+
+
+def leftovers():
+    nets = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    procs = subprocess.run(["pgrep", "-f", "systemd-nspawn.*egl"], capture_output=True, text=True).stdout
+    import re
+    return (re.findall(r"\begl\d+\w*", nets) + re.findall(r"\begl\d+h\b", links) + procs.split())
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory, root_only_module):
+    out = tmp_path_factory.mktemp("lab") / "fleet"
+    before = set(leftovers())
+    try:
+        up = js("lab", "up", "--devices", "3", "--loss", "0.1", "--model", "logreg", "--out", str(out),
+                timeout=600)
+        assert len(up["devices"]) == 3
+        yield out
+    finally:
+        eg("lab", "down", str(out), check=False)
+        assert set(leftovers()) <= before, f"lab down left {set(leftovers()) - before}"
+
+
+@pytest.fixture(scope="module")
+def root_only_module():
+    if os.geteuid() != 0:
+        if os.environ.get("CI") == "true":
+            pytest.fail("root-only test reached CI without root")
+        pytest.skip("needs root (network namespaces, systemd-nspawn)")
+
+
+def test_fleet_end_to_end(lab, tmp_path):
+    t0 = time.monotonic()
+    dep = js("fleet", "deploy", "--fleet", str(lab), "--batch", "2", timeout=900)
+    deploy_s = time.monotonic() - t0
+    rows = dep["devices"]
+    assert [r["ok"] for r in rows] == [True] * 3, rows
+    assert all(r["state"] == "training" and r["version_after"] and r["release_after"] == dep["release"]
+               for r in rows), rows
+    print(f"deploy of 3 lab devices took {deploy_s:.1f} s")
+
+    again = js("fleet", "deploy", "--fleet", str(lab), timeout=600)  # idempotent: nothing shipped twice
+    assert all(r["ok"] and r["changed"] is False and r["shipped_mb"] < 1 for r in again["devices"]), again
+
+    st = until(lambda: (s := status(lab)) and all(r["state"] == "training" and r["step"] for r in s.values()) and s,
+               timeout=90, what="three agents training", every=1)
+    assert all(r["source"] == "control" and r["reachable"] for r in st.values())
+
+    res = js("fleet", "set", "p=1/16", "--fleet", str(lab), timeout=600)
+    assert all(r["ok"] for r in res["devices"]) and res["changes"] == {"p": 0.0625}
+    assert "p = 0.0625" in (lab / "fleet.toml").read_text()
+    hashes = {r["name"]: r["config_hash"] for r in res["devices"]}
+    st = status(lab)
+    assert {n: r["config_hash"] for n, r in st.items()} == hashes
+    assert "p = 0.0625" in on_device(lab, "lab" + lab_id(lab) + "-0", "cat /etc/edgegossip/agent.toml").stdout.decode()
+
+    victim = sorted(st)[1]
+    step_before = status(lab, "--only", victim)[victim]["step"]
+    on_device(lab, victim, "bash -c 'systemctl kill -s KILL edgegossip-agent; sleep 1; systemctl stop edgegossip-agent'",
+              check=False)
+    st = status(lab)
+    assert st[victim]["state"] in ("stopped", "failed") and st[victim]["source"] == "ssh", st[victim]
+    assert all(st[n]["state"] == "training" for n in st if n != victim)
+    assert js("fleet", "start", "--fleet", str(lab), "--only", victim)["devices"][0]["ok"]
+    back = until(lambda: (r := status(lab, "--only", victim)[victim])["state"] == "training" and r,
+                 timeout=90, what="the restarted agent", every=1)
+    assert back["step"] >= step_before - 200, "the agent did not resume from its checkpoint"
+
+    time.sleep(20)  # let the restarted one catch up with the fleet
+    out = tmp_path / "collected"
+    col = js("fleet", "collect", "--fleet", str(lab), "--out", str(out), "--live", timeout=600)
+    assert col["average_model_accuracy"] >= 0.85, col
+    assert Path(col["onnx"]).is_file() and (out / "summary.json").is_file()
+    assert all(r["ok"] and r["accuracy"] > 0.8 and r["step"] > 0 for r in col["devices"]), col["devices"]
+    starts = [json.loads(line) for line in (out / f"agent{sorted(st).index(victim)}" / "metrics.jsonl")
+              .read_text().splitlines() if '"start"' in line]
+    assert starts[-1]["resumed"] is True
+
+    logs = eg("fleet", "logs", victim, "--fleet", str(lab), "--lines", "20").stdout
+    assert "edgegossip" in logs
+
+
+def lab_id(lab: Path) -> str:
+    return str(json.loads((lab / "lab.json").read_text())["lab"])
+
+
+def _copy_fleet(lab: Path, dest: Path) -> Path:
+    shutil.copytree(lab, dest, ignore=shutil.ignore_patterns("wheelhouse", "data", "lab", "collected"))
+    return dest
+
+
+def test_unreachable_device_and_wrong_ssh_key_are_rows(lab, tmp_path):
+    f2 = _copy_fleet(lab, tmp_path / "f2")
+    eg("fleet", "add", "ghost", f"10.78.{lab_id(lab)}.99", "--user", "root", "--fleet", str(f2))
+    t = time.monotonic()
+    p = eg("fleet", "status", "--fleet", str(f2), "--json", "--timeout", "20", check=False)
+    rows = {r["name"]: r for r in json.loads(p.stdout)["devices"]}
+    assert rows["ghost"]["state"] == "unreachable" and rows["ghost"]["reachable"] is False
+    assert "unreachable" in rows["ghost"]["error"] and time.monotonic() - t < 40
+    assert sum(r["state"] == "training" for r in rows.values()) == 3
+    p = eg("fleet", "start", "--fleet", str(f2), "--only", "ghost", check=False)
+    assert p.returncode == 1 and "ghost" in p.stdout and "unreachable" in p.stdout
+
+    # a key the devices never authorised: every device is a one-line "SSH key refused" row
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "k")], check=True)
+    text = (f2 / "fleet.toml").read_text().replace('ssh_key = "secrets/ssh/id_ed25519"',
+                                                   f'ssh_key = "{tmp_path / "k"}"')
+    (f2 / "fleet.toml").write_text(text)
+    p = eg("fleet", "restart", "--fleet", str(f2), "--only", "lab", "--json", check=False)
+    assert p.returncode == 1
+    rows = json.loads(p.stdout)["devices"]
+    assert all(not r["ok"] and r["error"].startswith("SSH key refused") and "\n" not in r["error"] for r in rows)
+    assert all(r["state"] == "training" for r in status(lab).values())  # nothing was restarted
+
+
+def test_control_key_not_allowed_gets_no_answer(lab, tmp_path):
+    import zmq.auth
+    f3 = _copy_fleet(lab, tmp_path / "f3")
+    ctl = f3 / "secrets" / "control"
+    for name in ("client.key", "client.key_secret"):
+        (ctl / name).unlink()
+    zmq.auth.create_certificates(str(ctl), "client")  # a stranger's key pair
+    rows = {r["name"]: r for r in js("fleet", "status", "--fleet", str(f3))["devices"]}
+    assert all(r["source"] == "ssh" and "allow-listed" in r["control_error"] for r in rows.values())
+    assert all(r["state"] == "training" for r in status(lab).values())
+
+
+def test_full_disk_fails_that_device_only_and_changes_nothing(lab):
+    name = f"lab{lab_id(lab)}-2"
+    before = status(lab, "--only", name)[name]
+    on_device(lab, name, "bash -c 'mkdir -p /tmp/full && mount -t tmpfs -o size=8m tmpfs /opt'")
+    try:
+        p = eg("fleet", "deploy", "--fleet", str(lab), "--json", check=False, timeout=600)
+        rows = {r["name"]: r for r in json.loads(p.stdout)["devices"]}
+        assert p.returncode == 1
+        assert not rows[name]["ok"] and rows[name]["error"].startswith("disk full"), rows[name]
+        assert all(r["ok"] for n, r in rows.items() if n != name)
+        after = status(lab, "--only", name)[name]
+        assert after["state"] == "training" and after["config_hash"] == before["config_hash"]
+        assert after["uptime_s"] > before["uptime_s"]  # not restarted
+    finally:
+        on_device(lab, name, "umount /opt", check=False)
