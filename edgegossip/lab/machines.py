@@ -1,6 +1,7 @@
 """Lab devices up and down. Each device is `systemd-nspawn --boot` of the cached Debian root,
 read-only under a throw-away overlay (--volatile=overlay), in its own network namespace, with its
-own hostname and SSH host key and the fleet's SSH key authorised for root. The lab's state
+own hostname and SSH host key and the fleet's SSH key authorised for the user `pi` (passwordless
+sudo, as on Raspberry Pi OS; root cannot log in), so every fleet command goes through sudo. The lab's state
 (OUT/lab.json, and a pointer in /run/edgegossip/labs so `lab down --all` finds it after a crash)
 names everything it made."""
 
@@ -48,7 +49,7 @@ def up(n: int, out: Path, loss: float = 0.0, rate: str | None = None, settings: 
     _save_state(out, state)
     try:
         network.up(lab, n, loss, rate)
-        hosts = [{"name": nm, "address": network.address(lab, i), "user": "root", "groups": ["lab"]}
+        hosts = [{"name": nm, "address": network.address(lab, i), "user": lab_root.USER, "groups": ["lab"]}
                  for i, nm in enumerate(names)]
         fleet = fleet_create.create(out, f"lab{lab}", hosts, settings or {}, split=split,
                                     progress=progress)
@@ -74,8 +75,9 @@ def _boot(out: Path, root: Path, lab: int, i: int, name: str, pub: str, fleet) -
     key = keys / "ssh_host_ed25519_key"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(key)],
                    check=True, capture_output=True)
+    (d / "hosts").write_text(f"127.0.0.1 localhost\n127.0.1.1 {name}\n")  # sudo resolves its host
     (d / "authorized_keys").write_text(pub)
-    (d / "authorized_keys").chmod(0o600)
+    (d / "authorized_keys").chmod(0o644)  # sshd reads it as the user
     host_pub = (keys / "ssh_host_ed25519_key.pub").read_text().split()
     with open(fleet.secrets / "known_hosts", "a") as f:  # pinned: no trust on first use here
         f.write(f"{network.address(lab, i)} {host_pub[0]} {host_pub[1]}\n")
@@ -83,7 +85,8 @@ def _boot(out: Path, root: Path, lab: int, i: int, name: str, pub: str, fleet) -
     argv = ["systemd-nspawn", "-D", str(root), "--boot", "--register=no", "--keep-unit", "-M", name,
             f"--hostname={name}", "--volatile=overlay", "--console=pipe",
             f"--network-namespace-path=/run/netns/{network.device_ns(lab, i)}",
-            f"--bind-ro={keys}:/etc/ssh/lab", f"--bind-ro={d / 'authorized_keys'}:/root/.ssh/authorized_keys"]
+            f"--bind-ro={keys}:/etc/ssh/lab", f"--bind-ro={d / 'hosts'}:/etc/hosts",
+            f"--bind-ro={d / 'authorized_keys'}:/home/{lab_root.USER}/.ssh/authorized_keys"]
     p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                          start_new_session=True)
     log.close()

@@ -13,7 +13,8 @@ import subprocess
 from pathlib import Path
 
 PACKAGES = ("systemd", "systemd-sysv", "dbus", "openssh-server", "python3", "python3-venv",
-            "iproute2", "libssl3", "procps")
+            "iproute2", "libssl3", "procps", "sudo")
+USER = "pi"  # as on Raspberry Pi OS: a login user with passwordless sudo, not root
 SUITE = "bookworm"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 
@@ -82,9 +83,15 @@ def _configure(root: Path) -> None:
     (root / "etc/ssh/sshd_config.d").mkdir(exist_ok=True)
     (root / "etc/ssh/sshd_config.d/lab.conf").write_text(
         "HostKey /etc/ssh/lab/ssh_host_ed25519_key\nPasswordAuthentication no\n"
-        "PermitRootLogin prohibit-password\n")
-    ssh_dir = root / "root/.ssh"
-    ssh_dir.mkdir(mode=0o700, exist_ok=True)
+        "PermitRootLogin no\n")
+    p = subprocess.run(["chroot", str(root), "useradd", "--create-home", "--shell", "/bin/bash",
+                        "--groups", "sudo", USER], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RootError(f"useradd {USER} in the lab root: {p.stderr.strip()}")
+    (root / "etc/sudoers.d/010_pi-nopasswd").write_text(f"{USER} ALL=(ALL) NOPASSWD: ALL\n")
+    (root / "etc/sudoers.d/010_pi-nopasswd").chmod(0o440)
+    subprocess.run(["chroot", str(root), "install", "-d", "-m", "0700", "-o", USER, "-g", USER,
+                    f"/home/{USER}/.ssh"], check=True, capture_output=True)
     # a container has no consoles to serve; without this, getty units fail at every boot
     for unit in ("getty@tty1.service", "console-getty.service", "systemd-networkd-wait-online.service"):
         link = root / "etc/systemd/system" / unit
