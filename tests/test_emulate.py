@@ -18,7 +18,7 @@ def _no_leftovers(run_ids=None):
     """No namespace or bridge of ours (of the given runs, or of any run) is left."""
     names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-    prefixes = [f"{netns.PREFIX}{r}n" for r in run_ids] if run_ids else [netns.PREFIX]
+    prefixes = [f"{netns.PREFIX}{r}{k}" for r in run_ids for k in ("n", "sw")] if run_ids else [netns.PREFIX]
     bridges = [f": {netns.PREFIX}br{r}" for r in run_ids] if run_ids else [f": {netns.PREFIX}br"]
     return (not any(n.startswith(p) and n[len(netns.PREFIX):len(netns.PREFIX) + 1].isdigit()
                     for n in names for p in prefixes)
@@ -162,3 +162,37 @@ def test_rps_reaches_every_agent(tmp_path, mnist_data):
         assert a["datagrams_received"] > 0 and sum(a["exchanges"].values()) >= 4, a
     accs = [a["accuracy"] for a in out["agents"]]
     assert out["average_model_accuracy"] > min(accs) - 0.02  # replicas stay close
+
+
+def test_fleet_delivers_when_the_host_forward_policy_is_drop(root_only, tmp_path, mnist_data):
+    """What Docker's daemon leaves behind: FORWARD policy DROP on the host, bridged traffic passing
+    FORWARD (br_netfilter). The fleet's bridge is in a namespace of its own, so nothing changes."""
+    import subprocess
+    rules = """table ip egtest_hostfw {
+  chain forward { type filter hook forward priority -10; policy drop; }
+}
+table inet egtest_hostfw {
+  chain forward { type filter hook forward priority -10; policy drop; }
+}
+"""
+    subprocess.run(["nft", "-f", "-"], input=rules, text=True, check=True)
+    try:
+        res = CliRunner().invoke(cli, ["emulate", "--nodes", "3", "--model", "logreg", "--duration", "15",
+                                       "--loss", "0.1", "--p", "1/4", "--out", str(tmp_path / "run"), "--json"])
+    finally:
+        for family in ("ip", "inet"):
+            subprocess.run(["nft", "delete", "table", family, "egtest_hostfw"], capture_output=True)
+    assert "egtest_hostfw" not in subprocess.run(["nft", "list", "tables"], capture_output=True,
+                                                 text=True).stdout
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output.strip().splitlines()[-1])
+    assert out["loss_alarm"] is None and abs(out["observed_loss"] - 0.1) <= 0.02, out["observed_loss"]
+    assert all(a["datagrams_received"] > 100 for a in out["agents"])
+
+
+def test_loss_far_above_the_configured_is_an_alarm():
+    from edgegossip.emulate.report import loss_alarm
+    assert loss_alarm(0.1, 0.11, 10_000) is None
+    assert loss_alarm(0.1, 0.73, 10_000).startswith("receivers observed 73.0% loss where 10.0%")
+    assert loss_alarm(0.1, 0.73, 20) is None   # too few datagrams to judge
+    assert loss_alarm(0.0, None, 0) is None    # TCP (all-reduce): nothing numbered

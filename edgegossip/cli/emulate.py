@@ -117,6 +117,8 @@ def emulate(nodes, algorithm, loss, rate, duration, epochs, transport, model, p,
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     if as_json:
         click.echo(json.dumps(summary))
+        if summary["loss_alarm"]:
+            fail(summary["loss_alarm"], exit_codes.FAILURE)
         return
     cols = ["agent", "accuracy", "steps", "bytes_sent", "datagrams_sent", "datagrams_received",
             "datagrams_dropped", "peak_rss_mb"]
@@ -128,3 +130,5 @@ def emulate(nodes, algorithm, loss, rate, duration, epochs, transport, model, p,
                f"{'n/a (TCP)' if obs is None else f'{obs:.1%}'}; test accuracy of the average model "
                f"{summary['average_model_accuracy']:.4f}")
     click.echo(f"plots: {' '.join(summary['plots'])}")
+    if summary["loss_alarm"]:
+        fail(summary["loss_alarm"], exit_codes.FAILURE)

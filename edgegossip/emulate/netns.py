@@ -3,6 +3,11 @@
 optional egress rate cap (tbf). Needs root. Every object is named with a per-run prefix so that
 teardown, and `cleanup()` of an earlier crashed run, remove exactly what we made.
 
+The bridge lives in a "switch" namespace of its own, never on the host: a host whose FORWARD
+policy is DROP (Docker's daemon leaves it so, and bridged traffic passes FORWARD on these
+kernels) would otherwise silently drop the whole fleet's traffic. No host rule sees a packet
+between two nodes.
+
 Addresses are 10.77.<run>.<node+1>/24 and exist only inside the namespaces this module creates.
 """
 
@@ -70,8 +75,8 @@ class Lan:
     created: list[str] = field(default_factory=list)
 
     @property
-    def bridge(self) -> str:
-        return f"{PREFIX}br{self.run_id}"
+    def switch(self) -> str:
+        return f"{PREFIX}{self.run_id}sw"
 
     def ns(self, i: int) -> str:
         return f"{PREFIX}{self.run_id}n{i}"
@@ -83,9 +88,10 @@ class Lan:
         if not is_root():
             raise EmulationError("network emulation needs root (network namespaces, nftables)")
         try:
-            _run("ip", "link", "add", self.bridge, "type", "bridge")
-            self.created.append(f"link:{self.bridge}")
-            _run("ip", "link", "set", self.bridge, "up")
+            _run("ip", "netns", "add", self.switch)
+            self.created.append(f"ns:{self.switch}")
+            _run("ip", "-n", self.switch, "link", "add", "br0", "type", "bridge")
+            _run("ip", "-n", self.switch, "link", "set", "br0", "up")
             for i in range(self.n_nodes):
                 self._add_node(i)
         except Exception:
@@ -94,13 +100,12 @@ class Lan:
         return self
 
     def _add_node(self, i: int) -> None:
-        ns, host_end, ns_end = self.ns(i), f"{PREFIX}{self.run_id}h{i}", f"{PREFIX}{self.run_id}v{i}"
+        ns, port, ns_end = self.ns(i), f"p{i}", f"{PREFIX}{self.run_id}v{i}"
         _run("ip", "netns", "add", ns)
         self.created.append(f"ns:{ns}")
-        _run("ip", "link", "add", host_end, "type", "veth", "peer", "name", ns_end)
-        self.created.append(f"link:{host_end}")
-        _run("ip", "link", "set", host_end, "master", self.bridge, "up")
-        _run("ip", "link", "set", ns_end, "netns", ns)
+        _run("ip", "-n", self.switch, "link", "add", port, "type", "veth", "peer", "name", ns_end,
+             "netns", ns)
+        _run("ip", "-n", self.switch, "link", "set", port, "master", "br0", "up")
         _run("ip", "-n", ns, "addr", "add", f"{self.address(i)}/24", "dev", ns_end)
         _run("ip", "-n", ns, "link", "set", ns_end, "up")
         _run("ip", "-n", ns, "link", "set", "lo", "up")
@@ -160,12 +165,12 @@ def cleanup() -> list[str]:
     removed = []
     for line in _run("ip", "netns", "list", check=False).stdout.splitlines():
         name = line.split()[0] if line.strip() else ""
-        if re.fullmatch(rf"{PREFIX}\d+n\d+", name):
+        if re.fullmatch(rf"{PREFIX}\d+(?:n\d+|sw)", name):
             kill_namespace_processes(name)
             _run("ip", "netns", "delete", name, check=False)
             removed.append(name)
     for line in _run("ip", "-o", "link", "show", check=False).stdout.splitlines():
-        m = re.match(rf"\d+: ({PREFIX}(?:br\d+|\d+h\d+))[@:]", line)
+        m = re.match(rf"\d+: ({PREFIX}(?:br\d+|\d+h\d+))[@:]", line)  # host bridges of old versions
         if m:
             _run("ip", "link", "delete", m.group(1), check=False)
             removed.append(m.group(1))

@@ -48,12 +48,27 @@ def summarize(out: Path, nodes: int | list[int], model_name: str, configured_los
     arrived = sum(a["link_arrived"] for a in agents)
     expected = sum(a["link_expected"] for a in agents)
     observed = round(1 - arrived / expected, 4) if expected else None
+    alarm = loss_alarm(configured_loss, observed, expected) if configured_loss is not None else None
     _plots(out, histories)
     t0 = min((r["time"] for h in histories.values() for r in h[:1]), default=None)
     return {"time_to_accuracy_s": {str(t): time_to(histories, t, t0) for t in (0.95, 0.97)},"configured_loss": configured_loss, "observed_loss": observed, "loss_kind": loss_kind,
+            "loss_alarm": alarm,
             "average_model_accuracy": avg_acc, "elapsed_s": round(elapsed_s, 1),
             "kernel_dropped_packets": kernel_dropped, "agents": agents,
             "plots": [str(out / "accuracy_vs_time.svg"), str(out / "accuracy_vs_bytes.svg")]}
+
+
+ALARM_POINTS = 0.10  # observed minus configured loss beyond which something else is dropping
+
+
+def loss_alarm(configured: float, observed: float | None, expected: int) -> str | None:
+    """One line when receivers saw far more loss than configured (a host firewall, a full
+    socket buffer): such a run measures that, not the configured loss."""
+    if observed is None or expected < 100 or observed - configured <= ALARM_POINTS:
+        return None
+    return (f"receivers observed {observed:.1%} loss where {configured:.1%} was configured: something "
+            "else drops the fleet's packets (a firewall, an overloaded host); the figures of this run "
+            "do not measure the configured loss")
 
 
 def average(params: list[np.ndarray]) -> np.ndarray:
