@@ -196,3 +196,50 @@ def test_loss_far_above_the_configured_is_an_alarm():
     assert loss_alarm(0.1, 0.73, 10_000).startswith("receivers observed 73.0% loss where 10.0%")
     assert loss_alarm(0.1, 0.73, 20) is None   # too few datagrams to judge
     assert loss_alarm(0.0, None, 0) is None    # TCP (all-reduce): nothing numbered
+
+
+def test_an_emulated_agent_is_a_device_of_its_own(root_only, tmp_path):
+    """Its own hostname, PID space and state folder, an unprivileged user without capabilities:
+    it cannot touch its loss rules or anything of the host's."""
+    import subprocess
+    import sys
+    import textwrap
+    from edgegossip.emulate import device
+    probe = textwrap.dedent("""
+        import json, os, socket, subprocess, pathlib
+        status = dict(l.split(":\\t", 1) for l in open("/proc/self/status").read().splitlines() if ":\\t" in l)
+        nft = subprocess.run(["nft", "add", "table", "inet", "mine"], capture_output=True, text=True)
+        def writable(p):
+            try:
+                pathlib.Path(p, "probe").write_text("x"); return True
+            except OSError:
+                return False
+        print(json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "uid": os.getuid(),
+                          "cap_eff": status["CapEff"].strip(), "cap_bnd": status["CapBnd"].strip(),
+                          "nft": nft.returncode, "procs": sum(p.isdigit() for p in os.listdir("/proc")),
+                          "state": writable(os.environ["HOME"]), "tmp_root": writable("/root"),
+                          "etc": writable("/etc"), "cache": writable(os.environ["EDGEGOSSIP_CACHE"]),
+                          "sees_cache": os.listdir(os.environ["EDGEGOSSIP_CACHE"])}))
+    """)
+    lan = netns.Lan(1, loss=0.1, run_id=232).up()
+    try:
+        state, cache = tmp_path / "run" / "agent0", tmp_path / "run" / "shared"
+        cache.mkdir(parents=True)
+        (cache / "data.npz").write_bytes(b"x")
+        (tmp_path / "agent.toml").write_text("")
+        env = {**__import__("os").environ, **device.prepare(state, 0)}
+        p = subprocess.run(device.argv(lan.ns(0), 0, state, tmp_path / "agent.toml", cache,
+                                       [sys.executable, "-c", probe]),
+                           capture_output=True, text=True, timeout=60, env=env)
+        rules = subprocess.run(["ip", "netns", "exec", lan.ns(0), "nft", "list", "tables"],
+                               capture_output=True, text=True).stdout
+    finally:
+        lan.down()
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout)
+    assert got["host"] == "node0" and got["pid"] == 1 and got["uid"] == device.uid(0)
+    assert int(got["cap_eff"], 16) == 0 and int(got["cap_bnd"], 16) == 0
+    assert got["nft"] != 0 and "mine" not in rules      # its loss rules are out of its reach
+    assert got["procs"] <= 3                             # it sees its own processes only
+    assert got["state"] and not got["tmp_root"] and not got["etc"] and not got["cache"]
+    assert got["sees_cache"] == ["data.npz"] and (state / "probe").is_file()

@@ -1,5 +1,6 @@
-"""A local fleet: N agent processes, each in its own network namespace on one bridge (or, without
-root, on 127.0.0.0/8 with loss injected in the receive path), configured, watched and stopped.
+"""A local fleet: N agent processes, each a light device of its own (device.py: network, mount,
+PID and UTS namespaces, an unprivileged user) on one bridge (or, without root, plain processes on
+127.0.0.0/8 with loss injected in the receive path), configured, watched and stopped.
 
 Teardown is unconditional: processes are stopped (SIGTERM, then SIGKILL), namespaces, veths,
 the bridge and their nftables tables are removed, whether the run ended, failed or was
@@ -13,12 +14,13 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from edgegossip import config as agent_config
 from edgegossip.config import AgentConfig, Peer
-from edgegossip.emulate import netns
+from edgegossip.data import mnist
+from edgegossip.emulate import device, netns
 from edgegossip.metrics import read as read_metrics
 from edgegossip.models import make_model
 
@@ -111,19 +113,41 @@ class Fleet:
     def start_agent(self, i: int) -> None:
         cfg = self.configs[i]
         path = self.spec.out / f"agent{i}.toml"
-        path.write_text(agent_config.to_toml(cfg))
-        prefix = self.lan.exec_args(i) if self.lan is not None else []
         env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+        if self.lan is not None:  # a device of its own: namespaces, its own unprivileged user
+            path.write_text(agent_config.to_toml(replace(cfg, output=device.STATE)))
+            env.update(device.prepare(Path(cfg.output), i))
+            command = device.argv(self.lan.ns(i), i, Path(cfg.output), path, self._shared_cache(),
+                                  self._agent_command(device.CONFIG))
+        else:
+            path.write_text(agent_config.to_toml(cfg))
+            command = self._agent_command(str(path))
         log_f = open(self.spec.out / f"agent{i}.log", "a")
-        self.procs[i] = subprocess.Popen(
-            prefix + [sys.executable, "-m", "edgegossip.cli.app", "agent", "--config", str(path)],
-            stdout=log_f, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.procs[i] = subprocess.Popen(command, stdout=log_f, stderr=subprocess.STDOUT, env=env,
+                                         start_new_session=True)
         log_f.close()
+
+    @staticmethod
+    def _agent_command(config_path: str) -> list[str]:
+        return [sys.executable, "-m", "edgegossip.cli.app", "agent", "--config", config_path]
+
+    def _shared_cache(self) -> Path:
+        """MNIST where an unprivileged device can read it (the operator's cache may be 0600)."""
+        dest = self.spec.out / "shared-cache"
+        device.share_read_only(mnist.cache_path(), dest)
+        return dest
+
+    def _signal(self, p: subprocess.Popen, sig: int) -> None:
+        """To the agent's whole process group: unshare does not pass signals on to the agent."""
+        try:
+            os.killpg(p.pid, sig)
+        except ProcessLookupError:
+            pass
 
     def kill_agent(self, i: int, sig: int = signal.SIGKILL) -> None:
         p = self.procs[i]
         if p is not None and p.poll() is None:
-            p.send_signal(sig)
+            self._signal(p, sig)
             p.wait(timeout=30)
 
     def set_loss(self, i: int, loss: float) -> None:
@@ -150,7 +174,7 @@ class Fleet:
     def stop(self, grace_s: float = 30.0) -> None:
         for p in self.procs:
             if p is not None and p.poll() is None:
-                p.send_signal(signal.SIGTERM)
+                self._signal(p, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
         for p in self.procs:
             if p is None:
@@ -158,7 +182,7 @@ class Fleet:
             try:
                 p.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                p.kill()
+                self._signal(p, signal.SIGKILL)
                 p.wait()
 
     def overdue(self, grace_s: float = 15.0) -> bool:

@@ -1,0 +1,70 @@
+"""An emulated device without an image: what makes an agent process a device of its own.
+
+Each agent runs in its node's network namespace and, created for it, its own mount, PID, UTS and
+IPC namespaces (its own /proc, where it is PID 1 and sees no other agent; its own hostname,
+nodeI), as an unprivileged user of its own (uid UID_BASE + I) with no capabilities, no
+supplementary groups and no_new_privs: it cannot change its namespace's nftables loss rules or
+its link cap, and it can write nothing but its own state folder (mode 0700, its TMPDIR and HOME
+inside). Start-up costs one unshare and one setpriv (about 0.1 s), so 32 devices stay cheap; the
+lab (edgegossip/lab) boots full Debian devices where the fleet commands need systemd and sshd."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+UID_BASE = 61000
+
+
+def uid(i: int) -> int:
+    return UID_BASE + i
+
+
+# where a device finds its own things, in its own mount namespace: a private tmpfs on /run
+HOME = "/run/device"
+STATE = f"{HOME}/state"
+CONFIG = f"{HOME}/agent.toml"
+CACHE = f"{HOME}/cache"
+
+_SETUP = """set -e
+hostname "$1"; state="$2"; conf="$3"; cache="$4"; shift 4
+mount -t tmpfs -o mode=0755,size=4m tmpfs /run
+mkdir -p {home}/state {home}/cache
+mount --bind "$state" {state}
+mount --bind -o ro "$cache" {cache}
+cp "$conf" {config}
+exec "$@"
+""".format(home=HOME, state=STATE, cache=CACHE, config=CONFIG)
+
+
+def prepare(state: Path, i: int) -> dict:
+    """Give device i its state folder (on the host: the run's agentI/); its environment."""
+    state.mkdir(parents=True, exist_ok=True)
+    (state / "tmp").mkdir(exist_ok=True)
+    for p in (state, *state.rglob("*")):  # a resumed device finds its files still its own
+        os.chown(p, uid(i), uid(i), follow_symlinks=False)
+    state.chmod(0o700)
+    return {"HOME": STATE, "TMPDIR": f"{STATE}/tmp", "EDGEGOSSIP_CACHE": CACHE}
+
+
+def share_read_only(src: Path, dest_dir: Path) -> Path:
+    """A world-readable copy of a file every device reads (the host's copy may be private)."""
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    dest = dest_dir / src.name
+    if not dest.is_file() or dest.stat().st_size != src.stat().st_size:
+        shutil.copyfile(src, dest)
+    dest.chmod(0o444)
+    dest_dir.chmod(0o755)
+    return dest
+
+
+def argv(netns: str, i: int, state: Path, config: Path, cache: Path, command: list[str]) -> list[str]:
+    """Command line that runs `command` (which reads CONFIG) as device i in network namespace
+    netns, with `state` as its STATE and `cache` read-only as its CACHE."""
+    return ["ip", "netns", "exec", netns,
+            "unshare", "--mount", "--propagation", "private", "--pid", "--uts", "--ipc", "--fork",
+            "--mount-proc", "--", "sh", "-c", _SETUP, "sh", f"node{i}", str(state), str(config),
+            str(cache),
+            "setpriv", f"--reuid={uid(i)}", f"--regid={uid(i)}", "--clear-groups",
+            "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--", *command]
