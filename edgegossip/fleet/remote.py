@@ -77,7 +77,8 @@ fi
 rm -rf "$stage"
 systemctl daemon-reload
 systemctl enable --quiet edgegossip-agent
-if [ $changed = 1 ]; then systemctl restart edgegossip-agent; else systemctl start edgegossip-agent; fi
+if [ "${EG_NO_START:-0}" = 1 ]; then :  # first boot: the agent waits for the clock
+elif [ $changed = 1 ]; then systemctl restart edgegossip-agent; else systemctl start edgegossip-agent; fi
 echo "{\"changed\": $( [ $changed = 1 ] && echo true || echo false ), \"version\": \"$($b/venv/bin/edgegossip --version | awk '{print $NF}')\"}"
 """
 

@@ -64,9 +64,9 @@ def fleet() -> None:
 
 
 def _register() -> None:
-    from edgegossip.cli.fleet import (collect, deploy, devices, init, logs, service, settings,
-                                      status, wheelhouse)
-    for mod in (init, devices, wheelhouse, deploy, status, service, logs, settings, collect):
+    from edgegossip.cli.fleet import (collect, deploy, devices, flash, init, logs, service,
+                                      settings, status, wheelhouse)
+    for mod in (init, devices, wheelhouse, flash, deploy, status, service, logs, settings, collect):
         for cmd in mod.COMMANDS:
             fleet.add_command(cmd)
 

@@ -1,0 +1,132 @@
+"""The two first-boot formats of Raspberry Pi OS, and what each is given.
+
+- cloud-init NoCloud (Trixie images ship `user-data`, `meta-data` and `network-config` on the
+  boot partition): user-data sets hostname, the user with the fleet's SSH key and no password,
+  SSH without passwords, and runs the agent's install from the bundle; meta-data carries a fresh
+  instance-id per flash (so a re-flashed card is provisioned again); network-config is netplan v2
+  with the Wi-Fi's regulatory-domain and the hashed PSK; cmdline.txt gets ` ds=nocloud;i=ID`.
+- firstrun.sh (Bookworm, as Raspberry Pi Imager writes it): one script run once by systemd from
+  the kernel command line (`systemd.run=... systemd.run_success_action=reboot
+  systemd.unit=kernel-command-line.target`), which does the same and removes itself.
+
+Both install from `edgegossip/` on the boot partition (wheels and this device's files, deploy's
+bundle), enable the agent to start only once the clock is synchronised (Pis have no RTC and boot
+with a stale clock: systemd-time-wait-sync holds time-sync.target), and delete the bundle, with
+its secrets, from the boot partition."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+FORMATS = ("cloud-init", "firstrun")
+BUNDLE = "edgegossip"                      # folder on the boot partition
+FIRMWARE = "/boot/firmware"                # where Raspberry Pi OS mounts the boot partition
+RUN_ARGS = ("systemd.run=/boot/firmware/firstrun.sh systemd.run_success_action=reboot "
+            "systemd.unit=kernel-command-line.target")
+
+
+def detect(files: list[str], issue: str) -> str:
+    """cloud-init when the image carries cloud-init's seed files or says it is Trixie."""
+    if {"user-data", "meta-data", "network-config"} & set(files) or "trixie" in issue.lower():
+        return "cloud-init"
+    return "firstrun"
+
+
+def cmdline(old: str, fmt: str, instance: str) -> str:
+    """The kernel command line (one line) with our first-boot arguments, replacing earlier ones."""
+    words = [w for w in old.split() if not w.startswith(("systemd.run", "systemd.unit=", "ds="))]
+    words += [f"ds=nocloud;i={instance}"] if fmt == "cloud-init" else RUN_ARGS.split()
+    return " ".join(words) + "\n"
+
+
+def install_commands(release: str) -> list[str]:
+    """Shell lines, run as root on first boot: install the bundle, clock gate, remove secrets."""
+    b = f"{FIRMWARE}/{BUNDLE}"
+    return [
+        "install -d /opt/edgegossip",
+        f"rm -rf /opt/edgegossip/incoming && cp -r {b} /opt/edgegossip/incoming",
+        f"EG_NO_START=1 bash /opt/edgegossip/incoming/install.sh /opt/edgegossip/incoming {release} ''",
+        "systemctl enable systemd-time-wait-sync.service",
+        f"rm -rf {b}",
+        "systemctl start --no-block edgegossip-agent.service",
+    ]
+
+
+def user_data(hostname: str, user: str, ssh_key: str, release: str) -> str:
+    doc = {
+        "hostname": hostname,
+        "manage_etc_hosts": True,
+        "ssh_pwauth": False,
+        "users": [{"name": user, "groups": "sudo", "shell": "/bin/bash", "lock_passwd": True,
+                   "sudo": "ALL=(ALL) NOPASSWD:ALL", "ssh_authorized_keys": [ssh_key.strip()]}],
+        "runcmd": [["systemctl", "enable", "--now", "ssh"]] +
+                  [["bash", "-c", c] for c in install_commands(release)],
+    }
+    return "#cloud-config\n" + json.dumps(doc, indent=1) + "\n"  # JSON is YAML
+
+
+def meta_data(instance: str, hostname: str) -> str:
+    return f"instance-id: {instance}\nlocal-hostname: {hostname}\n"
+
+
+def network_config(ssid: str | None, psk_hex: str | None, country: str | None) -> str:
+    doc: dict = {"network": {"version": 2, "ethernets": {
+        "eth0": {"dhcp4": True, "optional": True}}}}
+    if ssid:
+        doc["network"]["wifis"] = {"wlan0": {
+            "dhcp4": True, "optional": True, "regulatory-domain": country,
+            "access-points": {ssid: {"password": psk_hex}}}}
+    return json.dumps(doc, indent=1) + "\n"
+
+
+def firstrun(hostname: str, user: str, ssh_key: str, release: str, ssid: str | None,
+             psk_hex: str | None, country: str | None) -> str:
+    q = shlex.quote
+    lines = [
+        "#!/bin/bash",
+        "# edgegossip first boot (Raspberry Pi OS Bookworm): run once by systemd from cmdline.txt",
+        "set -u",
+        "old=$(tr -d ' \\t\\n\\r' < /etc/hostname)",
+        f"echo {q(hostname)} > /etc/hostname",
+        f"sed -i \"s/127.0.1.1.*$old/127.0.1.1\\t{hostname}/\" /etc/hosts",
+        f"if ! id -u {q(user)} >/dev/null 2>&1; then",
+        f"  first=$(getent passwd 1000 | cut -d: -f1)",
+        "  if [ -n \"$first\" ]; then",
+        f"    usermod -l {q(user)} \"$first\" && usermod -m -d /home/{user} {q(user)} "
+        f"&& groupmod -n {q(user)} \"$first\"",
+        "  else",
+        f"    useradd -m -s /bin/bash -G sudo {q(user)}",
+        "  fi",
+        "fi",
+        f"passwd -l {q(user)}",
+        f"install -d -m 0700 -o {q(user)} -g {q(user)} /home/{user}/.ssh",
+        f"echo {q(ssh_key.strip())} > /home/{user}/.ssh/authorized_keys",
+        f"chown {q(user)}:{q(user)} /home/{user}/.ssh/authorized_keys",
+        f"chmod 0600 /home/{user}/.ssh/authorized_keys",
+        f"echo {q(user + ' ALL=(ALL) NOPASSWD: ALL')} > /etc/sudoers.d/010_edgegossip-nopasswd",
+        "chmod 0440 /etc/sudoers.d/010_edgegossip-nopasswd",
+        "sed -i 's/^#\\?PasswordAuthentication.*/PasswordAuthentication no/' /etc/ssh/sshd_config",
+        "systemctl enable ssh",
+    ]
+    if ssid:
+        nm = "/etc/NetworkManager/system-connections/edgegossip-wifi.nmconnection"
+        lines += [
+            f"cat > {nm} <<'EOF'",
+            "[connection]", "id=edgegossip-wifi", "type=wifi", "autoconnect=true", "",
+            "[wifi]", "mode=infrastructure", f"ssid={ssid}", "",
+            "[wifi-security]", "key-mgmt=wpa-psk", f"psk={psk_hex}", "",
+            "[ipv4]", "method=auto", "", "[ipv6]", "method=auto",
+            "EOF",
+            f"chmod 0600 {nm}",
+            f"iw reg set {q(country or '')} 2>/dev/null || true",
+            f"command -v raspi-config >/dev/null && raspi-config nonint do_wifi_country {q(country or '')}",
+            "rfkill unblock wifi 2>/dev/null || true",
+        ]
+    lines += install_commands(release)[:-1]  # the reboot starts the agent; no start now
+    lines += [
+        f"rm -f {FIRMWARE}/firstrun.sh",
+        f"sed -i 's| systemd.run.*||g' {FIRMWARE}/cmdline.txt",
+        "exit 0",
+    ]
+    return "\n".join(lines) + "\n"

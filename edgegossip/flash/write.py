@@ -1,0 +1,43 @@
+"""Flash one device of the inventory: its bundle (what deploy ships) and the first-boot files of
+the image's format onto its boot partition; one row describing what was written."""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+from edgegossip.fleet.deploy import device_files
+from edgegossip.flash import firstboot
+
+
+def flash(fleet, device, boot, fmt: str | None, wifi: tuple[str, str, str] | None,
+          wheelhouse: Path, manifest: dict) -> dict:
+    """wifi: (ssid, hashed psk, country) or None."""
+    pub = fleet.ssh_key_path().with_name(fleet.ssh_key_path().name + ".pub")
+    try:
+        ssh_key = pub.read_text().strip()
+    except OSError:
+        raise ValueError(f"{pub}: the fleet's SSH public key is missing") from None
+    files = device_files(fleet, device, {}, True, wheelhouse, manifest)
+    issue = (boot.read("issue.txt") or b"").decode(errors="replace")
+    found = fmt or firstboot.detect(boot.names(), issue)
+    for name, content in files.items():
+        boot.write(f"{firstboot.BUNDLE}/{name}", content)
+    instance = f"edgegossip-{device.name}-{secrets.token_hex(4)}"
+    ssid, psk_hex, country = wifi if wifi else (None, None, None)
+    written = [f"{firstboot.BUNDLE}/{n}" for n in files]
+    if found == "cloud-init":
+        out = {"user-data": firstboot.user_data(device.name, device.user, ssh_key, manifest["release"]),
+               "meta-data": firstboot.meta_data(instance, device.name),
+               "network-config": firstboot.network_config(ssid, psk_hex, country)}
+    else:
+        out = {"firstrun.sh": firstboot.firstrun(device.name, device.user, ssh_key, manifest["release"],
+                                                 ssid, psk_hex, country)}
+    old = (boot.read("cmdline.txt") or b"").decode().strip()
+    out["cmdline.txt"] = firstboot.cmdline(old, found, instance)
+    for name, text in out.items():
+        boot.write(name, text.encode())
+    return {"name": device.name, "format": found, "detected": fmt is None, "target": boot.label,
+            "instance_id": instance if found == "cloud-init" else None, "wifi": ssid,
+            "files": written + list(out), "release": manifest["release"],
+            "platform": manifest["platform"]}
