@@ -91,7 +91,7 @@ def firstrun(hostname: str, user: str, ssh_key: str, release: str, ssid: str | N
         f"echo {q(hostname)} > /etc/hostname",
         f"sed -i \"s/127.0.1.1.*$old/127.0.1.1\\t{hostname}/\" /etc/hosts",
         f"if ! id -u {q(user)} >/dev/null 2>&1; then",
-        f"  first=$(getent passwd 1000 | cut -d: -f1)",
+        "  first=$(getent passwd 1000 | cut -d: -f1)",
         "  if [ -n \"$first\" ]; then",
         f"    usermod -l {q(user)} \"$first\" && usermod -m -d /home/{user} {q(user)} "
         f"&& groupmod -n {q(user)} \"$first\"",
