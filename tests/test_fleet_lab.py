@@ -182,3 +182,47 @@ def test_full_disk_fails_that_device_only_and_changes_nothing(lab):
         assert after["uptime_s"] > before["uptime_s"]  # not restarted
     finally:
         on_device(lab, name, "umount /opt", check=False)
+
+
+def test_flashed_first_boot_provisions_a_fresh_device(tmp_path):
+    """`fleet flash --format firstrun` into a boot folder, that folder as a fresh lab device's
+    /boot/firmware, the script run as systemd would run it: the agent comes up training, and the
+    bundle with its secrets is gone from the boot partition."""
+    from tests.test_flash import BOOKWORM
+    out = tmp_path / "lab1"
+    try:
+        js("lab", "up", "--devices", "2", "--model", "logreg", "--split", "none", "--out", str(out))
+        js("fleet", "wheelhouse", "--out", str(out / "wheelhouse"))
+        names = sorted(status(out))
+        boot = tmp_path / "bootfs"
+        boot.mkdir()
+        for name, text in BOOKWORM.items():
+            (boot / name).write_text(text)
+        row = js("fleet", "flash", names[0], "--fleet", str(out), "--boot", str(boot), "--format", "firstrun")
+        assert row["format"] == "firstrun"
+        import io
+        import tarfile
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as t:
+            t.add(str(boot), arcname=".")
+        on_device_input(out, names[0], "bash -c 'mkdir -p /boot/firmware && tar -x -C /boot/firmware'",
+                        buf.getvalue())
+        run = on_device(out, names[0], "bash /boot/firmware/firstrun.sh", check=False)
+        assert run.returncode == 0, run.stderr.decode()[-2000:]
+        left = on_device(out, names[0], "bash -c 'ls /boot/firmware; cat /boot/firmware/cmdline.txt; "
+                         "cat /etc/hostname; systemctl is-enabled edgegossip-agent'").stdout.decode()
+        assert "edgegossip" not in left.split("\n")[:5] and "firstrun.sh" not in left
+        assert "systemd.run" not in left and names[0] in left and "enabled" in left
+        on_device(out, names[0], "systemctl start edgegossip-agent")  # what the reboot does
+        st = until(lambda: (r := status(out, "--only", names[0])[names[0]])["state"] == "training" and r,
+                   timeout=90, what="the flashed device's agent", every=1)
+        assert st["source"] == "control"
+    finally:
+        eg("lab", "down", str(out), check=False)
+
+
+def on_device_input(lab, name, command, data: bytes):
+    from edgegossip.fleet import inventory
+    from edgegossip.fleet.ssh import Ssh
+    f = inventory.load(lab)
+    return Ssh(f, f.device(name)).run(command, input=data, timeout=120)
