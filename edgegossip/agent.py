@@ -30,6 +30,7 @@ from edgegossip.protocol import Context, make_protocol
 from edgegossip.protocol.base import Stopped
 from edgegossip.dataplane.sender import Sender, Snapshots
 from edgegossip.transport import ReceiveThread, make_transport
+from edgegossip.transport.base import resolve
 from edgegossip.transport.lossy import injected_loss
 
 log = logging.getLogger(__name__)
@@ -166,7 +167,10 @@ class Agent:
 
     def _open_network(self):
         cfg = self.cfg
-        peers = {p.id: (p.host, p.port) for p in cfg.peers}
+        try:
+            peers = {p.id: (resolve(p.host, p.port), p.port) for p in cfg.peers}
+        except OSError as e:
+            raise ConfigError(f"agent.peers: {e}") from None
         if cfg.algorithm in ("local", "allreduce"):
             return None, None, None, peers
         keys = self.keys

@@ -43,9 +43,13 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Output folder (default runs/emulate-TIMESTAMP).")
 @click.option("--cleanup", is_flag=True, help="Remove namespaces, links and agents left by an earlier run.")
+@click.option("--export", "export_kind", type=click.Choice(["compose"]), default=None,
+              help="Write this fleet as containers into --out instead of running it: compose.yaml, "
+                   "Containerfile, entrypoint, one agent config per node (Docker or Podman).")
+@click.option("--base", default=None, help="With --export: the base image (default debian:bookworm-slim).")
 @click.option("--json", "as_json", is_flag=True)
 def emulate(nodes, algorithm, loss, rate, duration, epochs, transport, model, p, alpha,
-            train_backend, backend, out, cleanup, as_json) -> None:
+            train_backend, backend, out, cleanup, export_kind, base, as_json) -> None:
     """Run NODES agents, each in its own network namespace on one bridge, for a while."""
     from edgegossip.emulate import netns
     from edgegossip.emulate.fleet import Fleet, FleetSpec, rate_to_mbps
@@ -58,6 +62,10 @@ def emulate(nodes, algorithm, loss, rate, duration, epochs, transport, model, p,
         removed = netns.cleanup()
         click.echo(json.dumps({"removed": removed}) if as_json else
                    (f"removed {len(removed)}: {' '.join(removed)}" if removed else "nothing to remove"))
+        return
+    if export_kind:
+        _export(nodes, algorithm, loss, rate, duration, epochs, transport, model, p, alpha,
+                train_backend, out, base, as_json)
         return
     if backend == "auto":
         backend = "netns" if netns.is_root() else "loopback"
@@ -132,3 +140,35 @@ def emulate(nodes, algorithm, loss, rate, duration, epochs, transport, model, p,
     click.echo(f"plots: {' '.join(summary['plots'])}")
     if summary["loss_alarm"]:
         fail(summary["loss_alarm"], exit_codes.FAILURE)
+
+
+def _export(nodes, algorithm, loss, rate, duration, epochs, transport, model, p, alpha,
+            train_backend, out, base, as_json) -> None:
+    """--export compose: {"out", "compose", "services", "image", "base", "release"} with --json."""
+    from edgegossip.data import mnist
+    from edgegossip.emulate.compose import DEFAULT_BASE, export
+    from edgegossip.emulate.fleet import FleetSpec, rate_to_mbps
+    from edgegossip.fleet.bundle import BundleError
+    if out is None:
+        fail("--export needs --out DIR", exit_codes.USAGE)
+    if not duration and not epochs:
+        fail("give --duration SECONDS or --epochs E", exit_codes.USAGE)
+    rate = None if rate.lower() == "none" else rate
+    try:
+        rate_to_mbps(rate)
+        mnist.load()
+        spec = FleetSpec(nodes=nodes, algorithm=algorithm, loss=loss, rate=rate, backend="netns",
+                         out=out, duration_s=duration, epochs=epochs, transport=transport, model=model,
+                         p=p, alpha=alpha, train_backend=train_backend)
+        result = export(spec, out, base or DEFAULT_BASE, progress=lambda m: click.echo(m, err=True))
+    except ValueError as e:
+        fail(str(e), exit_codes.USAGE)
+    except mnist.DataError as e:
+        fail(str(e), exit_codes.MISSING_DATA)
+    except BundleError as e:
+        fail(str(e), exit_codes.FAILURE)
+    if as_json:
+        click.echo(json.dumps(result))
+    else:
+        click.echo(f"wrote {result['compose']} ({nodes} services); run it with: cd {out} && "
+                   "podman-compose up   (or docker compose up)")

@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 PACKAGES = ("systemd", "systemd-sysv", "dbus", "openssh-server", "python3", "python3-venv",
-            "iproute2", "libssl3", "procps", "sudo")
+            "iproute2", "libssl3", "procps", "sudo", "nftables")
 USER = "pi"  # as on Raspberry Pi OS: a login user with passwordless sudo, not root
 SUITE = "bookworm"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"

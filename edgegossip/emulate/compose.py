@@ -1,0 +1,117 @@
+"""The same fleet `emulate` runs, as containers for Docker or Podman users: `emulate --export
+compose DIR` writes
+
+    compose.yaml     one service per agent (nodeI) on one network, cap_add NET_ADMIN
+    Containerfile    the agent image: a Debian base, the wheelhouse installed, the entrypoint
+    entrypoint.sh    inside each container: the loss and rate rules, then the agent without
+                     NET_ADMIN (it cannot lift its own loss)
+    loss.nft         the nftables rules `emulate` uses (where the kernel has no netem)
+    wheels/          edgegossip and its dependencies for this machine's platform
+    data/mnist.npz   the data every node trains its shard of (read-only in each container)
+    config/agentI.toml  each node's agent config (read-only in its container)
+    agentI/          each node's checkpoint and metrics once it ran: the layout `emulate` writes,
+                     so emulate/report.py summarises a compose run as it does an emulated one"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+from edgegossip import config
+from edgegossip.data import mnist
+from edgegossip.emulate.fleet import PORT, Fleet, FleetSpec, rate_to_mbps
+from edgegossip.emulate.netns import loss_rules
+from edgegossip.fleet import bundle
+
+IMAGE = "localhost/edgegossip-agent:latest"
+DEFAULT_BASE = "docker.io/library/debian:bookworm-slim"
+STATE = "/var/lib/edgegossip"
+
+CONTAINERFILE = """# the edgegossip agent; built by `podman-compose build` (or docker compose build)
+ARG BASE={base}
+FROM ${{BASE}}
+# a stock Debian base lacks these; a base that has them (e.g. an imported lab root) skips apt
+RUN command -v nft >/dev/null && command -v tc >/dev/null && python3 -c "import venv, ensurepip" \\
+    || (apt-get update && apt-get install -y --no-install-recommends python3 python3-venv nftables \\
+        iproute2 libssl3 && rm -rf /var/lib/apt/lists/*)
+COPY wheels /tmp/wheels
+RUN python3 -m venv /opt/edgegossip/venv \\
+    && /opt/edgegossip/venv/bin/pip install --quiet --no-index --find-links /tmp/wheels edgegossip \\
+    && rm -rf /tmp/wheels
+COPY entrypoint.sh loss.nft /usr/local/lib/edgegossip/
+ENV EDGEGOSSIP_CACHE=/data OPENBLAS_NUM_THREADS=1
+ENTRYPOINT ["/bin/sh", "/usr/local/lib/edgegossip/entrypoint.sh"]
+"""
+
+ENTRYPOINT = """#!/bin/sh
+# the link as `emulate` makes it: netem where the kernel has it, else nftables loss and tbf
+set -eu
+dev=eth0
+if [ -n "${EG_LOSS_PERCENT:-}" ] && [ "$EG_LOSS_PERCENT" != 0 ]; then
+  if tc qdisc add dev $dev root handle 1: netem loss "${EG_LOSS_PERCENT}%" 2>/dev/null; then
+    echo "loss ${EG_LOSS_PERCENT}% by netem (egress)"
+    [ -n "${EG_RATE:-}" ] && tc qdisc add dev $dev parent 1: handle 2: tbf rate "$EG_RATE" burst 32kbit latency 50ms
+  else
+    nft -f /usr/local/lib/edgegossip/loss.nft && echo "loss ${EG_LOSS_PERCENT}% by nftables (ingress)"
+    [ -n "${EG_RATE:-}" ] && tc qdisc add dev $dev root tbf rate "$EG_RATE" burst 32kbit latency 50ms
+  fi
+elif [ -n "${EG_RATE:-}" ]; then
+  tc qdisc add dev $dev root tbf rate "$EG_RATE" burst 32kbit latency 50ms
+fi
+# the agent itself runs without capabilities: it cannot lift its own loss
+chown -R 65532:65532 /var/lib/edgegossip/out
+exec setpriv --reuid=65532 --regid=65532 --clear-groups --inh-caps=-all --bounding-set=-all \\
+  --no-new-privs -- /opt/edgegossip/venv/bin/edgegossip agent --config /etc/edgegossip/agent.toml
+"""
+
+
+def _yaml(value, indent: int = 0) -> str:
+    """Block YAML for the compose file's plain shapes (dicts, lists, scalars)."""
+    pad = "  " * indent
+    if isinstance(value, dict):
+        lines = []
+        for k, v in value.items():
+            if isinstance(v, (dict, list)) and v:
+                lines.append(f"{pad}{k}:\n{_yaml(v, indent + 1)}")
+            else:
+                lines.append(f"{pad}{k}: {json.dumps(v)}")
+        return "\n".join(lines)
+    return "\n".join(f"{pad}- {json.dumps(v)}" for v in value)
+
+
+def export(spec: FleetSpec, out: Path, base: str = DEFAULT_BASE, progress=print) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    names = [f"node{i}" for i in range(spec.nodes)]
+    fleet = Fleet(replace(spec, backend="netns", out=out))  # the configs emulate would give them
+    addrs = [(n, PORT) for n in names]
+    services = {}
+    rate_mbps = rate_to_mbps(spec.rate)
+    for i, name in enumerate(names):
+        cfg = replace(fleet._config(i, addrs), output=f"{STATE}/out", listen=f"0.0.0.0:{PORT}")
+        (out / f"agent{i}").mkdir(exist_ok=True)
+        (out / "config").mkdir(exist_ok=True)
+        (out / "config" / f"agent{i}.toml").write_text(config.to_toml(cfg))
+        env = {"EG_LOSS_PERCENT": f"{spec.loss * 100:g}"}
+        if rate_mbps:
+            env["EG_RATE"] = spec.rate
+        services[name] = {"build": {"context": ".", "dockerfile": "Containerfile", "args": {"BASE": base}},
+                          "image": IMAGE, "hostname": name, "cap_add": ["NET_ADMIN"],
+                          "networks": ["fleet"], "environment": env,
+                          "volumes": [f"./agent{i}:{STATE}/out:Z", "./data:/data:ro,Z",
+                                      f"./config/agent{i}.toml:/etc/edgegossip/agent.toml:ro,Z"]}
+    doc = {"services": services, "networks": {"fleet": {"driver": "bridge"}}}
+    (out / "compose.yaml").write_text(
+        f"# {spec.nodes} edgegossip agents, {spec.algorithm}, {spec.loss:.0%} loss, links "
+        f"{spec.rate or 'uncapped'}: `podman-compose up` (or `docker compose up`)\n" + _yaml(doc) + "\n")
+    (out / "Containerfile").write_text(CONTAINERFILE.format(base=base))
+    (out / "entrypoint.sh").write_text(ENTRYPOINT)
+    (out / "loss.nft").write_text(loss_rules(spec.loss))
+    data = out / "data"
+    data.mkdir(exist_ok=True)
+    shutil.copyfile(mnist.cache_path(), data / mnist.cache_path().name)
+    (data / mnist.cache_path().name).chmod(0o444)
+    manifest = bundle.build(out / "wheels", progress=progress)
+    return {"out": str(out), "compose": str(out / "compose.yaml"), "services": names,
+            "image": IMAGE, "base": base, "release": manifest["release"]}
