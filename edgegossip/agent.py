@@ -76,9 +76,14 @@ class Agent:
         self.plan = ChunkPlan(self.model.n_params, cfg.chunk_bytes)
         self.shard = Shard(cfg, self.data)
         self.x = self.model.init(cfg.seed)  # one shared initialisation across the fleet
-        self.g = np.zeros_like(self.x)
         self.opt = NesterovSGD(self.model.n_params, cfg.lr, cfg.momentum)
         self.backend = self.model  # what computes loss and gradient: NumPy, or onnxruntime
+        # NumPy MLP under gossip: the optimiser steps layer by layer inside the backward pass,
+        # so the gradient buffer holds one layer, not the model (all-reduce needs it whole)
+        self.layerwise = (cfg.backend == "numpy" and hasattr(self.model, "layer_span")
+                          and cfg.algorithm != "allreduce")
+        self.g = np.zeros(self.model.max_layer_params() if self.layerwise else self.model.n_params,
+                          np.float32)
         if cfg.backend == "onnx":
             if not onnx_available():
                 raise ConfigError(f"train.backend: {ONNX_MISSING}")
@@ -133,6 +138,9 @@ class Agent:
             raise ConfigError(f"agent.keys: no keys for the links with peers {missing}")
         return keys
 
+    def _step_layer(self, lo: int, hi: int, g: np.ndarray) -> None:
+        self.opt.step_slice(self.x, g, lo, hi)
+
     def _open_control(self, controls):
         """The control socket, when the config asks for one; None otherwise."""
         cfg = self.cfg
@@ -180,7 +188,11 @@ class Agent:
         transport.bind(cfg.listen_endpoint)
         inbox = self.inbox = Inbox(self.plan, keys, cfg.fleet, peers=set(peers),
                                    rps_blocks=cfg.workers if cfg.algorithm == "rps" else 0,
-                                   me=cfg.id, require_encryption=cfg.encrypt)
+                                   me=cfg.id, require_encryption=cfg.encrypt,
+                                   # gossip: an exchange we started and one we answer at a time;
+                                   # memory for those, not for every peer
+                                   receive_buffers=0 if cfg.algorithm == "rps" else 2,
+                                   stale_s=cfg.deadline_s)
         inbox.restore_replay(self._replay)
         handler, fast = inbox.ingest, inbox.fast
         if cfg.inject_loss:  # every datagram must meet the injected loss: no fast path
@@ -218,11 +230,14 @@ class Agent:
                 controls.serve_checkpoint(self._checkpoint_now)
                 protocol.before_step(self.x, self.step)
                 xb, yb = self.shard.batch_at(self.step)
-                loss = self.backend.loss_grad(self.x, self.g, xb, yb, self.rng)
-                try:
-                    protocol.step(self.x, self.g, self.opt)
-                except Stopped:  # stopping mid all-reduce: this step is not taken
-                    break
+                if self.layerwise:
+                    loss = self.model.loss_grad(self.x, self.g, xb, yb, self.rng, apply=self._step_layer)
+                else:
+                    loss = self.backend.loss_grad(self.x, self.g, xb, yb, self.rng)
+                    try:
+                        protocol.step(self.x, self.g, self.opt)
+                    except Stopped:  # stopping mid all-reduce: this step is not taken
+                        break
                 losses.append(loss)
                 self.step += 1
                 protocol.after_step(self.x, self.step)

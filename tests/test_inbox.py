@@ -148,3 +148,52 @@ def test_rps_block_outside_the_fleet_is_out_of_bounds():
                               block=9)))[3:]
     inbox.ingest(memoryview(d))  # tagged, but names a block no server holds: no exception
     assert inbox.counter.drops == {"out_of_bounds": 1}
+
+
+_ENCODERS: dict = {}
+
+
+def _send(inbox, sender, x, round=1):
+    """One round from sender; an encoder per (inbox, sender), so sequence numbers go on."""
+    enc = _ENCODERS.setdefault((id(inbox), sender), Encoder(PLAN, KEY, 1, sender))
+    for d in enc.chunks(x, wire.MsgType.PARAMS, round):
+        inbox.ingest(memoryview(bytes(d)[3:]))
+
+
+def test_shared_receive_buffers_serve_exchanges_not_peers():
+    """Two pooled buffers for three senders: the third concurrent round is dropped as no_buffer;
+    a borrowed round is read in place and its buffer serves the next sender once given back."""
+    inbox = Inbox(PLAN, KEY, 1, receive_buffers=2, stale_s=60)
+    xs = {s: np.full(1000, s, np.float32) for s in (2, 3, 4)}
+    _send(inbox, 2, xs[2])
+    _send(inbox, 3, xs[3])
+    _send(inbox, 4, xs[4])
+    assert inbox.counter.drops["no_buffer"] == PLAN.n_chunks and inbox.pool.made == 2
+    r, got = inbox.borrow(2, wire.MsgType.PARAMS, 1)
+    assert got == PLAN.n_chunks and r.mask.all()
+    np.testing.assert_array_equal(r.buf, xs[2])
+    inbox.give_back(r)
+    assert r.buf is None and len(inbox.pool.free) == 1
+    _send(inbox, 4, xs[4], round=2)  # the freed buffer takes the next round
+    r4, got4 = inbox.borrow(4, wire.MsgType.PARAMS, 2)
+    assert got4 == PLAN.n_chunks
+    np.testing.assert_array_equal(r4.buf, xs[4])
+    inbox.give_back(r4)
+    assert inbox.pool.made == 2  # never more than two model-sized buffers
+    # a late chunk of a round already merged is dropped, not given a buffer
+    enc = _ENCODERS[(id(inbox), 2)]
+    late = bytes(next(iter(enc.chunks(xs[2], wire.MsgType.PARAMS, 1))))[3:]
+    inbox.ingest(memoryview(late))
+    assert inbox.counter.drops["collected"] == 1 and len(inbox.pool.free) == 1
+
+
+def test_a_round_nobody_collects_gives_its_buffer_up():
+    inbox = Inbox(PLAN, KEY, 1, receive_buffers=1, stale_s=0.05)
+    _send(inbox, 2, np.ones(1000, np.float32))
+    time.sleep(0.1)
+    _send(inbox, 3, np.full(1000, 3, np.float32))
+    assert inbox.counter.drops.get("no_buffer", 0) == 0
+    r, got = inbox.borrow(3, wire.MsgType.PARAMS, 1)
+    assert got == PLAN.n_chunks and float(r.buf[0]) == 3.0
+    inbox.give_back(r)
+    assert inbox.borrow(2, wire.MsgType.PARAMS, 1) == (None, 0)  # its buffer went to sender 3

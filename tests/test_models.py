@@ -81,3 +81,27 @@ def test_cnn_shapes_and_size():
     assert m.n_params == 11_274
     p = m.init()
     assert m.logits(p, np.zeros((3, 784), np.float32)).shape == (3, 10)
+
+
+@pytest.mark.parametrize("sizes", [[784, 1024, 1024, 1024, 10], [784, 10]])
+def test_layer_by_layer_step_equals_the_whole_model_step(sizes):
+    """The fused update (one layer's gradient at a time) lands exactly where a whole step does."""
+    from edgegossip.models.mlp import MLP
+    from edgegossip.models.optim import NesterovSGD
+    m = MLP(sizes, 0.2, 0.5, seed=3)
+    rng = np.random.default_rng(0)
+    xb = rng.random((32, 784), dtype=np.float32)
+    yb = rng.integers(0, 10, 32)
+    x1, x2 = m.init(3), m.init(3)
+    o1, o2 = NesterovSGD(m.n_params, 0.01, 0.9), NesterovSGD(m.n_params, 0.01, 0.9)
+    g = np.zeros(m.n_params, np.float32)
+    scratch = np.zeros(m.max_layer_params(), np.float32)
+    for step in range(3):
+        l1 = m.loss_grad(x1, g, xb, yb, np.random.default_rng(step))
+        o1.step(x1, g)
+        l2 = m.loss_grad(x2, scratch, xb, yb, np.random.default_rng(step),
+                         apply=lambda lo, hi, gs: o2.step_slice(x2, gs, lo, hi))
+        assert l1 == l2
+        np.testing.assert_array_equal(x1, x2)
+        np.testing.assert_array_equal(o1.v, o2.v)
+    assert scratch.size < m.n_params / 2 or len(sizes) == 2

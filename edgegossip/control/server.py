@@ -12,8 +12,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import zmq
-import zmq.auth
-from zmq.auth.thread import ThreadAuthenticator
 
 from edgegossip.control import messages
 
@@ -54,19 +52,59 @@ class Controls:
             self.stop.wait(0.1)
 
 
+def allowed_keys(folder: str) -> set[bytes]:
+    """The Z85 public keys of the certificates in folder (zmq.auth's format)."""
+    from zmq.auth.certs import load_certificate  # light; zmq.auth.thread would pull in asyncio
+    if not Path(folder).is_dir():
+        raise OSError(f"{folder}: no such folder")
+    return {load_certificate(str(p))[0] for p in sorted(Path(folder).glob("*.key"))}
+
+
+class ZapHandler:
+    """libzmq's authentication hook (ZAP, RFC 27): a CURVE client whose key is in `allowed`
+    completes the handshake; any other gets status 400 and never reaches the socket. A thread
+    of its own on inproc://zeromq.zap.01, as zmq.auth.thread does, without its asyncio import
+    (8 MB of resident memory on a device)."""
+
+    def __init__(self, ctx: zmq.Context, allowed: set[bytes]):
+        self.allowed = {zmq.utils.z85.decode(k) for k in allowed}
+        self.sock = ctx.socket(zmq.REP)
+        self.sock.linger = 0
+        self.sock.bind("inproc://zeromq.zap.01")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="control-zap", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            if not self.sock.poll(200):
+                continue
+            frames = self.sock.recv_multipart()
+            version, request_id = frames[0], frames[1] if len(frames) > 1 else b""
+            ok = len(frames) >= 7 and frames[5] == b"CURVE" and frames[6] in self.allowed
+            self.sock.send_multipart([version, request_id, b"200" if ok else b"400",
+                                      b"OK" if ok else b"not allowed", b"", b""])
+            if not ok:
+                log.info("control: refused a client key")
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
+        self.sock.close(0)
+
+
 class ControlServer:
     def __init__(self, endpoint: str, server_key: str, client_keys: str, controls: Controls):
+        from zmq.auth.certs import load_certificate
+        import zmq.utils.z85  # noqa: F401  (ZapHandler)
         self.controls = controls
         self.ctx = zmq.Context()
-        self.auth = ThreadAuthenticator(self.ctx, log=logging.getLogger("edgegossip.control.auth"))
+        self.auth = None
         self._thread: threading.Thread | None = None
         self._closing = threading.Event()
         try:
-            public, secret = zmq.auth.load_certificate(server_key)
-            if not Path(client_keys).is_dir():
-                raise OSError(f"{client_keys}: no such folder")
-            self.auth.start()
-            self.auth.configure_curve(domain="*", location=str(client_keys))
+            public, secret = load_certificate(server_key)
+            self.auth = ZapHandler(self.ctx, allowed_keys(client_keys))
             self.sock = self.ctx.socket(zmq.ROUTER)
             self.sock.curve_server = True
             self.sock.curve_publickey, self.sock.curve_secretkey = public, secret
@@ -74,7 +112,8 @@ class ControlServer:
             self.sock.linger = 0
             self.sock.bind(f"tcp://{endpoint}")
         except Exception:
-            self.auth.stop()
+            if self.auth is not None:
+                self.auth.stop()
             self.ctx.destroy(linger=0)
             raise
 

@@ -35,6 +35,7 @@ DROP_REASONS = (
     "truncated", "oversized", "bad_group", "bad_version", "bad_type", "bad_dtype", "wrong_fleet",
     "wrong_receiver", "unknown_sender", "not_encrypted", "bad_tag", "old_session", "session_jump", "replayed",
     "stale", "seq_jump", "out_of_bounds", "non_finite", "old_round", "round_jump",
+    "no_buffer", "collected",
 )
 
 
@@ -69,17 +70,50 @@ class Event:
 
 
 class Round:
-    """One round's receive buffer and mask."""
+    """One round's receive buffer and mask. The buffer is the round's own (allocated lazily:
+    untouched pages cost no memory), or, with a shared pool, lent while the round is filled and
+    until the agent gives it back."""
 
-    def __init__(self, plan: ChunkPlan):
-        self.buf = np.zeros(plan.n_params, dtype=np.float32)
-        self.bytes = self.buf.view(np.uint8)
+    def __init__(self, plan: ChunkPlan, own_buffer: bool = True):
+        self.buf: np.ndarray | None = None
+        self.bytes: np.ndarray | None = None
+        if own_buffer:
+            self.attach(np.zeros(plan.n_params, dtype=np.float32))
         self.mask = np.zeros(plan.n_chunks, dtype=np.uint8)
         self.round = -1
         self.received = 0
         self.expected = 0
         self.updated = 0.0
         self.collected = False  # the agent has taken what arrived
+        self.borrowed = False   # the agent is reading buf in place
+
+    def attach(self, buf: np.ndarray) -> None:
+        self.buf, self.bytes = buf, buf.view(np.uint8)
+
+    def detach(self) -> np.ndarray:
+        buf, self.buf, self.bytes = self.buf, None, None
+        return buf
+
+
+class BufferPool:
+    """A fixed number of model-sized receive buffers shared by every sender: memory for the
+    exchanges in flight, not for every peer. Made on first use."""
+
+    def __init__(self, n_params: int, size: int):
+        self.n_params, self.size = n_params, size
+        self.free: list[np.ndarray] = []
+        self.made = 0
+
+    def take(self) -> np.ndarray | None:
+        if self.free:
+            return self.free.pop()
+        if self.made < self.size:
+            self.made += 1
+            return np.zeros(self.n_params, dtype=np.float32)
+        return None
+
+    def give(self, buf: np.ndarray) -> None:
+        self.free.append(buf)
 
 
 class Slot:
@@ -88,9 +122,9 @@ class Slot:
     previous one does not overwrite it. The second buffer is only written (and so only becomes
     resident memory) when that happens: a collected round's buffer is reused."""
 
-    def __init__(self, plan: ChunkPlan):
-        self.current = Round(plan)
-        self.previous = Round(plan)
+    def __init__(self, plan: ChunkPlan, own_buffers: bool = True):
+        self.current = Round(plan, own_buffers)
+        self.previous = Round(plan, own_buffers)
 
     def advance(self, round: int, expected: int) -> Round:
         if not (self.current.collected or self.current.round < 0):
@@ -114,8 +148,14 @@ class Slot:
 class Inbox:
     def __init__(self, plan: ChunkPlan, keys: LinkKeys | bytes, fleet: int,
                  peers: set[int] | None = None, rps_blocks: int = 0, max_events: int = 1024,
-                 me: int = 0, group: bytes = wire.DEFAULT_GROUP, require_encryption: bool = False):
+                 me: int = 0, group: bytes = wire.DEFAULT_GROUP, require_encryption: bool = False,
+                 receive_buffers: int = 0, stale_s: float = 10.0):
+        """receive_buffers: 0 gives every (sender, message type) buffers of its own; N > 0 shares
+        N among all senders (a round that finds none free is dropped as `no_buffer`; a round
+        nobody collected for stale_s seconds gives its buffer up)."""
         self.plan = plan
+        self.pool = BufferPool(plan.n_params, receive_buffers) if receive_buffers else None
+        self.stale_s = stale_s
         self.rps_blocks = rps_blocks
         self._n_chunks = plan.n_chunks
         self._chunk_bytes = plan.chunk_bytes
@@ -209,7 +249,7 @@ class Inbox:
             key = (h.sender, h.msg_type)
             slot = self._slots.get(key)
             if slot is None:
-                slot = self._slots[key] = Slot(self.plan)
+                slot = self._slots[key] = Slot(self.plan, self.pool is None)
             cur = slot.current
             current_round = -1 if new_session else cur.round
             opens = h.round > current_round
@@ -223,6 +263,11 @@ class Inbox:
             if opens:
                 cur = slot.advance(h.round, self._expected_chunks(h))
                 self._event(h)
+            if cur.buf is None:
+                if cur.collected:
+                    return "collected"  # its reader has merged it and moved on
+                if not self._lend(cur, now):
+                    return "no_buffer"
             fresh = not cur.mask[h.chunk_index]
             kernels.scatter_chunk(cur.bytes, cur.mask, payload, h.byte_offset, h.chunk_index)
             cur.received += fresh
@@ -251,7 +296,7 @@ class Inbox:
         slot = self._slots.get((sender, msg_type))
         link = self.links.get(sender)
         if (slot is None or link is None or link.session != session or not link.baseline
-                or slot.current.round != rnd):
+                or slot.current.round != rnd or slot.current.buf is None):
             return start
         if self.peers is not None and sender not in self.peers:
             return start
@@ -278,6 +323,47 @@ class Inbox:
             if cur.received >= cur.expected:
                 self._cond.notify_all()
         return start + k
+
+    def _lend(self, r: Round, now: float) -> bool:
+        """Give round r a pooled buffer (under self._cond): a free one, else the buffer of a
+        round nobody collected for stale_s seconds. False if all are in use."""
+        buf = self.pool.take()
+        if buf is None:
+            stale = [x for sl in self._slots.values() for x in (sl.current, sl.previous)
+                     if x.buf is not None and not x.borrowed and x is not r
+                     and (x.collected or now - x.updated > self.stale_s)]
+            if not stale:
+                return False
+            victim = min(stale, key=lambda x: x.updated)
+            if self._run_target is victim:
+                self._run_target = None
+            buf = victim.detach()
+            victim.mask[:] = 0
+            victim.received = 0
+        r.attach(buf)
+        return True
+
+    def borrow(self, sender: int, msg_type: int, round: int) -> tuple[Round | None, int]:
+        """What arrived of `round`, in place (no copy): the Round, to read buf and mask, and
+        the chunks that arrived; give_back() it when done. (None, 0) if nothing arrived."""
+        with self._cond:
+            slot = self._slots.get((sender, msg_type))
+            found = slot.find(round) if slot is not None else None
+            if found is None or found.buf is None or not found.received:
+                if found is not None:
+                    found.collected = True
+                return None, 0
+            found.collected = True
+            found.borrowed = True
+            return found, int(found.received)
+
+    def give_back(self, r: Round) -> None:
+        with self._cond:
+            r.borrowed = False
+            if self.pool is not None and r.buf is not None:
+                if self._run_target is r:
+                    self._run_target = None
+                self.pool.give(r.detach())
 
     def link_loss(self) -> tuple[int, int]:
         """(datagrams that arrived, datagrams the senders numbered) over every incoming link:
@@ -361,7 +447,7 @@ class Inbox:
                 if now >= deadline:
                     break
                 self._cond.wait(min(deadline - now, 0.05))
-            if found is None:
+            if found is None or found.buf is None:
                 out_mask[:] = 0
                 return 0
             found.collected = True

@@ -65,9 +65,25 @@ class MLP(Model):
                 np.maximum(h, 0, out=h)
         return h
 
-    def loss_grad(self, params, grad, x, y, rng) -> float:
+    def layer_span(self, i: int) -> tuple[int, int]:
+        """Where layer i's parameters (W_i then b_i) sit in the flat vector."""
+        return self.layout.offsets[f"W{i}"][0], self.layout.offsets[f"b{i}"][1]
+
+    def max_layer_params(self) -> int:
+        return max(hi - lo for lo, hi in map(self.layer_span, range(self.n_layers)))
+
+    def _layer_grads(self, scratch: np.ndarray, i: int) -> dict[str, np.ndarray]:
+        a, b = self.sizes[i], self.sizes[i + 1]
+        return {f"W{i}": scratch[:a * b].reshape(a, b), f"b{i}": scratch[a * b:a * b + b]}
+
+    def loss_grad(self, params, grad, x, y, rng, apply=None) -> float:
+        """As Model.loss_grad; with apply(lo, hi, g_layer), each layer's gradient is handed over
+        as soon as it is known (last layer first) and grad need only hold the largest layer:
+        the optimiser updates layer by layer and no whole-model gradient exists. A layer's
+        weights are used for the backward pass before they are handed over, so the result is
+        the same as a whole-model step."""
         v = self.layout.views(params)
-        g = self.layout.views(grad)
+        g = self.layout.views(grad) if apply is None else None
         masks = self.dropout_masks(x.shape[0], rng)
         acts, pre = [], []
         h = x if masks[0] is None else x * masks[0]
@@ -84,12 +100,19 @@ class MLP(Model):
                 h = a
         loss, d = log_softmax_xent(h, y)
         for i in reversed(range(self.n_layers)):
-            np.matmul(acts[i].T, d, out=g[f"W{i}"])
-            d.sum(axis=0, out=g[f"b{i}"])
-            if i == 0:
+            gi = g if apply is None else self._layer_grads(grad, i)
+            np.matmul(acts[i].T, d, out=gi[f"W{i}"])
+            d.sum(axis=0, out=gi[f"b{i}"])
+            d_below = None
+            if i > 0:
+                d_below = d @ v[f"W{i}"].T
+                if masks[i] is not None:
+                    d_below *= masks[i]
+                d_below *= pre[i - 1] > 0
+            if apply is not None:
+                lo, hi = self.layer_span(i)
+                apply(lo, hi, grad[:hi - lo])
+            if d_below is None:
                 break
-            d = d @ v[f"W{i}"].T
-            if masks[i] is not None:
-                d *= masks[i]
-            d *= pre[i - 1] > 0
+            d = d_below
         return loss

@@ -17,3 +17,8 @@ class NesterovSGD:
 
     def step(self, x: np.ndarray, g: np.ndarray) -> None:
         kernels.nesterov_step(x, self.v, g, self.lr, self.mu)
+
+    def step_slice(self, x: np.ndarray, g: np.ndarray, lo: int, hi: int) -> None:
+        """The same step on x[lo:hi] only, g being that slice's gradient (elementwise, so a
+        model stepped slice by slice ends exactly where one whole step puts it)."""
+        kernels.nesterov_step(x[lo:hi], self.v[lo:hi], g, self.lr, self.mu)

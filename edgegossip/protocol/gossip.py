@@ -45,8 +45,6 @@ class GossipProtocol(Protocol):
         self.kind = ctx.cfg.algorithm
         self.round = 0
         self.pending: dict[int, Pending] = {}
-        self._y = np.empty(ctx.plan.n_params, np.float32)
-        self._mask = np.zeros(ctx.plan.n_chunks, np.uint8)
         self.ids = sorted(ctx.peers)
 
     def _send_params(self, peer: int, snap: Snapshot, flags: int = 0) -> None:
@@ -121,18 +119,20 @@ class GossipProtocol(Protocol):
                 continue
             if not expired and not self.ctx.inbox.ready(peer, wire.MsgType.PARAMS, p.round, SETTLE_S):
                 continue
-            got = self.ctx.inbox.collect(peer, wire.MsgType.PARAMS, p.round, 0.0, self._y,
-                                         self._mask)
-            self.record(self._mask, got, self.ctx.plan.n_chunks)
-            if got:
-                ce = self.ctx.plan.chunk_elems
-                if self.kind == "elastic-gossip":
-                    elastic_gossip.apply(x, p.pre.vec, [(self._y, self._mask)], self.ctx.cfg.alpha,
-                                         ce)
-                elif self.kind == "gossip-pull":
-                    gossip_pull.apply(x, p.pre.vec, self._y, self._mask, ce)
-                else:
-                    gossip_push.apply(x, self._y, self._mask, ce)
+            # merged straight from the receive buffer: no copy of the model per exchange
+            r, got = self.ctx.inbox.borrow(peer, wire.MsgType.PARAMS, p.round)
+            self.record(r.mask if r is not None else None, got, self.ctx.plan.n_chunks)
+            if r is not None:
+                try:
+                    ce = self.ctx.plan.chunk_elems
+                    if self.kind == "elastic-gossip":
+                        elastic_gossip.apply(x, p.pre.vec, [(r.buf, r.mask)], self.ctx.cfg.alpha, ce)
+                    elif self.kind == "gossip-pull":
+                        gossip_pull.apply(x, p.pre.vec, r.buf, r.mask, ce)
+                    else:
+                        gossip_push.apply(x, r.buf, r.mask, ce)
+                finally:
+                    self.ctx.inbox.give_back(r)
             self._finish(p)
 
     def _finish(self, p: Pending) -> None:
