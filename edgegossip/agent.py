@@ -91,6 +91,7 @@ class Agent:
             self.backend = OnnxTrainer(self.model)
         self.step = 0
         self._last: dict | None = None
+        self._first_step = 0
         self._t0 = time.monotonic()
         self.config_hash = hashlib.sha256(config_io.to_toml(cfg).encode()).hexdigest()[:12]
         self.rng = np.random.default_rng([cfg.seed, cfg.id, 7])
@@ -216,6 +217,7 @@ class Agent:
         controls = Controls(lambda: self.status(ctx, inbox, controls), self.stop_event)
         control = self._open_control(controls)
         metrics = MetricsLog(self.out / "metrics.jsonl")
+        self._first_step = self.step
         t0 = time.monotonic()
         losses: list[float] = []
         metrics.write({"event": "start", "agent": cfg.id, "step": self.step, "resumed": self.resumed,
@@ -269,6 +271,9 @@ class Agent:
                "epoch": round(self.step / self.shard.steps_per_epoch, 3),
                "loss": round(float(np.mean(losses)), 5) if losses else None,
                "accuracy": acc, "exchanges": dict(ctx.exchanges),
+               # the rate that really ran, to set beside train.p (this run's steps only)
+               "exchanges_initiated_per_step": round(
+                   ctx.exchanges["initiated"] / max(1, self.step - self._first_step), 5),
                "peak_rss_mb": peak_rss_mb()}
         if sender is not None:
             snap = inbox.counter.snapshot()

@@ -77,3 +77,40 @@ def test_a_snapshot_returns_to_the_pool_only_when_every_holder_is_done():
     a.release()                   # the sender is done
     c = pool.take(x * 0)
     assert c is a and (c.vec == 0).all() and (b.vec == x + 1).all()
+
+
+def test_a_draw_is_never_thrown_away():
+    """p = 1 with a slow sender: every step draws, the draws made while the link is busy are
+    owed and start as soon as it frees, and beyond MAX_OWED they lapse, counted."""
+    from edgegossip.protocol.gossip import MAX_OWED
+    cfg = AgentConfig(id=0, listen="127.0.0.1:1", workers=3, algorithm="elastic-gossip",
+                      model="logreg", p=1.0, deadline_s=0.2,
+                      peers=(Peer(1, "127.0.0.1", 1001), Peer(2, "127.0.0.1", 1002)))
+    plan = ChunkPlan(7850, wire.default_chunk_bytes())
+    t = SlowRecorder()
+    endpoints = {p.id: (p.host, p.port) for p in cfg.peers}
+    sender = Sender(t, Encoder(plan, KEY, 1, 0), endpoints)
+    ctx = Context(cfg, plan, Inbox(plan, KEY, 1, receive_buffers=2), sender, endpoints,
+                  np.random.default_rng(0), Snapshots(plan.n_params, 2))
+    proto = make_protocol(ctx)
+    x = np.ones(plan.n_params, np.float32)
+    steps = 0
+    for steps in range(1, 41):   # quick steps: the link cannot keep up with p = 1
+        proto.before_step(x, steps)
+        proto.after_step(x, steps)
+        time.sleep(0.005)
+    ex = ctx.exchanges
+    assert ex["drawn"] == 40
+    assert ex["drawn"] == ex["initiated"] + proto.owed + ex["lapsed"]  # every draw accounted
+    assert proto.owed <= MAX_OWED and ex["lapsed"] > 0 and ex["initiated"] >= 2
+    started = ex["initiated"]
+    from dataclasses import replace
+    ctx.cfg = replace(cfg, p=0.0)  # no new draws: the owed ones start as the link frees
+    end = time.monotonic() + 10
+    while proto.owed and time.monotonic() < end:
+        steps += 1
+        proto.before_step(x, steps)
+        proto.after_step(x, steps)
+        time.sleep(0.02)
+    assert proto.owed == 0 and ex["initiated"] > started
+    sender.close()

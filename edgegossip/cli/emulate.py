@@ -50,7 +50,9 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
 @click.option("--json", "as_json", is_flag=True)
 def emulate(nodes, algorithm, loss, rate, duration, epochs, transport, model, p, alpha,
             train_backend, backend, out, cleanup, export_kind, base, as_json) -> None:
-    """Run NODES agents, each in its own network namespace on one bridge, for a while."""
+    """Run NODES agents, each a light device in its own network namespace on one bridge, for a
+    while. --json: the summary, with per agent rows (agent, accuracy, steps, exchanges,
+    exchanges_initiated_per_step beside the configured p, bytes and datagrams, drops, peak_rss_mb)."""
     from edgegossip.emulate import netns
     from edgegossip.emulate.fleet import Fleet, FleetSpec, rate_to_mbps
     from edgegossip.emulate.report import summarize
@@ -128,8 +130,8 @@ def emulate(nodes, algorithm, loss, rate, duration, epochs, transport, model, p,
         if summary["loss_alarm"]:
             fail(summary["loss_alarm"], exit_codes.FAILURE)
         return
-    cols = ["agent", "accuracy", "steps", "bytes_sent", "datagrams_sent", "datagrams_received",
-            "datagrams_dropped", "peak_rss_mb"]
+    cols = ["agent", "accuracy", "steps", "exchanges_initiated_per_step", "bytes_sent",
+            "datagrams_sent", "datagrams_received", "datagrams_dropped", "peak_rss_mb"]
     rows = [{k: a[k] for k in cols} for a in summary["agents"]]
     rows.append({"agent": "average", "accuracy": summary["average_model_accuracy"]})
     click.echo(table(rows, cols))

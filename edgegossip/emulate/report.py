@@ -35,6 +35,7 @@ def summarize(out: Path, nodes: int | list[int], model_name: str, configured_los
             "datagrams_received": last.get("datagrams_received", 0),
             "datagrams_dropped": last.get("datagrams_dropped", 0), "drops": last.get("drops", {}),
             "exchanges": last.get("exchanges", {}),
+            "exchanges_initiated_per_step": last.get("exchanges_initiated_per_step"),
             "link_arrived": last.get("link_arrived", 0), "link_expected": last.get("link_expected", 0),
             "restarts": sum(1 for r in recs if r.get("event") == "start") - 1,
             "peak_rss_mb": max((r.get("peak_rss_mb") or 0 for r in recs), default=None),

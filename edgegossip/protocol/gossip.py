@@ -14,6 +14,15 @@ peer, not by round:
 Between snapshot and application the worker keeps training, so the elastic force is computed
 from the snapshot, as the rule's pre-step term, and applied a few steps later: the price of no
 barrier. A peer that never answers costs one deadline and nothing else.
+
+No draw is thrown away. A successful draw (probability p per step) is owed until it can start:
+while the sender is still sending, while every peer already has an exchange with us in flight,
+or while no snapshot is free, it waits and starts at the first step that allows it, with a peer
+chosen among those free. At most MAX_OWED draws wait; a draw beyond that lapses and is counted
+(`lapsed`): the link cannot carry the configured rate. Likewise an Elastic Gossip (or pull)
+request that finds no free snapshot is answered as soon as one frees, if its deadline has not
+passed (else `answer_lapsed`). The counters `drawn` and `initiated`, and the agent's
+`exchanges_initiated_per_step`, show the rate that really ran beside the configured p.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ from edgegossip.dataplane.sender import Snapshot
 from edgegossip.protocol.base import Context, Protocol
 
 SETTLE_S = 0.5  # silence after the last chunk that ends waiting for the rest
+MAX_OWED = 8    # draws waiting for a free link or snapshot; a further draw lapses (counted)
 
 
 @dataclass
@@ -46,49 +56,85 @@ class GossipProtocol(Protocol):
         self.round = 0
         self.pending: dict[int, Pending] = {}
         self.ids = sorted(ctx.peers)
+        self.owed = 0                                 # draws not yet started
+        self.owed_answers: dict[int, tuple[int, float]] = {}  # peer -> (its round, deadline)
 
     def _send_params(self, peer: int, snap: Snapshot, flags: int = 0) -> None:
         self.round += 1
         self.ctx.sender.send(peer, snap, wire.MsgType.PARAMS, self.round, flags=flags)
 
-    def _send_now(self, peer: int, x: np.ndarray) -> None:
+    def _send_now(self, peer: int, x: np.ndarray, count_skip: bool = True) -> bool:
         """Send a copy of x and keep nothing (push, and answers to pull requests)."""
         snap = self.ctx.snapshots.take(x)
         if snap is None:
-            self.ctx.exchanges["skipped"] += 1
-            return
+            if count_skip:
+                self.ctx.exchanges["skipped"] += 1
+            return False
         self._send_params(peer, snap)
         snap.release()
+        return True
 
     def before_step(self, x: np.ndarray, step: int) -> None:
         ctx = self.ctx
         now = time.monotonic()
         for ev in ctx.inbox.events():
             self._on_event(ev, x, now)
-        if ctx.rng.random() < ctx.cfg.p and ctx.sender.busy == 0:
-            j = self.ids[int(ctx.rng.integers(len(self.ids)))]
-            if j in self.pending:
-                return
-            if self.kind == "gossip-push":
-                self._send_now(j, x)
-                return
-            pre = ctx.snapshots.take(x)
-            if pre is None:
-                ctx.exchanges["skipped"] += 1
-            elif self.kind == "gossip-pull":
-                self.round += 1
-                ctx.sender.request(j, self.round)
-                self.pending[j] = Pending(j, pre, now + ctx.cfg.deadline_s)
+        self._answer_owed(x, now)
+        if ctx.rng.random() < ctx.cfg.p:
+            ctx.exchanges["drawn"] += 1
+            if self.owed < MAX_OWED:
+                self.owed += 1
             else:
-                self._send_params(j, pre, wire.FLAG_REPLY)
-                self.pending[j] = Pending(j, pre, now + ctx.cfg.deadline_s)
+                ctx.exchanges["lapsed"] += 1
+        if self.owed and ctx.sender.busy == 0:
+            free = [j for j in self.ids if j not in self.pending and j not in self.owed_answers]
+            if free and self._start(free[int(ctx.rng.integers(len(free)))], x, now):
+                self.owed -= 1
+                ctx.exchanges["initiated"] += 1
+
+    def _start(self, j: int, x: np.ndarray, now: float) -> bool:
+        """Start an exchange with j; False (nothing sent) when no snapshot is free."""
+        ctx = self.ctx
+        if self.kind == "gossip-push":
+            return self._send_now(j, x, count_skip=False)
+        pre = ctx.snapshots.take(x)
+        if pre is None:
+            return False
+        if self.kind == "gossip-pull":
+            self.round += 1
+            ctx.sender.request(j, self.round)
+        else:
+            self._send_params(j, pre, wire.FLAG_REPLY)
+        self.pending[j] = Pending(j, pre, now + ctx.cfg.deadline_s)
+        return True
+
+    def _answer_owed(self, x: np.ndarray, now: float) -> None:
+        """Answer requests that found no free snapshot, while they are still worth it."""
+        for peer, (rnd, deadline) in list(self.owed_answers.items()):
+            if now >= deadline:
+                del self.owed_answers[peer]
+                self.ctx.exchanges["answer_lapsed"] += 1
+            elif self._answer(peer, rnd, x, now):
+                del self.owed_answers[peer]
+
+    def _answer(self, peer: int, rnd: int, x: np.ndarray, now: float) -> bool:
+        ctx = self.ctx
+        if self.kind == "gossip-pull":
+            return self._send_now(peer, x, count_skip=False)
+        pre = ctx.snapshots.take(x)
+        if pre is None:
+            return False
+        self._send_params(peer, pre)
+        self.pending[peer] = Pending(peer, pre, now + ctx.cfg.deadline_s, rnd)
+        return True
 
     def _on_event(self, ev, x: np.ndarray, now: float) -> None:
         ctx = self.ctx
         if ev.sender not in ctx.peers:
             return
         if ev.msg_type == wire.MsgType.REQUEST and self.kind == "gossip-pull":
-            self._send_now(ev.sender, x)
+            if not self._answer(ev.sender, ev.round, x, now):
+                self.owed_answers[ev.sender] = (ev.round, now + ctx.cfg.deadline_s)
             return
         if ev.msg_type != wire.MsgType.PARAMS:
             return
@@ -99,12 +145,8 @@ class GossipProtocol(Protocol):
             p.round = ev.round
             return
         if self.kind == "elastic-gossip" and ev.flags & wire.FLAG_REPLY and p is None:
-            pre = ctx.snapshots.take(x)
-            if pre is None:
-                ctx.exchanges["skipped"] += 1
-                return
-            self._send_params(ev.sender, pre)
-            self.pending[ev.sender] = Pending(ev.sender, pre, now + ctx.cfg.deadline_s, ev.round)
+            if not self._answer(ev.sender, ev.round, x, now):
+                self.owed_answers[ev.sender] = (ev.round, now + ctx.cfg.deadline_s)
         elif self.kind == "gossip-push" and p is None:
             self.pending[ev.sender] = Pending(ev.sender, None, now + ctx.cfg.deadline_s, ev.round)
 

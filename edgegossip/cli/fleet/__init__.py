@@ -6,7 +6,6 @@ and `error` (one line, or null), whatever happened to the others."""
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import click
@@ -48,7 +47,7 @@ def fleet_options(timeout: float = 60, only: bool = True):
                                      help="Comma-separated device names or groups (default: all)."))
         for o in reversed(opts):
             f = o(f)
-        return functools.wraps(f)(f)
+        return f
     return wrap
 
 
