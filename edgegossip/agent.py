@@ -30,10 +30,13 @@ from edgegossip.protocol import Context, make_protocol
 from edgegossip.protocol.base import Stopped
 from edgegossip.dataplane.sender import Sender, Snapshots
 from edgegossip.transport import ReceiveThread, make_transport
-from edgegossip.transport.base import resolve
+from edgegossip.transport.peers import PeerBook
 from edgegossip.transport.lossy import injected_loss
 
 log = logging.getLogger(__name__)
+# how long the agent waits at start for peer names to resolve before it trains anyway (the rest
+# resolve in the background): a compose network's DNS knows every service within seconds
+RESOLVE_WAIT_S = 15.0
 
 
 class Shard:
@@ -176,12 +179,10 @@ class Agent:
 
     def _open_network(self):
         cfg = self.cfg
-        try:
-            peers = {p.id: (resolve(p.host, p.port), p.port) for p in cfg.peers}
-        except OSError as e:
-            raise ConfigError(f"agent.peers: {e}") from None
-        if cfg.algorithm in ("local", "allreduce"):
+        peers = PeerBook({p.id: (p.host, p.port) for p in cfg.peers})
+        if cfg.algorithm in ("local", "allreduce"):  # ZeroMQ's TCP connect resolves names itself
             return None, None, None, peers
+        peers.resolve(wait_s=RESOLVE_WAIT_S)
         keys = self.keys
         session = checkpoint.next_session(self.out)  # before anything is sent
         transport = make_transport(cfg.transport, rate_bytes_per_s=cfg.rate_mbps * 1e6 / 8,
@@ -257,6 +258,7 @@ class Agent:
             if control is not None:
                 control.close()
             protocol.close()
+            peers.close()
             if sender is not None:
                 sender.close()
             if receiver is not None:
@@ -282,7 +284,9 @@ class Agent:
                        session=sender.encoder.session, bytes_sent=sender.encoder.bytes, datagrams_sent=sender.encoder.datagrams,
                        bytes_received=snap["accepted_bytes"], datagrams_received=snap["accepted"],
                        datagrams_dropped=snap["dropped"], drops=snap["drops"],
-                       send_skipped=ctx.snapshots.skipped)
+                       send_skipped=ctx.snapshots.skipped, send_unresolved=sender.peers.skipped)
+            if hasattr(protocol, "deadlines"):
+                rec["deadline_s_by_link"] = protocol.deadlines.snapshot()
         else:
             sent = getattr(protocol, "bytes_sent", 0)
             rec.update(bytes_sent=sent, datagrams_sent=0, bytes_received=sent,

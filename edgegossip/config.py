@@ -4,7 +4,8 @@ errors that name the bad key.
     [agent]    id, fleet, key, keys, listen, peers ("ID@HOST:PORT"), output
     [train]    algorithm, model, workers, partition, seed, batch, lr, momentum, p, alpha,
                max_steps, duration_s, eval_every, eval_examples, checkpoint_every, rps_period
-    [net]      transport, chunk_bytes, rate_mbps, deadline_s, inject_loss, gso, encrypt
+    [net]      transport, chunk_bytes, rate_mbps, deadline_s, deadline, deadline_min_s,
+               deadline_max_s, inject_loss, gso, encrypt
     [data]     source ("mnist" or "file"), path, label_column, eval_fraction (data/device.py)
     [control]  endpoint (HOST:PORT, empty: no control socket), server_key, client_keys
                (control/server.py)
@@ -67,6 +68,9 @@ class AgentConfig:
     chunk_bytes: int = field(default_factory=wire.default_chunk_bytes)
     rate_mbps: float = 20.0                  # send pacing, megabits per second
     deadline_s: float = 10.0                 # an exchange gives up on missing chunks after this
+    deadline: str = "fixed"                  # fixed | adaptive: per link, from its transfer times
+    deadline_min_s: float = 0.2              # adaptive: bounds of a link's deadline
+    deadline_max_s: float = 120.0
     inject_loss: float = 0.0                 # loopback emulation only: drop this fraction on receive
     gso: bool = True                         # udp: send runs of datagrams as one UDP GSO buffer
     encrypt: bool = False                    # encrypt payloads too; receive only encrypted ones
@@ -90,7 +94,8 @@ SECTIONS = {
     "train": ("algorithm", "model", "backend", "workers", "partition", "seed", "batch", "lr", "momentum", "p",
               "alpha", "max_steps", "duration_s", "eval_every", "eval_examples",
               "checkpoint_every", "rps_period", "inputs", "classes"),
-    "net": ("transport", "chunk_bytes", "rate_mbps", "deadline_s", "inject_loss", "gso", "encrypt"),
+    "net": ("transport", "chunk_bytes", "rate_mbps", "deadline_s", "deadline", "deadline_min_s",
+            "deadline_max_s", "inject_loss", "gso", "encrypt"),
     "data": ("source", "path", "label_column", "eval_fraction"),
     "control": ("endpoint", "server_key", "client_keys"),
 }
@@ -179,6 +184,9 @@ def validate(c: AgentConfig) -> None:
     need(c.rps_period >= 1, "train.rps_period", "must be positive")
     need(c.rate_mbps > 0, "net.rate_mbps", "must be positive")
     need(c.deadline_s > 0, "net.deadline_s", "must be positive")
+    need(c.deadline in ("fixed", "adaptive"), "net.deadline", "must be fixed or adaptive")
+    need(0 < c.deadline_min_s <= c.deadline_max_s, "net.deadline_min_s",
+         "must be positive and at most net.deadline_max_s")
     need(0 <= c.inject_loss < 1, "net.inject_loss", "must be in [0, 1)")
     need(0 <= c.fleet < 2**32, "agent.fleet", "must fit 32 bits")
     try:

@@ -68,6 +68,7 @@ def test_compose_fleet_learns_under_loss_in_podman(tmp_path, podman_env, mnist_d
     assert "loss 10% by" in logs.stdout + logs.stderr, logs.stdout[-2000:]
     s = summarize(out, 3, "logreg", 0.1, "compose", 60.0, None, mnist_data)
     print(json.dumps({k: s[k] for k in ("observed_loss", "average_model_accuracy")}))
-    assert all(a["steps"] > 0 and a["datagrams_received"] > 100 for a in s["agents"]), s["agents"]
+    assert all(a["steps"] > 0 and a["datagrams_received"] > 100 for a in s["agents"]), \
+        (s["agents"], (logs.stdout + logs.stderr)[-4000:])
     assert s["average_model_accuracy"] > 0.85
     assert abs(s["observed_loss"] - 0.1) <= 0.02, s["observed_loss"]

@@ -12,6 +12,7 @@ from edgegossip.dataplane.outbox import Encoder
 from edgegossip.protocol import Context, make_protocol
 from edgegossip.dataplane.sender import Sender, Snapshots
 from edgegossip.transport.base import Transport
+from edgegossip.transport.peers import PeerBook
 
 KEY = b"k" * 32
 
@@ -46,7 +47,7 @@ def test_rps_iteration_reaches_every_peer():
                       rps_period=1, peers=tuple(Peer(i, "127.0.0.1", 1000 + i) for i in range(1, W)))
     plan = ChunkPlan(7850, wire.default_chunk_bytes())
     t = SlowRecorder()
-    endpoints = {p.id: (p.host, p.port) for p in cfg.peers}
+    endpoints = PeerBook({p.id: (p.host, p.port) for p in cfg.peers})
     sender = Sender(t, Encoder(plan, KEY, 1, 0), endpoints)
     inbox = Inbox(plan, KEY, 1, rps_blocks=W)
     snapshots = Snapshots(plan.n_params, 2)
@@ -88,7 +89,7 @@ def test_a_draw_is_never_thrown_away():
                       peers=(Peer(1, "127.0.0.1", 1001), Peer(2, "127.0.0.1", 1002)))
     plan = ChunkPlan(7850, wire.default_chunk_bytes())
     t = SlowRecorder()
-    endpoints = {p.id: (p.host, p.port) for p in cfg.peers}
+    endpoints = PeerBook({p.id: (p.host, p.port) for p in cfg.peers})
     sender = Sender(t, Encoder(plan, KEY, 1, 0), endpoints)
     ctx = Context(cfg, plan, Inbox(plan, KEY, 1, receive_buffers=2), sender, endpoints,
                   np.random.default_rng(0), Snapshots(plan.n_params, 2))

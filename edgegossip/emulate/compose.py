@@ -87,15 +87,14 @@ def export(spec: FleetSpec, out: Path, base: str = DEFAULT_BASE, progress=print)
     fleet = Fleet(replace(spec, backend="netns", out=out))  # the configs emulate would give them
     addrs = [(n, PORT) for n in names]
     services = {}
-    rate_mbps = rate_to_mbps(spec.rate)
     for i, name in enumerate(names):
         cfg = replace(fleet._config(i, addrs), output=f"{STATE}/out", listen=f"0.0.0.0:{PORT}")
         (out / f"agent{i}").mkdir(exist_ok=True)
         (out / "config").mkdir(exist_ok=True)
         (out / "config" / f"agent{i}.toml").write_text(config.to_toml(cfg))
         env = {"EG_LOSS_PERCENT": f"{spec.loss * 100:g}"}
-        if rate_mbps:
-            env["EG_RATE"] = spec.rate
+        if rate_to_mbps(dict(spec.slow).get(i, spec.rate)):
+            env["EG_RATE"] = dict(spec.slow).get(i, spec.rate)
         services[name] = {"build": {"context": ".", "dockerfile": "Containerfile", "args": {"BASE": base}},
                           "image": IMAGE, "hostname": name, "cap_add": ["NET_ADMIN"],
                           "networks": ["fleet"], "environment": env,

@@ -47,6 +47,8 @@ class FleetSpec:
     batch: int = 32
     seed: int = 0
     deadline_s: float = 0.0     # 0: three times one model's transfer time at the link rate, >= 5 s
+    deadline: str = "fixed"     # fixed | adaptive (per link, from its transfer times)
+    slow: tuple[tuple[int, str], ...] = ()  # (node, rate): these nodes' links capped at their own rate
     eval_every: int = 50
     checkpoint_every: int = 200
 
@@ -79,7 +81,8 @@ class Fleet:
 
     def _config(self, i: int, addrs: list[tuple[str, int]]) -> AgentConfig:
         s = self.spec
-        link = rate_to_mbps(s.rate)
+        link = rate_to_mbps(s.rate)  # sets the fixed deadline
+        own = rate_to_mbps(dict(s.slow).get(i, s.rate))  # this node's pacing
         deadline = s.deadline_s
         if not deadline:
             model_bits = 8 * 4 * make_model(s.model).n_params
@@ -95,7 +98,7 @@ class Fleet:
             seed=s.seed, batch=s.batch,
             p=s.p, alpha=s.alpha, max_steps=steps, duration_s=s.duration_s,
             eval_every=s.eval_every, checkpoint_every=s.checkpoint_every, transport=s.transport,
-            rate_mbps=0.9 * link if link else 200.0, deadline_s=deadline,
+            rate_mbps=0.9 * own if own else 200.0, deadline_s=deadline, deadline=s.deadline,
             inject_loss=s.loss if s.backend == "loopback" else 0.0,
             gso=s.backend != "netns")  # nftables must see, and drop, single datagrams
 
@@ -103,7 +106,7 @@ class Fleet:
         s = self.spec
         s.out.mkdir(parents=True, exist_ok=True)
         if s.backend == "netns":
-            self.lan = netns.Lan(s.nodes, loss=s.loss, rate=s.rate).up()
+            self.lan = netns.Lan(s.nodes, loss=s.loss, rate=s.rate, rates=dict(s.slow)).up()
         addrs = self.addresses()
         self.configs = [self._config(i, addrs) for i in range(s.nodes)]
         for i in range(s.nodes):

@@ -71,6 +71,7 @@ class Lan:
     n_nodes: int
     loss: float = 0.0
     rate: str | None = None  # tbf rate, e.g. "20mbit"
+    rates: dict[int, str] = field(default_factory=dict)  # nodes whose link has a rate of its own
     run_id: int = field(default_factory=lambda: os.getpid() % 250)
     created: list[str] = field(default_factory=list)
 
@@ -109,9 +110,10 @@ class Lan:
         _run("ip", "-n", ns, "addr", "add", f"{self.address(i)}/24", "dev", ns_end)
         _run("ip", "-n", ns, "link", "set", ns_end, "up")
         _run("ip", "-n", ns, "link", "set", "lo", "up")
-        if self.rate:
+        rate = self.rates.get(i, self.rate)
+        if rate:
             _run("ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", ns_end, "root", "tbf",
-                 "rate", self.rate, "burst", "32kbit", "latency", "50ms")
+                 "rate", rate, "burst", "32kbit", "latency", "50ms")
         self.set_loss(i, self.loss)
 
     def set_loss(self, i: int, loss: float) -> None:

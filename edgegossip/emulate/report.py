@@ -39,6 +39,7 @@ def summarize(out: Path, nodes: int | list[int], model_name: str, configured_los
             "link_arrived": last.get("link_arrived", 0), "link_expected": last.get("link_expected", 0),
             "restarts": sum(1 for r in recs if r.get("event") == "start") - 1,
             "peak_rss_mb": max((r.get("peak_rss_mb") or 0 for r in recs), default=None),
+            "deadline_s_by_link": last.get("deadline_s_by_link", {}),
         })
     avg_acc = None
     if params:

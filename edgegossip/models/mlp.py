@@ -15,6 +15,8 @@ import numpy as np
 
 from edgegossip.models.base import FlatLayout, Model, log_softmax_xent
 
+GRAD_BLOCK_FLOATS = 131072  # 512 KB of gradient at a time when the optimiser steps inside backward
+
 
 class MLP(Model):
     def __init__(self, sizes: list[int], dropout_in: float = 0.2, dropout_hidden: float = 0.5,
@@ -69,19 +71,20 @@ class MLP(Model):
         """Where layer i's parameters (W_i then b_i) sit in the flat vector."""
         return self.layout.offsets[f"W{i}"][0], self.layout.offsets[f"b{i}"][1]
 
-    def max_layer_params(self) -> int:
-        return max(hi - lo for lo, hi in map(self.layer_span, range(self.n_layers)))
+    def _block_rows(self, i: int) -> int:
+        return max(1, min(self.sizes[i], GRAD_BLOCK_FLOATS // self.sizes[i + 1]))
 
-    def _layer_grads(self, scratch: np.ndarray, i: int) -> dict[str, np.ndarray]:
-        a, b = self.sizes[i], self.sizes[i + 1]
-        return {f"W{i}": scratch[:a * b].reshape(a, b), f"b{i}": scratch[a * b:a * b + b]}
+    def max_layer_params(self) -> int:
+        """The scratch loss_grad(apply=...) needs: one block of rows of the widest layer."""
+        return max(max(self._block_rows(i), 1) * self.sizes[i + 1] for i in range(self.n_layers))
 
     def loss_grad(self, params, grad, x, y, rng, apply=None) -> float:
-        """As Model.loss_grad; with apply(lo, hi, g_layer), each layer's gradient is handed over
-        as soon as it is known (last layer first) and grad need only hold the largest layer:
-        the optimiser updates layer by layer and no whole-model gradient exists. A layer's
-        weights are used for the backward pass before they are handed over, so the result is
-        the same as a whole-model step."""
+        """As Model.loss_grad; with apply(lo, hi, g_part), the gradient is handed over as soon
+        as it is known, a block of weight rows at a time (last layer first), and grad need only
+        hold one block (max_layer_params(), 512 KB): the optimiser updates block by block and no
+        whole-model, or even whole-layer, gradient exists. A layer's weights serve the backward
+        pass before any of its blocks is handed over, so the result is that of a whole-model
+        step (bit for bit: a block's rows are the same dot products over the batch)."""
         v = self.layout.views(params)
         g = self.layout.views(grad) if apply is None else None
         masks = self.dropout_masks(x.shape[0], rng)
@@ -100,9 +103,9 @@ class MLP(Model):
                 h = a
         loss, d = log_softmax_xent(h, y)
         for i in reversed(range(self.n_layers)):
-            gi = g if apply is None else self._layer_grads(grad, i)
-            np.matmul(acts[i].T, d, out=gi[f"W{i}"])
-            d.sum(axis=0, out=gi[f"b{i}"])
+            if apply is None:
+                np.matmul(acts[i].T, d, out=g[f"W{i}"])
+                d.sum(axis=0, out=g[f"b{i}"])
             d_below = None
             if i > 0:
                 d_below = d @ v[f"W{i}"].T
@@ -110,9 +113,20 @@ class MLP(Model):
                     d_below *= masks[i]
                 d_below *= pre[i - 1] > 0
             if apply is not None:
-                lo, hi = self.layer_span(i)
-                apply(lo, hi, grad[:hi - lo])
+                self._apply_blocks(i, acts[i], d, grad, apply)
             if d_below is None:
                 break
             d = d_below
         return loss
+
+    def _apply_blocks(self, i: int, h: np.ndarray, d: np.ndarray, scratch: np.ndarray, apply) -> None:
+        a, b = self.sizes[i], self.sizes[i + 1]
+        lo = self.layer_span(i)[0]
+        rows = self._block_rows(i)
+        for r0 in range(0, a, rows):
+            r1 = min(a, r0 + rows)
+            part = scratch[:(r1 - r0) * b]
+            np.matmul(h[:, r0:r1].T, d, out=part.reshape(r1 - r0, b))
+            apply(lo + r0 * b, lo + r1 * b, part)
+        d.sum(axis=0, out=scratch[:b])
+        apply(lo + a * b, lo + a * b + b, scratch[:b])

@@ -23,6 +23,9 @@ chosen among those free. At most MAX_OWED draws wait; a draw beyond that lapses 
 request that finds no free snapshot is answered as soon as one frees, if its deadline has not
 passed (else `answer_lapsed`). The counters `drawn` and `initiated`, and the agent's
 `exchanges_initiated_per_step`, show the rate that really ran beside the configured p.
+
+How long an exchange waits for the peer is per link: fixed, or adaptive from the transfer times
+that link has shown (protocol/deadlines.py).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from edgegossip.dataplane import wire
 from edgegossip.algorithms import elastic_gossip, gossip_pull, gossip_push
 from edgegossip.dataplane.sender import Snapshot
 from edgegossip.protocol.base import Context, Protocol
+from edgegossip.protocol.deadlines import Deadlines
 
 SETTLE_S = 0.5  # silence after the last chunk that ends waiting for the rest
 MAX_OWED = 8    # draws waiting for a free link or snapshot; a further draw lapses (counted)
@@ -47,6 +51,7 @@ class Pending:
     pre: Snapshot | None       # our snapshot (None for push receipts: they use x itself)
     deadline: float
     round: int | None = None   # the peer's round we apply; None until its reply shows up
+    started: float = 0.0
 
 
 class GossipProtocol(Protocol):
@@ -58,6 +63,12 @@ class GossipProtocol(Protocol):
         self.ids = sorted(ctx.peers)
         self.owed = 0                                 # draws not yet started
         self.owed_answers: dict[int, tuple[int, float]] = {}  # peer -> (its round, deadline)
+        cfg = ctx.cfg
+        self.deadlines = Deadlines(cfg.deadline, cfg.deadline_s, cfg.deadline_min_s,
+                                   cfg.deadline_max_s, SETTLE_S)
+
+    def _pending(self, peer: int, pre: Snapshot | None, now: float, rnd: int | None = None) -> None:
+        self.pending[peer] = Pending(peer, pre, now + self.deadlines.for_peer(peer), rnd, now)
 
     def _send_params(self, peer: int, snap: Snapshot, flags: int = 0) -> None:
         self.round += 1
@@ -105,7 +116,7 @@ class GossipProtocol(Protocol):
             ctx.sender.request(j, self.round)
         else:
             self._send_params(j, pre, wire.FLAG_REPLY)
-        self.pending[j] = Pending(j, pre, now + ctx.cfg.deadline_s)
+        self._pending(j, pre, now)
         return True
 
     def _answer_owed(self, x: np.ndarray, now: float) -> None:
@@ -125,7 +136,7 @@ class GossipProtocol(Protocol):
         if pre is None:
             return False
         self._send_params(peer, pre)
-        self.pending[peer] = Pending(peer, pre, now + ctx.cfg.deadline_s, rnd)
+        self._pending(peer, pre, now, rnd)
         return True
 
     def _on_event(self, ev, x: np.ndarray, now: float) -> None:
@@ -134,7 +145,7 @@ class GossipProtocol(Protocol):
             return
         if ev.msg_type == wire.MsgType.REQUEST and self.kind == "gossip-pull":
             if not self._answer(ev.sender, ev.round, x, now):
-                self.owed_answers[ev.sender] = (ev.round, now + ctx.cfg.deadline_s)
+                self.owed_answers[ev.sender] = (ev.round, now + self.deadlines.for_peer(ev.sender))
             return
         if ev.msg_type != wire.MsgType.PARAMS:
             return
@@ -146,9 +157,9 @@ class GossipProtocol(Protocol):
             return
         if self.kind == "elastic-gossip" and ev.flags & wire.FLAG_REPLY and p is None:
             if not self._answer(ev.sender, ev.round, x, now):
-                self.owed_answers[ev.sender] = (ev.round, now + ctx.cfg.deadline_s)
+                self.owed_answers[ev.sender] = (ev.round, now + self.deadlines.for_peer(ev.sender))
         elif self.kind == "gossip-push" and p is None:
-            self.pending[ev.sender] = Pending(ev.sender, None, now + ctx.cfg.deadline_s, ev.round)
+            self._pending(ev.sender, None, now, ev.round)
 
     def after_step(self, x: np.ndarray, step: int) -> None:
         now = time.monotonic()
@@ -156,6 +167,7 @@ class GossipProtocol(Protocol):
             expired = now >= p.deadline
             if p.round is None:
                 if expired:
+                    self.deadlines.observe(peer, p.started, None, p.deadline, False)
                     self._finish(p)
                     self.ctx.exchanges["timed_out"] += 1
                 continue
@@ -164,6 +176,8 @@ class GossipProtocol(Protocol):
             # merged straight from the receive buffer: no copy of the model per exchange
             r, got = self.ctx.inbox.borrow(peer, wire.MsgType.PARAMS, p.round)
             self.record(r.mask if r is not None else None, got, self.ctx.plan.n_chunks)
+            self.deadlines.observe(peer, p.started, r.updated if r is not None else None, p.deadline,
+                                   got >= self.ctx.plan.n_chunks)
             if r is not None:
                 try:
                     ce = self.ctx.plan.chunk_elems

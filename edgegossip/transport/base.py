@@ -92,19 +92,3 @@ class ReceiveThread:
     def stop(self, timeout: float = 2.0) -> None:
         self.stop_event.set()
         self._thread.join(timeout)
-
-
-def resolve(host: str, port: int, timeout_s: float = 30.0) -> str:
-    """An IPv4 address for a peer's host name, resolved once (the batched send path takes
-    addresses only, and a lookup per datagram would cost more than the send). Retries while the
-    name is not yet known: in a compose network or on a LAN with mDNS, peers appear over seconds."""
-    import socket
-    import time
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_DGRAM)[0][4][0]
-        except socket.gaierror as e:
-            if time.monotonic() >= deadline:
-                raise OSError(f"cannot resolve peer host {host!r}: {e.strerror}") from None
-            time.sleep(0.5)
