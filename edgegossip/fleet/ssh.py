@@ -50,7 +50,10 @@ class Ssh:
 
     def close(self) -> None:
         """End the shared connection (it would otherwise linger ControlPersist seconds)."""
-        subprocess.run(self.base + ["-O", "exit", self.target], capture_output=True, timeout=10)
+        try:
+            subprocess.run(self.base + ["-O", "exit", self.target], capture_output=True, timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
 
     def _timeout(self, timeout: float) -> float:
         if self.deadline is None:
@@ -68,6 +71,9 @@ class Ssh:
                                timeout=self._timeout(timeout), stdin=None if input is not None
                                else subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
+            # the shared connection may be left mid-session, and every later command would then
+            # fail through it without a word: end it, the next command opens a fresh one
+            self.close()
             raise SshError(f"timed out after {timeout:g} s") from None
         if p.returncode == 255:
             raise SshError(unreachable_reason(p.stderr.decode(errors="replace")))

@@ -100,7 +100,10 @@ def _wait_ssh(fleet, device, deadline: float) -> None:
         try:
             with socket.create_connection((device.address, device.port), timeout=1):
                 pass
-            Ssh(fleet, device).run("systemctl is-system-running --wait >/dev/null 2>&1; true", timeout=60)
+            # bounded on the device: a boot job that hangs (network-online can wait 2 min) must
+            # not leave a killed ssh client behind, nor keep the lab from coming up
+            Ssh(fleet, device).run("timeout 45 systemctl is-system-running --wait >/dev/null 2>&1; true",
+                                   timeout=60)
             return
         except (OSError, SshError) as e:
             last = str(e)
