@@ -100,6 +100,8 @@ class Agent:
         self.rng = np.random.default_rng([cfg.seed, cfg.id, 7])
         self.inbox: Inbox | None = None
         self._replay = np.zeros((0, 3), np.int64)  # the inbox's replay marks, as checkpointed
+        self._ctx: Context | None = None
+        self._push_weight = 1.0  # gossip-push's push-sum weight, as checkpointed
         checkpoint.clean(self.out)
         self.resumed = self._resume()
         self.keys = self.link_keys() if cfg.algorithm not in ("local", "allreduce") else None
@@ -114,14 +116,16 @@ class Agent:
         np.copyto(self.opt.v, state["momentum"])
         self.step = int(state["step"])
         self._replay = state.get("replay", self._replay)
+        self._push_weight = float(state.get("push_weight", 1.0))
         self.rng = np.random.default_rng([self.cfg.seed, self.cfg.id, 7, self.step])
         log.info("resumed from step %d", self.step)
         return True
 
     def save(self) -> None:
         replay = self.inbox.replay_state() if self.inbox is not None else self._replay
+        weight = self._ctx.push_weight if self._ctx is not None else self._push_weight
         checkpoint.save(self.out, params=self.x, momentum=self.opt.v, step=self.step,
-                        replay=replay)
+                        replay=replay, push_weight=np.array(weight))
 
     def install_signal_handlers(self) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -213,7 +217,8 @@ class Agent:
         # answer (Elastic Gossip), or RPS's REDUCE and GATHER
         snapshots = Snapshots(self.plan.n_params, 2) if sender is not None else None
         ctx = Context(cfg, self.plan, inbox, sender, peers, self.rng, snapshots,
-                      stop=self.stop_event)
+                      stop=self.stop_event, push_weight=self._push_weight)
+        self._ctx = ctx
         protocol = make_protocol(ctx)
         controls = Controls(lambda: self.status(ctx, inbox, controls), self.stop_event)
         control = self._open_control(controls)
@@ -287,6 +292,11 @@ class Agent:
                        send_skipped=ctx.snapshots.skipped, send_unresolved=sender.peers.skipped)
             if hasattr(protocol, "deadlines"):
                 rec["deadline_s_by_link"] = protocol.deadlines.snapshot()
+            if self.cfg.algorithm == "gossip-push":
+                # weight on its way in: receipts announced but not merged yet
+                pending = sum(p.weight for p in getattr(protocol, "pending", {}).values())
+                rec.update(push_weight=round(ctx.push_weight, 6),
+                           push_weight_pending=round(pending, 6))
         else:
             sent = getattr(protocol, "bytes_sent", 0)
             rec.update(bytes_sent=sent, datagrams_sent=0, bytes_received=sent,

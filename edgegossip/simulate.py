@@ -88,6 +88,25 @@ class _Net:
         self.datagrams_sent += 1
 
 
+class _Feed:
+    """One worker's batches: its shard in a fresh random order each pass, the tail that does
+    not fill a batch dropped (as a DataLoader with drop_last does)."""
+
+    def __init__(self, shard: np.ndarray, size: int, rng: np.random.Generator):
+        if len(shard) == 0:
+            raise ValueError("a worker's shard is empty: use fewer workers or another partition")
+        self.shard, self.size, self.rng = shard, size, rng
+        self.order, self.pos = rng.permutation(shard), 0
+
+    def next(self) -> np.ndarray:
+        if len(self.shard) < self.size:  # a shard smaller than one batch: draw with replacement
+            return self.rng.choice(self.shard, self.size)
+        if self.pos + self.size > len(self.order):
+            self.order, self.pos = self.rng.permutation(self.shard), 0
+        self.pos += self.size
+        return self.order[self.pos - self.size:self.pos]
+
+
 def _shards(cfg: SimConfig, labels: np.ndarray) -> list[np.ndarray]:
     if cfg.partition == "iid":
         return partition.iid(len(labels), cfg.workers, cfg.seed)
@@ -118,12 +137,15 @@ def simulate(cfg: SimConfig, data: Mnist,
     avg_grad = np.zeros(model.n_params, np.float32)
     rngs = [np.random.default_rng([cfg.seed, w]) for w in range(W)]
     net = _Net(plan, cfg.loss, W, np.random.default_rng([cfg.seed, 10_000]))
+    weights = [1.0] * W  # push-sum weights (gossip-push)
     pick_rng = np.random.default_rng([cfg.seed, 20_000])
     shards = _shards(cfg, data.y_train)
     per_worker = cfg.batch // W
-    steps_per_epoch = max(1, min(len(s) for s in shards) // per_worker)
+    # An epoch is one pass over the whole training set, summed over workers; with unequal
+    # (non-IID) shards a small shard is cycled more often, as a device with little data would.
+    steps_per_epoch = max(1, sum(len(s) for s in shards) // (per_worker * W))
     total = max(1, int(round(cfg.epochs * steps_per_epoch)))
-    orders = [rng.permutation(s) for rng, s in zip(rngs, shards)]
+    feeds = [_Feed(s, per_worker, rng) for s, rng in zip(shards, rngs)]
     whole = range(plan.n_chunks)
     allreduce_bytes = 0.0
     losses = np.zeros(W)
@@ -136,7 +158,9 @@ def simulate(cfg: SimConfig, data: Mnist,
                             else float(net.bytes_sent.mean()))
         return {
             **{k: v for k, v in asdict(cfg).items()
-               if k in ("algorithm", "model", "workers", "p", "alpha", "loss", "seed")},
+               if k in ("algorithm", "model", "workers", "p", "alpha", "loss", "seed", "partition")},
+            **({"beta": cfg.beta} if cfg.partition == "dirichlet" else {}),
+            **({"classes_per_worker": cfg.classes_per_worker} if cfg.partition == "classes" else {}),
             "epochs": round(steps / steps_per_epoch, 4),
             "steps": steps,
             "acc_worker0": model.accuracy(xs[0], data.x_test, data.y_test),
@@ -146,15 +170,12 @@ def simulate(cfg: SimConfig, data: Mnist,
             "datagrams_sent": net.datagrams_sent,
             "datagrams_lost": net.datagrams_lost,
             "elapsed_s": round(time.perf_counter() - t0, 1),
+            **({"push_weight_sum": round(sum(weights), 6)} if cfg.algorithm == "gossip-push" else {}),
         }
 
     for step in range(total):
-        pos = (step % steps_per_epoch) * per_worker
-        if step and pos == 0:
-            orders = [rng.permutation(s) for rng, s in zip(rngs, shards)]
         for w in range(W):
-            idx = orders[w][pos:pos + per_worker]
-            xb, yb = data.batch(idx)
+            xb, yb = data.batch(feeds[w].next())
             losses[w] = model.loss_grad(xs[w], grads[w], xb, yb, rngs[w])
 
         if cfg.algorithm == "allreduce":
@@ -180,9 +201,15 @@ def simulate(cfg: SimConfig, data: Mnist,
                         net.request(i)
                         gossip_pull.apply(xs[i], pres[i], pres[j], net.send(j, whole), ce)
             else:
+                given = {}
                 for i, j in enumerate(picks):
                     if j is not None:
-                        gossip_push.apply(xs[j], pres[i], net.send(i, whole), ce)
+                        given[i], weights[i] = gossip_push.give(weights[i])
+                for i, j in enumerate(picks):
+                    if j is not None:
+                        mask = net.send(i, whole)
+                        if mask.any():  # else the receiver never learns of it: s is lost
+                            weights[j] = gossip_push.apply(xs[j], pres[i], mask, ce, weights[j], given[i])
         else:
             for w in range(W):
                 opts[w].step(xs[w], grads[w])

@@ -43,7 +43,7 @@ cdef extern from "<openssl/hmac.h>" nogil:
 
 DEF HEADER_SIZE = 48
 DEF TAG_SIZE = 16
-DEF VERSION = 2
+DEF VERSION = 3
 DEF DTYPE_F32 = 1
 DEF FLAG_ENCRYPTED = 2
 DEF MAX_PAYLOAD = 65536
@@ -207,11 +207,12 @@ def frame_batch(Aead aead not None, const uint8_t[::1] model not None,
                 int msg_type, int flags, uint32_t fleet, uint16_t sender, uint16_t receiver,
                 uint16_t block, uint32_t session, uint32_t round,
                 Py_ssize_t first_chunk, Py_ssize_t stop_chunk, uint32_t n_chunks,
-                Py_ssize_t chunk_bytes, uint64_t seq0):
+                Py_ssize_t chunk_bytes, uint64_t seq0, uint16_t weight=0):
     """Frame chunks first_chunk.. of model (the flat vector's bytes) into rows, as many as fit
     in rows and below stop_chunk; row k gets sequence number seq0 + k and is sealed with `aead`
     (the link's key): the whole row is associated data, or with FLAG_ENCRYPTED in flags the
-    payload is encrypted. Returns how many."""
+    payload is encrypted; every row carries the push-sum `weight` (float16 bits). Returns how
+    many."""
     cdef Py_ssize_t plen = prefix.shape[0], mbytes = model.shape[0]
     cdef Py_ssize_t count = stop_chunk - first_chunk, k, off, n
     cdef bint encrypt = flags & FLAG_ENCRYPTED, ok = True
@@ -245,7 +246,7 @@ def frame_batch(Aead aead not None, const uint8_t[::1] model not None,
             _put16(h + 8, sender)
             _put16(h + 10, receiver)
             _put16(h + 12, block)
-            _put16(h + 14, 0)
+            _put16(h + 14, weight)
             _put32(h + 16, session)
             _put32(h + 20, round)
             _put32(h + 24, <uint32_t>(first_chunk + k))
@@ -285,7 +286,8 @@ cdef inline Py_ssize_t _steady(const uint8_t *d, Py_ssize_t n, const uint8_t *pr
     if (h[0] != VERSION or h[1] != msg_type or h[2] != DTYPE_F32 or length % 4
             or (h[3] & FLAG_ENCRYPTED) != flags
             or HEADER_SIZE + length + TAG_SIZE != n or _le32(h + 4) != fleet
-            or _le16(h + 8) != sender or _le16(h + 10) != me or _le16(h + 14) != 0
+            or _le16(h + 8) != sender or _le16(h + 10) != me or _le16(h + 14) & 0x8000
+            or _le16(h + 14) & 0x7C00 == 0x7C00
             or _le32(h + 16) != session or _le32(h + 20) != round
             or (blocks and _le16(h + 12) >= blocks)):
         return -1

@@ -54,10 +54,35 @@ def test_gossip_pull_initiator_moves_halfway_on_arrived_chunks():
     np.testing.assert_allclose(x, [1, 1, 3, 3])  # 1 - (2-6)/2 = 3
 
 
-def test_gossip_push_receiver_averages_arrived_chunks():
+def test_gossip_push_is_push_sum_and_order_does_not_matter():
+    # 0 (weight 1) receives 4 and 8, each sent with half of a weight of 1: the weighted mean
+    # (1*0 + 0.5*4 + 0.5*8) / 2 = 3 with weight 2, in either order; sum of w*x stays 12
+    all_in = np.array([1, 1], np.uint8)
+    ends = []
+    for order in ((4, 8), (8, 4)):
+        x, w = f32(0, 0, 0, 0), 1.0
+        for v in order:
+            s, kept = gossip_push.give(1.0)
+            assert (s, kept) == (0.5, 0.5)
+            w = gossip_push.apply(x, f32(v, v, v, v), all_in, 2, w, s)
+        ends.append((x.copy(), w))
+    for x, w in ends:
+        np.testing.assert_allclose(x, [3, 3, 3, 3])
+        assert w == 2.0
+        assert w * 3 + 0.5 * 4 + 0.5 * 8 == 0 + 4 + 8
+
+
+def test_gossip_push_lost_chunk_counts_as_the_receivers_own_value():
     x = f32(0, 0, 0, 0)
-    gossip_push.apply(x, f32(4, 4, 4, 4), np.array([1, 0], np.uint8), 2)
-    np.testing.assert_allclose(x, [2, 2, 0, 0])
+    w = gossip_push.apply(x, f32(4, 4, 4, 4), np.array([1, 0], np.uint8), 2, 1.0, 1.0)
+    np.testing.assert_allclose(x, [2, 2, 0, 0])  # chunk 0 averaged 1:1, chunk 1 kept
+    assert w == 2.0  # the weight arrived with the datagrams that did: none is lost
+
+
+def test_gossip_push_gives_exactly_what_float16_carries():
+    s, kept = gossip_push.give(1 / 3)
+    assert s == float(np.float16(1 / 6)) and s + kept == 1 / 3
+    assert gossip_push.give(0.0) == (0.0, 0.0)
 
 
 def test_rps_reduce_divides_by_copies_that_arrived():

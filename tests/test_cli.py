@@ -51,6 +51,8 @@ def test_simulate_every_algorithm_learns(mnist_data):
         out = _json(["simulate", "--algorithm", alg, "--model", "logreg", "--p", "1/4",
                      "--loss", "0.1", "--epochs", "0.1", "--json"])
         assert out["acc_worker0"] > 0.7, (alg, out)  # chance is 0.1
+        if alg == "gossip-push":  # push-sum: no weight is made or lost, even at 10% loss
+            assert out["push_weight_sum"] == 4.0, out
     eg = _json(["simulate", "--algorithm", "elastic-gossip", "--model", "logreg", "--p", "1/32",
                 "--epochs", "0.2", "--json"])
     ar = _json(["simulate", "--algorithm", "allreduce", "--model", "logreg", "--epochs", "0.2",

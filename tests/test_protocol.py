@@ -115,3 +115,58 @@ def test_a_draw_is_never_thrown_away():
         time.sleep(0.02)
     assert proto.owed == 0 and ex["initiated"] > started
     sender.close()
+
+
+class Direct(Transport):
+    """Hands every datagram straight to one inbox, as a lossless link would."""
+    name = "direct"
+
+    def __init__(self, inbox):
+        self.inbox = inbox
+
+    def bind(self, endpoint):
+        return endpoint
+
+    def send(self, peer, datagram):
+        self.inbox.ingest(memoryview(bytes(datagram))[1 + len(wire.DEFAULT_GROUP):])
+
+    def recv_loop(self, handler, drop, stop, fast=None):
+        stop.wait()
+
+    def close(self):
+        pass
+
+
+def test_gossip_push_agents_merge_by_push_sum_weights_over_the_wire():
+    """Two workers (values 4 and 8) push to a third (0): the weights travel in the headers and
+    the receiver ends at the weighted mean 3 with weight 2, the senders at weight 1/2 each."""
+    plan = ChunkPlan(7850, wire.default_chunk_bytes())
+    cfg = AgentConfig(id=0, listen="127.0.0.1:1", workers=3, algorithm="gossip-push", model="logreg",
+                      p=0.0, peers=(Peer(1, "127.0.0.1", 1001), Peer(2, "127.0.0.1", 1002)))
+    inbox = Inbox(plan, KEY, 1, me=0)
+    book = PeerBook({p.id: (p.host, p.port) for p in cfg.peers})
+    receiver = make_protocol(Context(cfg, plan, inbox, None, book, np.random.default_rng(0)))
+    pushers = []
+    for me, value in ((1, 4.0), (2, 8.0)):
+        c = AgentConfig(id=me, listen="127.0.0.1:1", workers=3, algorithm="gossip-push",
+                        model="logreg", p=1.0, peers=(Peer(0, "127.0.0.1", 1000),))
+        book_c = PeerBook({0: ("127.0.0.1", 1000)})
+        sender = Sender(Direct(inbox), Encoder(plan, KEY, 1, me), book_c)
+        ctx = Context(c, plan, Inbox(plan, KEY, 1, me=me), sender, book_c,
+                      np.random.default_rng(me), Snapshots(plan.n_params, 2))
+        proto = make_protocol(ctx)
+        proto.before_step(np.full(plan.n_params, value, np.float32), 0)
+        pushers.append((ctx, sender))
+    for ctx, sender in pushers:
+        end = time.monotonic() + 10
+        while sender.busy and time.monotonic() < end:
+            time.sleep(0.01)
+        sender.close()
+        assert ctx.push_weight == 0.5 and ctx.exchanges["initiated"] == 1
+    x = np.zeros(plan.n_params, np.float32)
+    receiver.before_step(x, 0)   # learns of both messages and their weights
+    receiver.after_step(x, 1)    # both complete: merged
+    assert not receiver.pending
+    np.testing.assert_allclose(x, 3.0, rtol=1e-6)
+    assert receiver.ctx.push_weight == 2.0
+    assert receiver.ctx.exchanges["completed"] == 2

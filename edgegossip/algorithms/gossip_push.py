@@ -1,11 +1,28 @@
-"""Gossiping SGD, push variant (Jin et al. 2016, arXiv 1611.04581).
+"""Gossiping SGD, push variant (Jin et al. 2016, arXiv 1611.04581), as push-sum gossip (Kempe et
+al. 2003), the averaging the push variant rests on. The paper's own text could not be consulted
+here, so this is push-sum as Kempe et al. state it, kept in its de-biased form.
 
-With probability p worker i picks a peer j uniformly and sends it x_i. The receiver averages
-what arrived with its own parameters after its step:
+Every worker holds a weight w_i, 1 at the start, so the fleet's weights sum to W. With
+probability p per step, worker i picks a peer j uniformly, gives away half its weight and sends
+it with its pre-step parameters y:
 
-    x_j <- x_j - m_i * (x_j - x_i) / 2
+    s = w_i / 2 (rounded to float16, as the header carries it),   w_i <- w_i - s
 
-i does not move. A receiver pushed to by several workers applies them in turn.
+The receiver merges what arrived as a weighted mean, chunk by chunk (m is the chunk mask):
+
+    x_j <- x_j + m * s / (w_j + s) * (y - x_j),    w_j <- w_j + s
+
+So x_j is push-sum's ratio (sum of w x) / (sum of w), and messages that arrive in one step give
+the same result in any order: 0 (weight 1) receiving 4 and then 8, each sent with weight 1/2,
+ends at (1*0 + 0.5*4 + 0.5*8) / 2 = 3 with weight 2 either way, and the fleet's sum of w x, 12,
+is what the three held before. The optimizer steps x itself (the de-biased parameters).
+
+Lost datagrams: the weight is one number per worker, not one per chunk, so a chunk that did not
+arrive counts as the receiver's own value there (x_j unchanged in that chunk, w_j still grows by
+s). The fleet's weights then keep summing to W, and no weight drains away with every lost
+datagram; only a message of which nothing arrived (the receiver never learns of it) loses its s.
+The price: on a lost chunk, the merge depends on order (the receiver's value stands in for the
+sender's), so the rule is exact push-sum only where everything arrived.
 """
 
 from __future__ import annotations
@@ -15,9 +32,20 @@ import numpy as np
 from edgegossip import kernels
 from edgegossip.algorithms.elastic_gossip import choose_peers
 
-__all__ = ["choose_peers", "apply"]
+__all__ = ["choose_peers", "give", "apply"]
 
 
-def apply(x: np.ndarray, y: np.ndarray, mask: np.ndarray, chunk_elems: int) -> None:
-    """Receiver: x -= m * (x - y) / 2, i.e. the average where chunks arrived."""
-    kernels.elastic_pull(x, x, y, mask, chunk_elems, 0.5)
+def give(w: float) -> tuple[float, float]:
+    """Sender: (s, what it keeps). s is half of w rounded to float16, so that s is exactly what
+    the receiver reads and no weight is made or lost in rounding."""
+    s = float(np.float16(w / 2))
+    return s, w - s
+
+
+def apply(x: np.ndarray, y: np.ndarray, mask: np.ndarray, chunk_elems: int, w: float,
+          s: float) -> float:
+    """Receiver: merge y (arrived where mask is set), sent with weight s, into x, which has
+    weight w; returns x's new weight."""
+    if s > 0 and w + s > 0:
+        kernels.elastic_pull(x, x, y, mask, chunk_elems, s / (w + s))
+    return w + s

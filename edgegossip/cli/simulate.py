@@ -43,6 +43,10 @@ class Probability(click.ParamType):
 @click.option("--momentum", type=float, default=0.99, show_default=True)
 @click.option("--partition", type=click.Choice(["iid", "dirichlet", "classes"]), default="iid",
               show_default=True)
+@click.option("--beta", type=click.FloatRange(min=0, min_open=True), default=0.5, show_default=True,
+              help="Dirichlet concentration (--partition dirichlet): small gives few classes a worker.")
+@click.option("--classes-per-worker", type=click.IntRange(1, 10), default=2, show_default=True,
+              help="Classes each worker holds (--partition classes).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--eval-every", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Also evaluate every this many epochs and append the row to --history.")
@@ -50,7 +54,7 @@ class Probability(click.ParamType):
               help="JSON-lines file receiving one result row per --eval-every.")
 @click.option("--json", "as_json", is_flag=True)
 def simulate(algorithm, model, workers, p, alpha, loss, epochs, batch, lr, momentum, partition,
-             seed, eval_every, history, as_json) -> None:
+             beta, classes_per_worker, seed, eval_every, history, as_json) -> None:
     """Train W workers in one process; every datagram is lost with probability LOSS."""
     from edgegossip.data import mnist
     from edgegossip.simulate import SimConfig
@@ -58,7 +62,7 @@ def simulate(algorithm, model, workers, p, alpha, loss, epochs, batch, lr, momen
 
     cfg = SimConfig(algorithm=algorithm, model=model, workers=workers, p=p, alpha=alpha, loss=loss,
                     epochs=epochs, batch=batch, lr=lr, momentum=momentum, seed=seed,
-                    partition=partition)
+                    partition=partition, beta=beta, classes_per_worker=classes_per_worker)
     if (eval_every is None) != (history is None):
         fail("--eval-every and --history go together", exit_codes.USAGE)
     try:

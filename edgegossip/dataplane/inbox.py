@@ -32,7 +32,7 @@ except ImportError:  # built without OpenSSL headers: every datagram goes throug
     _wire_c = None
 
 DROP_REASONS = (
-    "truncated", "oversized", "bad_group", "bad_version", "bad_type", "bad_dtype", "wrong_fleet",
+    "truncated", "oversized", "bad_group", "bad_version", "bad_type", "bad_dtype", "bad_weight", "wrong_fleet",
     "wrong_receiver", "unknown_sender", "not_encrypted", "bad_tag", "old_session", "session_jump", "replayed",
     "stale", "seq_jump", "out_of_bounds", "non_finite", "old_round", "round_jump",
     "no_buffer", "collected",
@@ -67,6 +67,7 @@ class Event:
     round: int
     flags: int
     block: int
+    weight: float = 0.0  # push-sum weight the message carries (gossip-push)
 
 
 class Round:
@@ -402,7 +403,8 @@ class Inbox:
 
     def _event(self, h: wire.Header) -> None:
         with self._cond:
-            self._events.append(Event(h.sender, h.msg_type, h.round, h.flags, h.block))
+            self._events.append(Event(h.sender, h.msg_type, h.round, h.flags, h.block,
+                                     wire.weight_value(h.weight)))
             self._cond.notify_all()
 
     # -- agent thread --------------------------------------------------------------------------

@@ -65,14 +65,14 @@ class Encoder:
         return seq
 
     def _frame(self, msg_type: int, round: int, block: int, flags: int, chunk: int,
-               payload: memoryview, receiver: int = 0) -> memoryview:
+               payload: memoryview, receiver: int = 0, weight: int = 0) -> memoryview:
         p = len(self.prefix)
         n = len(payload)
         seq = self._next_seq(receiver)
         if self.encrypt:
             flags |= wire.FLAG_ENCRYPTED
         h = wire.Header(wire.VERSION, msg_type, wire.DTYPE_F32, flags, self.fleet, self.sender,
-                        receiver, block, 0, self.session, round, chunk, self.plan.n_chunks,
+                        receiver, block, weight, self.session, round, chunk, self.plan.n_chunks,
                         chunk * self.plan.chunk_bytes, n, seq)
         wire.pack_into(self._buf, p, h)
         body = p + wire.HEADER_SIZE
@@ -90,18 +90,19 @@ class Encoder:
         return self._view[:end + wire.TAG_SIZE]
 
     def chunks(self, vec: np.ndarray, msg_type: int, round: int, chunks: Iterable[int] | None = None,
-               block: int = 0, flags: int = 0, receiver: int = 0) -> Iterator[memoryview]:
+               block: int = 0, flags: int = 0, receiver: int = 0,
+               weight: int = 0) -> Iterator[memoryview]:
         """Framed datagrams of `vec` (the whole model, or the given chunk indices) for
         `receiver`, numbered in the sequence of that link."""
         raw = memoryview(vec.view(np.uint8))
         plan = self.plan
         for c in (range(plan.n_chunks) if chunks is None else chunks):
             start, stop = plan.chunk_range(c)
-            yield self._frame(msg_type, round, block, flags, c, raw[start:stop], receiver)
+            yield self._frame(msg_type, round, block, flags, c, raw[start:stop], receiver, weight)
 
     def batches(self, vec: np.ndarray, msg_type: int, round: int, chunks: Iterable[int] | None = None,
                 block: int = 0, flags: int = 0, receiver: int = 0,
-                batch: int = BATCH) -> Iterator[int]:
+                batch: int = BATCH, weight: int = 0) -> Iterator[int]:
         """Frame the same datagrams as chunks(), up to `batch` at a time, into self.rows (row i
         is self.lengths[i] bytes); yields how many rows hold the current batch. The caller sends
         them before asking for the next."""
@@ -120,14 +121,14 @@ class Encoder:
                 n = _wire_c.frame_batch(aead, raw, self.rows, self.lengths, self._prefix,
                                         msg_type, flags, self.fleet, self.sender, receiver, block,
                                         self.session, round, first, stop, plan.n_chunks,
-                                        plan.chunk_bytes, seq0)
+                                        plan.chunk_bytes, seq0, weight)
                 self._seq[receiver] = seq0 + n - 1
                 self.datagrams += n
                 self.bytes += int(self.lengths[:n].sum())
                 yield n
             return
         k = 0
-        for d in self.chunks(vec, msg_type, round, span, block, flags, receiver):
+        for d in self.chunks(vec, msg_type, round, span, block, flags, receiver, weight):
             self.rows[k, :len(d)] = d
             self.lengths[k] = len(d)
             k += 1

@@ -28,12 +28,12 @@ log = logging.getLogger(__name__)
 
 def send_vector(transport: Transport, encoder: Encoder, endpoint: Endpoint, receiver: int,
                 vec: np.ndarray, msg_type: int, round: int, chunks: range | None = None,
-                block: int = 0, flags: int = 0) -> None:
+                block: int = 0, flags: int = 0, weight: int = 0) -> None:
     """Frame vec (or its chunks) for worker `receiver` and send it to its endpoint, batched as
     the transport prefers."""
     size = len(encoder.prefix) + wire.HEADER_SIZE + encoder.plan.chunk_bytes + wire.TAG_SIZE
     batch = transport.batch_hint(size)
-    for n in encoder.batches(vec, msg_type, round, chunks, block, flags, receiver, batch):
+    for n in encoder.batches(vec, msg_type, round, chunks, block, flags, receiver, batch, weight):
         transport.send_batch(endpoint, encoder.rows, encoder.lengths, n)
 
 
@@ -96,6 +96,7 @@ class Job:
     chunks: range | None
     block: int
     flags: int
+    weight: int = 0  # push-sum weight, float16 bits (wire.weight_bits)
 
 
 class Sender:
@@ -109,15 +110,15 @@ class Sender:
         self.errors = 0
 
     def send(self, peer: int, snap: Snapshot, msg_type: int, round: int,
-             chunks: range | None = None, block: int = 0, flags: int = 0) -> None:
+             chunks: range | None = None, block: int = 0, flags: int = 0, weight: int = 0) -> None:
         """Queue snap's parameters (or their chunks) for peer; the snapshot is held until sent."""
-        self.broadcast([(peer, chunks, block)], snap, msg_type, round, flags)
+        self.broadcast([(peer, chunks, block)], snap, msg_type, round, flags, weight)
 
     def broadcast(self, targets: list[tuple[int, range | None, int]], snap: Snapshot,
-                  msg_type: int, round: int, flags: int = 0) -> None:
+                  msg_type: int, round: int, flags: int = 0, weight: int = 0) -> None:
         """Queue snap for every (peer, chunks, block) in targets."""
         for peer, chunks, block in targets:
-            self._jobs.put(Job(peer, snap.hold(), msg_type, round, chunks, block, flags))
+            self._jobs.put(Job(peer, snap.hold(), msg_type, round, chunks, block, flags, weight))
 
     def request(self, peer: int, round: int, flags: int = 0) -> None:
         self._jobs.put(Job(peer, None, -1, round, None, 0, flags))  # type: ignore[arg-type]
@@ -140,7 +141,7 @@ class Sender:
                     self.transport.send(endpoint, self.encoder.request(job.round, job.flags, job.peer))
                     continue
                 send_vector(self.transport, self.encoder, endpoint, job.peer, job.snap.vec,
-                            job.msg_type, job.round, job.chunks, job.block, job.flags)
+                            job.msg_type, job.round, job.chunks, job.block, job.flags, job.weight)
             except OSError as e:  # unreachable peer, interface gone: the datagrams are lost
                 self.errors += 1
                 log.debug("send to %s failed: %s", job.peer, e)

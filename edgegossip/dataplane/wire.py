@@ -4,7 +4,7 @@ A datagram on the wire is ``[1 byte group length][group bytes][body]``, the fram
 RADIO/DISH use over udp://, so a plain UDP socket and a DISH read the same bytes. The body is:
 
     offset size  field
-    0      1     version      protocol version, VERSION (2)
+    0      1     version      protocol version, VERSION (3)
     1      1     msg_type     PARAMS, REQUEST, REDUCE or GATHER (MsgType)
     2      1     dtype        DTYPE_F32 (1): little-endian IEEE float32 payload
     3      1     flags        FLAG_REPLY: the sender wants our parameters back (Elastic Gossip);
@@ -13,7 +13,9 @@ RADIO/DISH use over udp://, so a plain UDP socket and a DISH read the same bytes
     8      2     sender       worker id of the sender, 0 .. 65535
     10     2     receiver     worker id this datagram is for; any other receiver drops it
     12     2     block        block id (RPS server block; 0 for whole-model messages)
-    14     2     reserved     0 in version 2 (anything else: a later version, dropped)
+    14     2     weight       push-sum weight this message carries, IEEE float16 bits
+                              (gossip-push PARAMS; 0 in every other message). A weight that
+                              is negative, infinite or NaN is dropped as bad_weight
     16     4     session      the sender's incarnation, persisted and raised at every start
     20     4     round        the sender's model round (exchange number) within its session
     24     4     chunk_index  index of this chunk in the whole model, 0 .. chunk_count - 1
@@ -30,8 +32,9 @@ a receiver checks it before it trusts any field beyond the fleet, receiver and s
 across restarts of either end: that, the receiver field and the tag are what make a captured
 datagram useless anywhere but once, at the receiver it was meant for.
 
-Version 1 (40-byte header, HMAC-SHA256 tag, no receiver or session) and version 2 peers drop
-each other's datagrams as ``bad_version``: a fleet upgrades all its devices together.
+Versions differ on the wire and drop each other's datagrams as ``bad_version``: a fleet upgrades
+all its devices together. Version 1 had a 40-byte header, an HMAC-SHA256 tag and no receiver or
+session; version 2 had bytes 14-15 reserved (0), where version 3 carries the push-sum weight.
 """
 
 from __future__ import annotations
@@ -41,7 +44,9 @@ import struct
 from enum import IntEnum
 from typing import NamedTuple
 
-VERSION = 2
+import numpy as np
+
+VERSION = 3
 DTYPE_F32 = 1
 FLAG_REPLY = 0x01
 FLAG_ENCRYPTED = 0x02
@@ -70,7 +75,7 @@ class Header(NamedTuple):
     sender: int
     receiver: int
     block: int
-    reserved: int
+    weight: int          # float16 bits (weight_value)
     session: int
     round: int
     chunk_index: int
@@ -136,7 +141,7 @@ def unpack(body: bytes | memoryview) -> Header:
     if n < HEADER_SIZE + TAG_SIZE:
         raise WireError("truncated")
     h = _make_header(HEADER.unpack_from(body, 0))
-    if h.version != VERSION or h.reserved:
+    if h.version != VERSION:
         raise WireError("bad_version")
     if HEADER_SIZE + h.length + TAG_SIZE != n:
         raise WireError("truncated")
@@ -144,7 +149,22 @@ def unpack(body: bytes | memoryview) -> Header:
         raise WireError("bad_type")
     if h.dtype != DTYPE_F32 or h.length % 4:
         raise WireError("bad_dtype")
+    if h.weight & 0x8000 or h.weight & 0x7C00 == 0x7C00:
+        raise WireError("bad_weight")
     return h
+
+
+def weight_bits(w: float) -> tuple[int, float]:
+    """A push-sum weight as the header carries it: (float16 bits, the value they stand for).
+    The value is what the sender must give away, so no weight is created or lost in rounding."""
+    v = np.float16(w)
+    if not np.isfinite(v) or v < 0:
+        raise ValueError(f"weight {w} cannot be sent")
+    return int(v.view(np.uint16)), float(v)
+
+
+def weight_value(bits: int) -> float:
+    return float(np.uint16(bits).view(np.float16))
 
 
 def nonce(h: Header) -> bytes:

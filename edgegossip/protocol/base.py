@@ -27,6 +27,7 @@ class Context:
     snapshots: Snapshots | None = None   # the parameter copies the protocol and sender share
     exchanges: Counter = field(default_factory=Counter)  # completed / partial / timed_out / skipped
     stop: threading.Event = field(default_factory=threading.Event)  # set by SIGTERM / SIGINT
+    push_weight: float = 1.0  # this worker's push-sum weight (gossip-push), checkpointed
 
 
 class Stopped(Exception):

@@ -9,7 +9,10 @@ peer, not by round:
   snapshots its own pre-step x_j, sends it back, and waits for i's round. Each side applies
   x <- x - alpha * m * (pre - y) once the other's round is complete, silent, or past deadline.
 - gossip-pull: i sends a REQUEST; j answers with its parameters; i applies x <- x - m (pre - y)/2.
-- gossip-push: i sends its parameters; j applies x <- x - m (x - y)/2 when they are in.
+- gossip-push: i gives away half its push-sum weight and sends it with its parameters; j merges
+  them as a weighted mean when they are in (algorithms/gossip_push.py). The weight travels in
+  every datagram's header; a later round from the same sender that finds the earlier one still
+  pending is not merged, and its weight is taken as if it carried our own value.
 
 Between snapshot and application the worker keeps training, so the elastic force is computed
 from the snapshot, as the rule's pre-step term, and applied a few steps later: the price of no
@@ -52,6 +55,7 @@ class Pending:
     deadline: float
     round: int | None = None   # the peer's round we apply; None until its reply shows up
     started: float = 0.0
+    weight: float = 0.0        # the push-sum weight a push receipt carries
 
 
 class GossipProtocol(Protocol):
@@ -70,18 +74,21 @@ class GossipProtocol(Protocol):
     def _pending(self, peer: int, pre: Snapshot | None, now: float, rnd: int | None = None) -> None:
         self.pending[peer] = Pending(peer, pre, now + self.deadlines.for_peer(peer), rnd, now)
 
-    def _send_params(self, peer: int, snap: Snapshot, flags: int = 0) -> None:
+    def _send_params(self, peer: int, snap: Snapshot, flags: int = 0, weight: int = 0) -> None:
         self.round += 1
-        self.ctx.sender.send(peer, snap, wire.MsgType.PARAMS, self.round, flags=flags)
+        self.ctx.sender.send(peer, snap, wire.MsgType.PARAMS, self.round, flags=flags,
+                             weight=weight)
 
-    def _send_now(self, peer: int, x: np.ndarray, count_skip: bool = True) -> bool:
+    def _send_now(self, peer: int, x: np.ndarray, push: bool = False) -> bool:
         """Send a copy of x and keep nothing (push, and answers to pull requests)."""
         snap = self.ctx.snapshots.take(x)
         if snap is None:
-            if count_skip:
-                self.ctx.exchanges["skipped"] += 1
             return False
-        self._send_params(peer, snap)
+        bits = 0
+        if push:
+            s, self.ctx.push_weight = gossip_push.give(self.ctx.push_weight)
+            bits = wire.weight_bits(s)[0]
+        self._send_params(peer, snap, weight=bits)
         snap.release()
         return True
 
@@ -107,7 +114,7 @@ class GossipProtocol(Protocol):
         """Start an exchange with j; False (nothing sent) when no snapshot is free."""
         ctx = self.ctx
         if self.kind == "gossip-push":
-            return self._send_now(j, x, count_skip=False)
+            return self._send_now(j, x, push=True)
         pre = ctx.snapshots.take(x)
         if pre is None:
             return False
@@ -131,7 +138,7 @@ class GossipProtocol(Protocol):
     def _answer(self, peer: int, rnd: int, x: np.ndarray, now: float) -> bool:
         ctx = self.ctx
         if self.kind == "gossip-pull":
-            return self._send_now(peer, x, count_skip=False)
+            return self._send_now(peer, x)
         pre = ctx.snapshots.take(x)
         if pre is None:
             return False
@@ -158,8 +165,12 @@ class GossipProtocol(Protocol):
         if self.kind == "elastic-gossip" and ev.flags & wire.FLAG_REPLY and p is None:
             if not self._answer(ev.sender, ev.round, x, now):
                 self.owed_answers[ev.sender] = (ev.round, now + self.deadlines.for_peer(ev.sender))
-        elif self.kind == "gossip-push" and p is None:
-            self._pending(ev.sender, None, now, ev.round)
+        elif self.kind == "gossip-push":
+            if p is None:
+                self._pending(ev.sender, None, now, ev.round)
+                self.pending[ev.sender].weight = ev.weight
+            else:
+                self.ctx.push_weight += ev.weight
 
     def after_step(self, x: np.ndarray, step: int) -> None:
         now = time.monotonic()
@@ -186,9 +197,12 @@ class GossipProtocol(Protocol):
                     elif self.kind == "gossip-pull":
                         gossip_pull.apply(x, p.pre.vec, r.buf, r.mask, ce)
                     else:
-                        gossip_push.apply(x, r.buf, r.mask, ce)
+                        self.ctx.push_weight = gossip_push.apply(
+                            x, r.buf, r.mask, ce, self.ctx.push_weight, p.weight)
                 finally:
                     self.ctx.inbox.give_back(r)
+            elif self.kind == "gossip-push":
+                self.ctx.push_weight += p.weight  # nothing kept (no buffer): as our own value
             self._finish(p)
 
     def _finish(self, p: Pending) -> None:
