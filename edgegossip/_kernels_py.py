@@ -94,3 +94,83 @@ def nesterov_step(x, v, g, lr: float, mu: float) -> None:
     v *= np.float32(mu)
     v += g
     x -= np.float32(lr) * (g + np.float32(mu) * v)
+
+
+# -- payload codecs (see native/_kernels_c.pyx): float16, bfloat16, int8 with a scale a chunk --
+
+F16_MAX = np.float32(65504.0)
+
+
+def f16_encode(x, out) -> None:
+    """out (2 bytes an element, little-endian) = x as IEEE float16, saturated at +-65504."""
+    n = x.shape[0]
+    if out.shape[0] < 2 * n:
+        raise ValueError("out is shorter than 2 bytes an element")
+    out[:2 * n] = np.clip(x, -F16_MAX, F16_MAX).astype("<f2").view(np.uint8)
+
+
+def f16_decode(p, out) -> None:
+    """out = the float16 values in p (2 bytes an element)."""
+    n = out.shape[0]
+    if len(p) < 2 * n:
+        raise ValueError("payload is shorter than 2 bytes an element")
+    out[:] = np.frombuffer(p, "<f2", n)
+
+
+def bf16_encode(x, out) -> None:
+    """out (2 bytes an element) = x as bfloat16: the top 16 bits of float32, rounded."""
+    n = x.shape[0]
+    if out.shape[0] < 2 * n:
+        raise ValueError("out is shorter than 2 bytes an element")
+    u = np.ascontiguousarray(x, np.float32).view(np.uint32)
+    nan = (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
+    r = np.where(nan, u | np.uint32(0x400000),
+                 u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1)))
+    out[:2 * n] = (r >> np.uint32(16)).astype("<u2").view(np.uint8)
+
+
+def bf16_decode(p, out) -> None:
+    """out = the bfloat16 values in p (2 bytes an element)."""
+    n = out.shape[0]
+    if len(p) < 2 * n:
+        raise ValueError("payload is shorter than 2 bytes an element")
+    out.view(np.uint32)[:] = np.frombuffer(p, "<u2", n).astype(np.uint32) << np.uint32(16)
+
+
+def i8_encode(x, out, chunk: int) -> None:
+    """Per chunk of x (chunk elements, the last may be short): a float32 scale = max|x| / 127,
+    then each element as round(x / scale) in int8, so out holds n + 4 * chunks bytes. A chunk
+    holding NaN or Inf gets a NaN scale (receivers drop it) and zeros."""
+    if chunk <= 0:
+        raise ValueError("chunk must be positive")
+    n = x.shape[0]
+    nchunks = -(-n // chunk)
+    if out.shape[0] < n + 4 * nchunks:
+        raise ValueError("out is shorter than the encoded chunks")
+    for c in range(nchunks):
+        v = x[c * chunk:(c + 1) * chunk]
+        o = c * chunk + 4 * c
+        if not np.isfinite(v).all():
+            scale, q = np.float32(np.nan), np.zeros(len(v), np.int8)
+        else:
+            scale = np.abs(v).max() / np.float32(127) if len(v) else np.float32(0)
+            q = (np.zeros(len(v), np.int8) if scale == 0
+                 else np.clip(np.rint(v / scale), -127, 127).astype(np.int8))
+        out[o:o + 4] = np.array([scale], "<f4").view(np.uint8)
+        out[o + 4:o + 4 + len(v)] = q.view(np.uint8)
+
+
+def i8_decode(p, out, chunk: int) -> None:
+    """out = scale * q, chunk by chunk, from what i8_encode wrote."""
+    if chunk <= 0:
+        raise ValueError("chunk must be positive")
+    n = out.shape[0]
+    nchunks = -(-n // chunk)
+    if len(p) < n + 4 * nchunks:
+        raise ValueError("payload is shorter than the encoded chunks")
+    raw = np.frombuffer(p, np.uint8)
+    for c in range(nchunks):
+        m = min(chunk, n - c * chunk)
+        o = c * chunk + 4 * c
+        scale = raw[o:o + 4].view("<f4")[0]
+        out[c * chunk:c * chunk + m] = raw[o + 4:o + 4 + m].view(np.int8).astype(np.float32) * scale

@@ -16,7 +16,7 @@ import numpy as np
 from edgegossip import __version__, checkpoint
 from edgegossip import config as config_io
 from edgegossip.dataplane import wire
-from edgegossip.dataplane.chunking import ChunkPlan
+from edgegossip.dataplane import payload
 from edgegossip.config import AgentConfig, ConfigError
 from edgegossip.control.server import Controls
 from edgegossip.data import device
@@ -76,7 +76,8 @@ class Agent:
         self.stop_event = threading.Event()
         self.data = data if data is not None else load_data(cfg)
         self.model = make_model(cfg.model, cfg.seed, cfg.inputs, cfg.classes)
-        self.plan = ChunkPlan(self.model.n_params, cfg.chunk_bytes)
+        self.codec = payload.codec(cfg.payload)
+        self.plan = self.codec.plan(self.model.n_params, cfg.chunk_bytes)
         self.shard = Shard(cfg, self.data)
         self.x = self.model.init(cfg.seed)  # one shared initialisation across the fleet
         self.opt = NesterovSGD(self.model.n_params, cfg.lr, cfg.momentum)
@@ -198,7 +199,7 @@ class Agent:
                                    # gossip: an exchange we started and one we answer at a time;
                                    # memory for those, not for every peer
                                    receive_buffers=0 if cfg.algorithm == "rps" else 2,
-                                   stale_s=cfg.deadline_s)
+                                   stale_s=cfg.deadline_s, codec=self.codec)
         inbox.restore_replay(self._replay)
         handler, fast = inbox.ingest, inbox.fast
         if cfg.inject_loss:  # every datagram must meet the injected loss: no fast path
@@ -206,7 +207,7 @@ class Agent:
             fast = None
         receiver = ReceiveThread(transport, handler, inbox.counter.drop, fast).start()
         sender = Sender(transport, Encoder(self.plan, keys, cfg.fleet, cfg.id, session=session,
-                                           encrypt=cfg.encrypt), peers)
+                                           encrypt=cfg.encrypt, codec=self.codec), peers)
         return transport, receiver, (inbox, sender), peers
 
     def run(self) -> dict:

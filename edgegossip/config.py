@@ -4,7 +4,7 @@ errors that name the bad key.
     [agent]    id, fleet, key, keys, listen, peers ("ID@HOST:PORT"), output
     [train]    algorithm, model, workers, partition, seed, batch, lr, momentum, p, alpha,
                max_steps, duration_s, eval_every, eval_examples, checkpoint_every, rps_period
-    [net]      transport, chunk_bytes, rate_mbps, deadline_s, deadline, deadline_min_s,
+    [net]      transport, chunk_bytes, payload, rate_mbps, deadline_s, deadline, deadline_min_s,
                deadline_max_s, inject_loss, gso, encrypt
     [data]     source ("mnist" or "file"), path, label_column, eval_fraction (data/device.py)
     [control]  endpoint (HOST:PORT, empty: no control socket), server_key, client_keys
@@ -65,7 +65,8 @@ class AgentConfig:
     classes: int = 10                        # labels 0 .. classes - 1
     # [net]
     transport: str = "udp"                   # udp | zmq (allreduce always uses ZeroMQ TCP)
-    chunk_bytes: int = field(default_factory=wire.default_chunk_bytes)
+    chunk_bytes: int = field(default_factory=wire.default_chunk_bytes)  # payload bytes a datagram
+    payload: str = "float32"                 # float32 | float16 | bfloat16 | int8 (dataplane/payload.py)
     rate_mbps: float = 20.0                  # send pacing, megabits per second
     deadline_s: float = 10.0                 # an exchange gives up on missing chunks after this
     deadline: str = "fixed"                  # fixed | adaptive: per link, from its transfer times
@@ -94,7 +95,7 @@ SECTIONS = {
     "train": ("algorithm", "model", "backend", "workers", "partition", "seed", "batch", "lr", "momentum", "p",
               "alpha", "max_steps", "duration_s", "eval_every", "eval_examples",
               "checkpoint_every", "rps_period", "inputs", "classes"),
-    "net": ("transport", "chunk_bytes", "rate_mbps", "deadline_s", "deadline", "deadline_min_s",
+    "net": ("transport", "chunk_bytes", "payload", "rate_mbps", "deadline_s", "deadline", "deadline_min_s",
             "deadline_max_s", "inject_loss", "gso", "encrypt"),
     "data": ("source", "path", "label_column", "eval_fraction"),
     "control": ("endpoint", "server_key", "client_keys"),
@@ -185,6 +186,8 @@ def validate(c: AgentConfig) -> None:
     need(c.rate_mbps > 0, "net.rate_mbps", "must be positive")
     need(c.deadline_s > 0, "net.deadline_s", "must be positive")
     need(c.deadline in ("fixed", "adaptive"), "net.deadline", "must be fixed or adaptive")
+    need(c.payload in ("float32", "float16", "bfloat16", "int8"), "net.payload",
+         "must be float32, float16, bfloat16 or int8")
     need(0 < c.deadline_min_s <= c.deadline_max_s, "net.deadline_min_s",
          "must be positive and at most net.deadline_max_s")
     need(0 <= c.inject_loss < 1, "net.inject_loss", "must be in [0, 1)")

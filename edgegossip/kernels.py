@@ -22,7 +22,8 @@ else:
         IMPLEMENTATION = "numpy"
 
 NAMES = ("elastic_pull", "masked_copy", "masked_accumulate", "masked_average",
-         "scatter_chunk", "all_finite", "nesterov_step")
+         "scatter_chunk", "all_finite", "nesterov_step", "f16_encode", "f16_decode",
+         "bf16_encode", "bf16_decode", "i8_encode", "i8_decode")
 
 elastic_pull = _impl.elastic_pull
 masked_copy = _impl.masked_copy
@@ -31,3 +32,9 @@ masked_average = _impl.masked_average
 scatter_chunk = _impl.scatter_chunk
 all_finite = _impl.all_finite
 nesterov_step = _impl.nesterov_step
+f16_encode = _impl.f16_encode
+f16_decode = _impl.f16_decode
+bf16_encode = _impl.bf16_encode
+bf16_decode = _impl.bf16_decode
+i8_encode = _impl.i8_encode
+i8_decode = _impl.i8_decode

@@ -4,8 +4,11 @@ datagram (one chunk of a message) lost independently with probability `loss`.
 One step: every worker draws a batch of batch/W examples from its own shard and computes its
 gradient; communicating workers snapshot their pre-step parameters; every worker takes its
 optimizer step (all-reduce first averages the gradients); then the algorithm's exchanges are
-applied with masks drawn from the loss model. Bytes are counted as datagrams on the wire
-(payload plus framing) for the UDP algorithms and as a ring all-reduce for the baseline.
+applied with masks drawn from the loss model. With a compressed payload (dataplane/payload.py)
+a receiver gets the sender's parameters encoded and decoded again, and chunks hold as many
+elements as fit a datagram in that encoding. Bytes are counted as datagrams on the wire
+(encoded payload plus framing) for the UDP algorithms and as a float32 ring all-reduce for the
+baseline (its transport is reliable TCP; the payload setting does not apply to it).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from edgegossip.dataplane import wire
+from edgegossip.dataplane import payload, wire
 from edgegossip.algorithms import allreduce, elastic_gossip, gossip_pull, gossip_push, rps
 from edgegossip.algorithms import NAMES as ALGORITHMS
 from edgegossip.dataplane.chunking import ChunkPlan
@@ -43,6 +46,7 @@ class SimConfig:
     partition: str = "iid"              # iid | dirichlet | classes
     beta: float = 0.5                   # Dirichlet concentration (partition=dirichlet)
     classes_per_worker: int = 2         # partition=classes
+    payload: str = "float32"            # float32 | float16 | bfloat16 | int8 (payload.py)
 
     def check(self) -> None:
         if self.algorithm not in ALGORITHMS:
@@ -57,14 +61,16 @@ class SimConfig:
             raise ValueError("batch must be at least the number of workers")
         if self.epochs <= 0:
             raise ValueError("epochs must be positive")
+        payload.codec(self.payload).plan(1, self.chunk_bytes)
 
 
 class _Net:
     """The loss model and the traffic counters."""
 
-    def __init__(self, plan: ChunkPlan, loss: float, workers: int, rng: np.random.Generator):
-        self.plan, self.loss, self.rng = plan, loss, rng
-        self.overhead = wire.framing_overhead()
+    def __init__(self, plan: ChunkPlan, loss: float, workers: int, rng: np.random.Generator,
+                 codec: payload.Codec):
+        self.plan, self.loss, self.rng, self.codec = plan, loss, rng, codec
+        self.overhead = wire.framing_overhead() + codec.prefix
         self.bytes_sent = np.zeros(workers)
         self.datagrams_sent = 0
         self.datagrams_lost = 0
@@ -76,7 +82,7 @@ class _Net:
         arrived = self.rng.random(n) >= self.loss if self.loss else np.ones(n, bool)
         mask[chunks.start:chunks.stop] = arrived
         a, b = self.plan.elem_range(chunks)
-        self.bytes_sent[sender] += 4 * (b - a) + n * self.overhead
+        self.bytes_sent[sender] += self.codec.itemsize * (b - a) + n * self.overhead
         self.datagrams_sent += n
         self.datagrams_lost += n - int(arrived.sum())
         return mask
@@ -84,7 +90,7 @@ class _Net:
 
     def request(self, sender: int) -> None:
         """A payload-less REQUEST datagram (Gossiping SGD pull); its loss is not modelled."""
-        self.bytes_sent[sender] += self.overhead
+        self.bytes_sent[sender] += self.overhead - self.codec.prefix
         self.datagrams_sent += 1
 
 
@@ -127,16 +133,20 @@ def simulate(cfg: SimConfig, data: Mnist,
     cfg.check()
     W = cfg.workers
     model = make_model(cfg.model, cfg.seed)
-    plan = ChunkPlan(model.n_params, cfg.chunk_bytes)
+    codec = payload.codec(cfg.payload)
+    plan = codec.plan(model.n_params, cfg.chunk_bytes)
     ce = plan.chunk_elems
+    wire_copy = payload.Roundtrip(codec, model.n_params, ce)
     init = model.init(cfg.seed)
     xs = [init.copy() for _ in range(W)]  # one shared initialisation, as in the reference runs
     opts = [NesterovSGD(model.n_params, cfg.lr, cfg.momentum) for _ in range(W)]
     grads = [np.zeros(model.n_params, np.float32) for _ in range(W)]
     pres = [np.empty(model.n_params, np.float32) for _ in range(W)]
+    # what a peer receives of pres[w]: pres[w] itself, or its encoded and decoded copy
+    sent = pres if codec.name == "float32" else [np.empty(model.n_params, np.float32) for _ in range(W)]
     avg_grad = np.zeros(model.n_params, np.float32)
     rngs = [np.random.default_rng([cfg.seed, w]) for w in range(W)]
-    net = _Net(plan, cfg.loss, W, np.random.default_rng([cfg.seed, 10_000]))
+    net = _Net(plan, cfg.loss, W, np.random.default_rng([cfg.seed, 10_000]), codec)
     weights = [1.0] * W  # push-sum weights (gossip-push)
     pick_rng = np.random.default_rng([cfg.seed, 20_000])
     shards = _shards(cfg, data.y_train)
@@ -158,7 +168,8 @@ def simulate(cfg: SimConfig, data: Mnist,
                             else float(net.bytes_sent.mean()))
         return {
             **{k: v for k, v in asdict(cfg).items()
-               if k in ("algorithm", "model", "workers", "p", "alpha", "loss", "seed", "partition")},
+               if k in ("algorithm", "model", "workers", "p", "alpha", "loss", "seed", "partition",
+                        "payload")},
             **({"beta": cfg.beta} if cfg.partition == "dirichlet" else {}),
             **({"classes_per_worker": cfg.classes_per_worker} if cfg.partition == "classes" else {}),
             "epochs": round(steps / steps_per_epoch, 4),
@@ -188,18 +199,20 @@ def simulate(cfg: SimConfig, data: Mnist,
             involved = {w for w, p in enumerate(picks) if p is not None} | {p for p in picks if p is not None}
             for w in involved:
                 np.copyto(pres[w], xs[w])
+                if sent is not pres:
+                    wire_copy(pres[w], sent[w])
             for w in range(W):
                 opts[w].step(xs[w], grads[w])
             if cfg.algorithm == "elastic-gossip":
                 sets = elastic_gossip.exchange_sets(picks)
                 for i in range(W):
-                    received = [(pres[j], net.send(j, whole)) for j in sorted(sets[i])]
+                    received = [(sent[j], net.send(j, whole)) for j in sorted(sets[i])]
                     elastic_gossip.apply(xs[i], pres[i], received, cfg.alpha, ce)
             elif cfg.algorithm == "gossip-pull":
                 for i, j in enumerate(picks):
                     if j is not None:
                         net.request(i)
-                        gossip_pull.apply(xs[i], pres[i], pres[j], net.send(j, whole), ce)
+                        gossip_pull.apply(xs[i], pres[i], sent[j], net.send(j, whole), ce)
             else:
                 given = {}
                 for i, j in enumerate(picks):
@@ -209,12 +222,12 @@ def simulate(cfg: SimConfig, data: Mnist,
                     if j is not None:
                         mask = net.send(i, whole)
                         if mask.any():  # else the receiver never learns of it: s is lost
-                            weights[j] = gossip_push.apply(xs[j], pres[i], mask, ce, weights[j], given[i])
+                            weights[j] = gossip_push.apply(xs[j], sent[i], mask, ce, weights[j], given[i])
         else:
             for w in range(W):
                 opts[w].step(xs[w], grads[w])
             if cfg.algorithm == "rps":
-                _rps_round(xs, plan, net, W)
+                _rps_round(xs, plan, net, W, wire_copy)
 
         if progress is not None:
             progress(step + 1, total, {"loss": float(losses.mean()), "epoch": (step + 1) / steps_per_epoch})
@@ -224,8 +237,10 @@ def simulate(cfg: SimConfig, data: Mnist,
     return result(total)
 
 
-def _rps_round(xs: list[np.ndarray], plan: ChunkPlan, net: _Net, W: int) -> None:
+def _rps_round(xs: list[np.ndarray], plan: ChunkPlan, net: _Net, W: int,
+               wire_copy: payload.Roundtrip) -> None:
     """One RPS iteration over all W blocks (reduce-scatter then all-gather)."""
+    fresh = wire_copy.codec.name != "float32"  # each received block needs its own buffer
     ce = plan.chunk_elems
     averaged = []
     for k in range(W):
@@ -234,11 +249,13 @@ def _rps_round(xs: list[np.ndarray], plan: ChunkPlan, net: _Net, W: int) -> None
         for w in range(W):
             if w != k:
                 mask = net.send(w, chunks)[chunks.start:chunks.stop]
-                received.append((xs[w][sl], mask))
+                y = xs[w][sl]
+                received.append((wire_copy(y, np.empty_like(y)) if fresh else y, mask))
         rps.reduce(xs[k][sl], received, ce)
         averaged.append((sl, chunks))
     for k, (sl, chunks) in enumerate(averaged):
+        served = wire_copy(xs[k][sl])  # the averaged block as it goes out
         for w in range(W):
             if w != k:
                 mask = net.send(k, chunks)[chunks.start:chunks.stop]
-                rps.gather(xs[w][sl], xs[k][sl], mask, ce)
+                rps.gather(xs[w][sl], served, mask, ce)

@@ -267,3 +267,21 @@ def test_adaptive_deadlines_follow_each_link(root_only, tmp_path):
         fast = str(1 - a["agent"])
         assert set(d) == {fast, "2"}, d
         assert d["2"] > d[fast] and d[fast] < 2.5, d
+
+
+@pytest.mark.parametrize("codec", ["float16", "int8"])
+def test_compressed_payloads_between_real_agents(tmp_path, mnist_data, codec):
+    """Agents sending float16 or int8 payloads over real sockets: every datagram they accept
+    is compressed (nothing dropped for its encoding), and the models still mix and learn."""
+    res = CliRunner().invoke(cli, ["emulate", "--backend", "loopback", "--nodes", "3", "--model",
+                                   "logreg", "--duration", "8", "--loss", "0.1", "--p", "1/4",
+                                   "--payload", codec, "--out", str(tmp_path / codec), "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output.strip().splitlines()[-1])
+    per_datagram = {"float16": 2 * 702, "int8": 4 + 1400}[codec]  # payload bytes, full chunk
+    for a in out["agents"]:
+        assert a["exchanges"].get("completed", 0) + a["exchanges"].get("partial", 0) >= 3, a
+        assert "bad_dtype" not in a.get("drops", {}), a
+        # bytes on the wire per datagram: the compressed payload plus framing, never float32's
+        assert a["bytes_sent"] / a["datagrams_sent"] <= per_datagram + 67 + 1, a
+    assert out["average_model_accuracy"] > 0.85

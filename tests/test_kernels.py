@@ -146,3 +146,79 @@ def test_nesterov_step_matches_pytorch_formula(impl, n):
     impl.nesterov_step(x, v, g, 0.001, 0.99)
     np.testing.assert_allclose(v, v_exp, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(x, x_exp, rtol=1e-5, atol=1e-6)
+
+
+def _awkward_floats(n, rng):
+    """Parameters as they are, plus every edge a codec must get right: zeros of both signs,
+    float16's subnormals and the ties between them, its largest value and beyond, bfloat16
+    ties, and values far outside float16's range."""
+    x = rng.standard_normal(n, dtype=np.float32) * np.float32(0.05)
+    edges = np.array([0.0, -0.0, 2.0**-24, 2.0**-25, 3 * 2.0**-25, 2.0**-14, 2.0**-14 - 2.0**-25,
+                      6.1e-5, 65504.0, 65519.0, 65520.0, 1e6, -1e6, 1e-30, 1.0 + 2.0**-11,
+                      1.0 + 3 * 2.0**-11, 1.0 + 2.0**-8, 1.0 + 3 * 2.0**-8, 3e38, -3e38],
+                     np.float32)
+    x[:min(n, len(edges))] = edges[:n]
+    tiny = rng.integers(-2**10, 2**10, n).astype(np.float32) * np.float32(2.0**-25)
+    x[len(edges):] += tiny[len(edges):]  # odd multiples of 2^-25 hit float16 subnormal ties
+    return x
+
+
+@pytest.mark.parametrize("n", [0, 1, 20, 353, 100_003])
+@pytest.mark.parametrize("codec", ["f16", "bf16"])
+def test_half_codecs_match_reference_bit_for_bit(impl, n, codec):
+    x = _awkward_floats(n, np.random.default_rng(n))
+    got, want = np.zeros(2 * n, np.uint8), np.zeros(2 * n, np.uint8)
+    getattr(impl, f"{codec}_encode")(x, got)
+    getattr(ref, f"{codec}_encode")(x, want)
+    np.testing.assert_array_equal(got, want)
+    back, back_ref = np.empty(n, np.float32), np.empty(n, np.float32)
+    getattr(impl, f"{codec}_decode")(got, back)
+    getattr(ref, f"{codec}_decode")(want, back_ref)
+    np.testing.assert_array_equal(back.view(np.uint32), back_ref.view(np.uint32))
+
+
+def test_f16_is_numpys_float16_and_saturates():
+    x = _awkward_floats(5000, np.random.default_rng(1))
+    out = np.zeros(2 * len(x), np.uint8)
+    ref.f16_encode(x, out)
+    want = np.clip(x, -65504, 65504).astype(np.float16)
+    np.testing.assert_array_equal(out.view(np.uint16), want.view(np.uint16))
+    assert np.isfinite(out.view(np.float16)).all()
+
+
+def test_bf16_rounds_to_nearest_even():
+    x = np.array([1.0 + 2.0**-8, 1.0 + 3 * 2.0**-8, 1.0 + 2.0**-9, -2.5], np.float32)
+    out, back = np.zeros(8, np.uint8), np.empty(4, np.float32)
+    ref.bf16_encode(x, out)
+    ref.bf16_decode(out, back)
+    np.testing.assert_array_equal(back, [1.0, 1.0 + 2.0**-6, 1.0, -2.5])  # ties go to even
+
+
+@pytest.mark.parametrize("n", [0, 1, 20, 353, 100_003])
+@pytest.mark.parametrize("chunk", [1, 7, 351, 1400])
+def test_i8_codec_matches_reference_bit_for_bit(impl, n, chunk):
+    rng = np.random.default_rng(n + chunk)
+    x = rng.standard_normal(n, dtype=np.float32) * np.float32(0.05)
+    if n > 30:
+        x[10:10 + chunk] = 0.0          # an all-zero chunk: scale 0
+        x[25] = np.nan                  # a chunk that must arrive as non-finite
+    size = n + 4 * (-(-n // chunk))
+    got, want = np.zeros(size, np.uint8), np.zeros(size, np.uint8)
+    impl.i8_encode(x, got, chunk)
+    ref.i8_encode(x, want, chunk)
+    np.testing.assert_array_equal(got, want)
+    back, back_ref = np.empty(n, np.float32), np.empty(n, np.float32)
+    impl.i8_decode(got, back, chunk)
+    ref.i8_decode(want, back_ref, chunk)
+    np.testing.assert_array_equal(back.view(np.uint32), back_ref.view(np.uint32))
+
+
+def test_i8_error_is_at_most_half_a_step_of_its_chunk():
+    x = np.array([0.5, -0.25, 0.1, 0.0, 1e-4, 2.0, -2.0, 0.7], np.float32)
+    out, back = np.zeros(8 + 8, np.uint8), np.empty(8, np.float32)
+    ref.i8_encode(x, out, 4)
+    ref.i8_decode(out, back, 4)
+    for c, amax in ((0, 0.5), (1, 2.0)):
+        step = amax / 127
+        assert np.abs(back[4 * c:4 * c + 4] - x[4 * c:4 * c + 4]).max() <= step / 2 * 1.0001
+    assert back[0] == 0.5 and back[5] == 2.0 and back[6] == -2.0  # the largest is exact

@@ -37,7 +37,7 @@ def test_chunk_sizes_fit_mtu_and_libzmq():
     (lambda b: b[:15] + bytes([0x7C]) + b[16:], "bad_weight"),  # +inf
     (lambda b: b[:15] + bytes([0x7E]) + b[16:], "bad_weight"),  # NaN
     (lambda b: b[:1] + bytes([9]) + b[2:], "bad_type"),
-    (lambda b: b[:2] + bytes([2]) + b[3:], "bad_dtype"),
+    (lambda b: b[:2] + bytes([9]) + b[3:], "bad_dtype"),
 ])
 def test_unpack_rejects(mutate, reason):
     plan = ChunkPlan(1000, 400)

@@ -35,6 +35,9 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
 @click.option("--deadline", type=click.Choice(["fixed", "adaptive"]), default="fixed",
               show_default=True, help="Exchange deadlines: one fixed value, or per link from its "
                                       "observed transfer times (net.deadline).")
+@click.option("--payload", type=click.Choice(["float32", "float16", "bfloat16", "int8"]),
+              default="float32", show_default=True,
+              help="How parameters travel (net.payload): int8 has a float32 scale per datagram.")
 @click.option("--duration", type=click.FloatRange(min=0), default=0.0, help="Seconds to train.")
 @click.option("--epochs", type=click.FloatRange(min=0), default=0.0, help="Epochs over each shard.")
 @click.option("--transport", type=click.Choice(["udp", "zmq"]), default="udp", show_default=True)
@@ -53,7 +56,7 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
                    "Containerfile, entrypoint, one agent config per node (Docker or Podman).")
 @click.option("--base", default=None, help="With --export: the base image (default debian:bookworm-slim).")
 @click.option("--json", "as_json", is_flag=True)
-def emulate(nodes, algorithm, loss, rate, slow, deadline, duration, epochs, transport, model, p,
+def emulate(nodes, algorithm, loss, rate, slow, deadline, payload, duration, epochs, transport, model, p,
             alpha, train_backend, backend, out, cleanup, export_kind, base, as_json) -> None:
     """Run NODES agents, each a light device in its own network namespace on one bridge, for a
     while. --json: the summary, with per agent rows (agent, accuracy, steps, exchanges,
@@ -74,7 +77,7 @@ def emulate(nodes, algorithm, loss, rate, slow, deadline, duration, epochs, tran
     slow = _slow_links(slow, nodes)
     if export_kind:
         _export(nodes, algorithm, loss, rate, duration, epochs, transport, model, p, alpha,
-                train_backend, out, base, as_json, slow, deadline)
+                train_backend, out, base, as_json, slow, deadline, payload)
         return
     if backend == "auto":
         backend = "netns" if netns.is_root() else "loopback"
@@ -96,7 +99,8 @@ def emulate(nodes, algorithm, loss, rate, slow, deadline, duration, epochs, tran
     out = out or Path("runs") / time.strftime("emulate-%Y%m%d-%H%M%S")
     spec = FleetSpec(nodes=nodes, algorithm=algorithm, loss=loss, rate=rate, backend=backend,
                      out=out, duration_s=duration, epochs=epochs, transport=transport, model=model,
-                     p=p, alpha=alpha, train_backend=train_backend, slow=slow, deadline=deadline)
+                     p=p, alpha=alpha, train_backend=train_backend, slow=slow, deadline=deadline,
+                     payload=payload)
     loss_kind = "kernel (nftables)" if backend == "netns" else "injected"
     fleet = Fleet(spec)
     t0 = time.monotonic()
@@ -168,7 +172,7 @@ def _slow_links(values: tuple[str, ...], nodes: int) -> tuple[tuple[int, str], .
 
 
 def _export(nodes, algorithm, loss, rate, duration, epochs, transport, model, p, alpha,
-            train_backend, out, base, as_json, slow=(), deadline="fixed") -> None:
+            train_backend, out, base, as_json, slow=(), deadline="fixed", payload="float32") -> None:
     """--export compose: {"out", "compose", "services", "image", "base", "release"} with --json."""
     from edgegossip.data import mnist
     from edgegossip.emulate.compose import DEFAULT_BASE, export
@@ -184,7 +188,8 @@ def _export(nodes, algorithm, loss, rate, duration, epochs, transport, model, p,
         mnist.load()
         spec = FleetSpec(nodes=nodes, algorithm=algorithm, loss=loss, rate=rate, backend="netns",
                          out=out, duration_s=duration, epochs=epochs, transport=transport, model=model,
-                         p=p, alpha=alpha, train_backend=train_backend, slow=slow, deadline=deadline)
+                         p=p, alpha=alpha, train_backend=train_backend, slow=slow, deadline=deadline,
+                     payload=payload)
         result = export(spec, out, base or DEFAULT_BASE, progress=lambda m: click.echo(m, err=True))
     except ValueError as e:
         fail(str(e), exit_codes.USAGE)

@@ -47,6 +47,9 @@ class Probability(click.ParamType):
               help="Dirichlet concentration (--partition dirichlet): small gives few classes a worker.")
 @click.option("--classes-per-worker", type=click.IntRange(1, 10), default=2, show_default=True,
               help="Classes each worker holds (--partition classes).")
+@click.option("--payload", type=click.Choice(["float32", "float16", "bfloat16", "int8"]),
+              default="float32", show_default=True,
+              help="How parameters travel: int8 has a float32 scale per datagram.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--eval-every", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Also evaluate every this many epochs and append the row to --history.")
@@ -54,15 +57,22 @@ class Probability(click.ParamType):
               help="JSON-lines file receiving one result row per --eval-every.")
 @click.option("--json", "as_json", is_flag=True)
 def simulate(algorithm, model, workers, p, alpha, loss, epochs, batch, lr, momentum, partition,
-             beta, classes_per_worker, seed, eval_every, history, as_json) -> None:
-    """Train W workers in one process; every datagram is lost with probability LOSS."""
+             beta, classes_per_worker, payload, seed, eval_every, history, as_json) -> None:
+    """Train W workers in one process; every datagram is lost with probability LOSS.
+
+    --json prints one object: the settings (algorithm, model, workers, p, alpha, loss, seed,
+    partition [, beta | classes_per_worker], payload), then epochs, steps, acc_worker0,
+    acc_average (the average of all workers' parameters), val_acc_worker0,
+    bytes_sent_per_worker (datagrams as they go on the wire, framing included; a float32 ring
+    for allreduce), datagrams_sent, datagrams_lost, elapsed_s [, push_weight_sum]."""
     from edgegossip.data import mnist
     from edgegossip.simulate import SimConfig
     from edgegossip.simulate import simulate as run
 
     cfg = SimConfig(algorithm=algorithm, model=model, workers=workers, p=p, alpha=alpha, loss=loss,
                     epochs=epochs, batch=batch, lr=lr, momentum=momentum, seed=seed,
-                    partition=partition, beta=beta, classes_per_worker=classes_per_worker)
+                    partition=partition, beta=beta, classes_per_worker=classes_per_worker,
+                    payload=payload)
     if (eval_every is None) != (history is None):
         fail("--eval-every and --history go together", exit_codes.USAGE)
     try:

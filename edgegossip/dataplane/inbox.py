@@ -24,6 +24,7 @@ from edgegossip import kernels
 from edgegossip.dataplane import wire
 from edgegossip.dataplane.chunking import ChunkPlan
 from edgegossip.dataplane.keys import LinkKeys
+from edgegossip.dataplane.payload import CODECS, Codec
 from edgegossip.dataplane.replay import FIRST_ROUND_LIMIT, PeerLink, round_limit
 
 try:
@@ -150,11 +151,14 @@ class Inbox:
     def __init__(self, plan: ChunkPlan, keys: LinkKeys | bytes, fleet: int,
                  peers: set[int] | None = None, rps_blocks: int = 0, max_events: int = 1024,
                  me: int = 0, group: bytes = wire.DEFAULT_GROUP, require_encryption: bool = False,
-                 receive_buffers: int = 0, stale_s: float = 10.0):
+                 receive_buffers: int = 0, stale_s: float = 10.0,
+                 codec: Codec = CODECS["float32"]):
         """receive_buffers: 0 gives every (sender, message type) buffers of its own; N > 0 shares
         N among all senders (a round that finds none free is dropped as `no_buffer`; a round
         nobody collected for stale_s seconds gives its buffer up)."""
         self.plan = plan
+        self.codec = codec  # payloads in another encoding are dropped as bad_dtype
+        self._decoded = np.zeros(plan.chunk_elems, np.float32)  # one chunk, decoded
         self.pool = BufferPool(plan.n_params, receive_buffers) if receive_buffers else None
         self.stale_s = stale_s
         self.rps_blocks = rps_blocks
@@ -193,6 +197,8 @@ class Inbox:
             return e.reason
         if h.fleet != self.fleet:
             return "wrong_fleet"
+        if h.dtype != self.codec.dtype:
+            return "bad_dtype"
         if h.receiver != self.me:
             return "wrong_receiver"
         sender = h.sender
@@ -227,11 +233,16 @@ class Inbox:
             self.counter.accepted += 1
             return None
         c = h.chunk_index
+        elems = min(self._chunk_bytes, self._model_bytes - h.byte_offset) // 4
         if (h.chunk_count != self._n_chunks or c >= self._n_chunks
                 or h.byte_offset != c * self._chunk_bytes
-                or h.length != min(self._chunk_bytes, self._model_bytes - h.byte_offset)
+                or h.length != self.codec.encoded_len(elems)
                 or (self.rps_blocks and h.block >= self.rps_blocks)):
             return "out_of_bounds"
+        if self.codec.dtype != wire.DTYPE_F32:
+            out = self._decoded[:elems]
+            self.codec.decode(payload, out, elems)
+            payload = memoryview(out.view(np.uint8))
         if not kernels.all_finite(payload):
             return "non_finite"
         return self._file(h, payload, link, now)

@@ -1,9 +1,11 @@
 """Send side: cut a flat float32 vector into sealed datagrams, one reused buffer.
 
+Each chunk is encoded as the codec says (payload.py): float32 as it is, or compressed.
 The Encoder frames each chunk as ``[len][group][header][payload][tag]`` (see wire.py) in a
 preallocated buffer and yields a view of it; the caller sends the view before asking for the next.
 batches() frames many chunks at once into preallocated rows for Transport.send_batch(), in C
-(edgegossip._wire_c) when it is built, with the same bytes as the one-at-a-time path.
+(edgegossip._wire_c) when it is built and the payload is float32, with the same bytes as the
+one-at-a-time path.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import numpy as np
 from edgegossip.dataplane import wire
 from edgegossip.dataplane.chunking import ChunkPlan
 from edgegossip.dataplane.keys import LinkKeys
+from edgegossip.dataplane.payload import CODECS, Codec
 
 try:
     from edgegossip import _wire_c
@@ -29,9 +32,14 @@ class Encoder:
     derive them from; with `encrypt` the payloads are encrypted, not only authenticated."""
 
     def __init__(self, plan: ChunkPlan, keys: LinkKeys | bytes, fleet: int, sender: int,
-                 group: bytes = wire.DEFAULT_GROUP, session: int = 1, encrypt: bool = False):
-        wire.check_chunk_bytes(plan.chunk_bytes, group)
+                 group: bytes = wire.DEFAULT_GROUP, session: int = 1, encrypt: bool = False,
+                 codec: Codec = CODECS["float32"]):
+        """plan: chunks as codec.plan() cut them, so an encoded chunk fills one datagram."""
+        encoded = codec.encoded_len(plan.chunk_elems)
+        wire.check_chunk_bytes(-(-encoded // 4) * 4, group)
         self.plan = plan
+        self.codec = codec
+        self._encoded = np.zeros(encoded, np.uint8)
         self.keys = LinkKeys.of(keys)
         self.encrypt = encrypt
         self.fleet = fleet
@@ -71,7 +79,7 @@ class Encoder:
         seq = self._next_seq(receiver)
         if self.encrypt:
             flags |= wire.FLAG_ENCRYPTED
-        h = wire.Header(wire.VERSION, msg_type, wire.DTYPE_F32, flags, self.fleet, self.sender,
+        h = wire.Header(wire.VERSION, msg_type, self.codec.dtype, flags, self.fleet, self.sender,
                         receiver, block, weight, self.session, round, chunk, self.plan.n_chunks,
                         chunk * self.plan.chunk_bytes, n, seq)
         wire.pack_into(self._buf, p, h)
@@ -95,10 +103,15 @@ class Encoder:
         """Framed datagrams of `vec` (the whole model, or the given chunk indices) for
         `receiver`, numbered in the sequence of that link."""
         raw = memoryview(vec.view(np.uint8))
-        plan = self.plan
+        plan, codec = self.plan, self.codec
+        enc = memoryview(self._encoded)
         for c in (range(plan.n_chunks) if chunks is None else chunks):
             start, stop = plan.chunk_range(c)
-            yield self._frame(msg_type, round, block, flags, c, raw[start:stop], receiver, weight)
+            if codec.dtype == wire.DTYPE_F32:
+                payload = raw[start:stop]
+            else:
+                payload = enc[:codec.encode(vec[start // 4:stop // 4], self._encoded, plan.chunk_elems)]
+            yield self._frame(msg_type, round, block, flags, c, payload, receiver, weight)
 
     def batches(self, vec: np.ndarray, msg_type: int, round: int, chunks: Iterable[int] | None = None,
                 block: int = 0, flags: int = 0, receiver: int = 0,
@@ -110,6 +123,7 @@ class Encoder:
         plan = self.plan
         span = range(plan.n_chunks) if chunks is None else chunks
         if (_wire_c is not None and isinstance(span, range) and span.step == 1
+                and self.codec.dtype == wire.DTYPE_F32
                 and vec.dtype == np.float32 and vec.flags.c_contiguous and vec.size == plan.n_params):
             raw = vec.view(np.uint8)
             aead = self._aead(receiver)

@@ -6,7 +6,9 @@ RADIO/DISH use over udp://, so a plain UDP socket and a DISH read the same bytes
     offset size  field
     0      1     version      protocol version, VERSION (3)
     1      1     msg_type     PARAMS, REQUEST, REDUCE or GATHER (MsgType)
-    2      1     dtype        DTYPE_F32 (1): little-endian IEEE float32 payload
+    2      1     dtype        payload encoding (payload.py): DTYPE_F32 (1) little-endian float32,
+                              DTYPE_F16 (2) float16, DTYPE_BF16 (3) bfloat16, DTYPE_I8 (4) a
+                              float32 scale then int8 elements
     3      1     flags        FLAG_REPLY: the sender wants our parameters back (Elastic Gossip);
                               FLAG_ENCRYPTED: the payload is encrypted
     4      4     fleet        fleet id; datagrams of another fleet are dropped
@@ -23,7 +25,7 @@ RADIO/DISH use over udp://, so a plain UDP socket and a DISH read the same bytes
     32     4     byte_offset  where the payload goes in the flat parameter vector, in bytes
     36     4     length       payload length in bytes (multiple of 4)
     40     8     seq          sequence number on the link (sender, receiver) within the session
-    48     len   payload      float32 parameters
+    48     len   payload      parameters, encoded as dtype says
     48+len 16    tag          ChaCha20-Poly1305 tag under the key of the link sender -> receiver,
                               nonce (session, seq), the rest of the datagram associated data
 
@@ -48,6 +50,9 @@ import numpy as np
 
 VERSION = 3
 DTYPE_F32 = 1
+DTYPE_F16 = 2
+DTYPE_BF16 = 3
+DTYPE_I8 = 4
 FLAG_REPLY = 0x01
 FLAG_ENCRYPTED = 0x02
 
@@ -147,7 +152,7 @@ def unpack(body: bytes | memoryview) -> Header:
         raise WireError("truncated")
     if h.msg_type not in _MSG_TYPES:
         raise WireError("bad_type")
-    if h.dtype != DTYPE_F32 or h.length % 4:
+    if h.dtype not in _DTYPES or (h.dtype == DTYPE_F32 and h.length % 4):
         raise WireError("bad_dtype")
     if h.weight & 0x8000 or h.weight & 0x7C00 == 0x7C00:
         raise WireError("bad_weight")
@@ -174,4 +179,5 @@ def nonce(h: Header) -> bytes:
 
 _NONCE = struct.Struct("<IQ")
 _MSG_TYPES = frozenset(int(t) for t in MsgType)
+_DTYPES = frozenset((DTYPE_F32, DTYPE_F16, DTYPE_BF16, DTYPE_I8))
 _make_header = Header._make

@@ -20,6 +20,7 @@ from pathlib import Path
 from edgegossip import config as agent_config
 from edgegossip.config import AgentConfig, Peer
 from edgegossip.data import mnist
+from edgegossip.dataplane import payload
 from edgegossip.emulate import device, netns
 from edgegossip.metrics import read as read_metrics
 from edgegossip.models import make_model
@@ -48,6 +49,7 @@ class FleetSpec:
     seed: int = 0
     deadline_s: float = 0.0     # 0: three times one model's transfer time at the link rate, >= 5 s
     deadline: str = "fixed"     # fixed | adaptive (per link, from its transfer times)
+    payload: str = "float32"    # how parameters travel (net.payload)
     slow: tuple[tuple[int, str], ...] = ()  # (node, rate): these nodes' links capped at their own rate
     eval_every: int = 50
     checkpoint_every: int = 200
@@ -85,7 +87,7 @@ class Fleet:
         own = rate_to_mbps(dict(s.slow).get(i, s.rate))  # this node's pacing
         deadline = s.deadline_s
         if not deadline:
-            model_bits = 8 * 4 * make_model(s.model).n_params
+            model_bits = 8 * payload.codec(s.payload).itemsize * make_model(s.model).n_params
             deadline = max(5.0, 3 * model_bits / ((link or 200.0) * 1e6))
         steps = 0
         if s.epochs:
@@ -99,6 +101,7 @@ class Fleet:
             p=s.p, alpha=s.alpha, max_steps=steps, duration_s=s.duration_s,
             eval_every=s.eval_every, checkpoint_every=s.checkpoint_every, transport=s.transport,
             rate_mbps=0.9 * own if own else 200.0, deadline_s=deadline, deadline=s.deadline,
+            payload=s.payload,
             inject_loss=s.loss if s.backend == "loopback" else 0.0,
             gso=s.backend != "netns")  # nftables must see, and drop, single datagrams
 
