@@ -186,150 +186,76 @@ def nesterov_step(float[::1] x, float[::1] v, const float[::1] g, float lr, floa
 
 
 # -- payload codecs: float32 parameters as float16, bfloat16 or int8 on the wire ----------------
-# Encoded bytes sit at any offset inside a datagram, so they are read and written with memcpy.
-# Every rounding is to nearest, ties to even, as NumPy's; tests compare the two bit for bit.
+# The per-element and per-chunk routines live in _codec.pxi, shared with the wire fast path.
 
-cdef inline uint32_t _bits(float f) noexcept nogil:
-    cdef uint32_t x
-    memcpy(&x, &f, 4)
-    return x
+include "_codec.pxi"
 
 
-cdef inline float _float(uint32_t x) noexcept nogil:
-    cdef float f
-    memcpy(&f, &x, 4)
-    return f
-
-
-cdef inline uint16_t _f2h(float f) noexcept nogil:
-    cdef uint32_t x = _bits(f)
-    cdef uint32_t sign = (x >> 16) & 0x8000u
-    x &= 0x7FFFFFFFu
-    if x > 0x7F800000u:
-        return <uint16_t>(sign | 0x7E00u)                   # NaN stays NaN (receivers drop it)
-    if x >= 0x477FE000u:
-        return <uint16_t>(sign | 0x7BFFu)                   # 65504 and beyond: saturate
-    if x >= 0x38800000u:                                    # normal: rebias, round the 13 bits
-        x -= 0x38000000u
-        x += 0xFFFu + ((x >> 13) & 1u)
-        return <uint16_t>(sign | (x >> 13))
-    # subnormal (or the smallest normal, 1024): scaling by 2^24 is exact, rintf rounds
-    return <uint16_t>(sign | <uint32_t>rintf(_float(x) * <float>16777216.0))
-
-
-cdef inline float _h2f(uint16_t h) noexcept nogil:
-    cdef uint32_t sign = (<uint32_t>h & 0x8000u) << 16
-    cdef uint32_t e = (h >> 10) & 0x1Fu, m = h & 0x3FFu
-    if e == 0:
-        return _float(sign | _bits(<float>m * <float>5.9604644775390625e-08))  # m * 2^-24, exact
-    if e == 31:
-        return _float(sign | 0x7F800000u | (m << 13))
-    return _float(sign | ((e + 112u) << 23) | (m << 13))
-
-
-cdef inline uint16_t _f2bf(float f) noexcept nogil:
-    cdef uint32_t x = _bits(f)
-    if (x & 0x7FFFFFFFu) > 0x7F800000u:
-        return <uint16_t>((x >> 16) | 0x40u)
-    x += 0x7FFFu + ((x >> 16) & 1u)
-    return <uint16_t>(x >> 16)
-
-
-cdef int _encode16(const float[::1] x, u8[::1] out, bint brain) except -1:
-    cdef Py_ssize_t i, n = x.shape[0]
-    cdef uint16_t h
-    if out.shape[0] < 2 * n:
+cdef int _elementwise(int dtype, const float[::1] x, u8[::1] out) except -1:
+    cdef Py_ssize_t n = x.shape[0]
+    if out.shape[0] < _encoded_len(dtype, n):
         raise ValueError("out is shorter than 2 bytes an element")
-    with nogil:
-        for i in range(n):
-            h = _f2bf(x[i]) if brain else _f2h(x[i])
-            memcpy(&out[2 * i], &h, 2)
+    if n:
+        with nogil:
+            _encode_chunk(dtype, &x[0], &out[0], n)
     return 0
 
 
-cdef int _decode16(const u8[::1] p, float[::1] out, bint brain) except -1:
-    cdef Py_ssize_t i, n = out.shape[0]
-    cdef uint16_t h
-    if p.shape[0] < 2 * n:
+cdef int _from_elementwise(int dtype, const u8[::1] p, float[::1] out) except -1:
+    cdef Py_ssize_t n = out.shape[0]
+    if p.shape[0] < _encoded_len(dtype, n):
         raise ValueError("payload is shorter than 2 bytes an element")
-    with nogil:
-        for i in range(n):
-            memcpy(&h, &p[2 * i], 2)
-            out[i] = _float(<uint32_t>h << 16) if brain else _h2f(h)
+    if n:
+        with nogil:
+            _decode_chunk(dtype, &p[0], &out[0], n)
     return 0
 
 
 def f16_encode(const float[::1] x, u8[::1] out):
     """out (2 bytes an element, little-endian) = x as IEEE float16, saturated at +-65504."""
-    _encode16(x, out, False)
+    _elementwise(CODEC_F16, x, out)
 
 
 def f16_decode(const u8[::1] p, float[::1] out):
     """out = the float16 values in p (2 bytes an element)."""
-    _decode16(p, out, False)
+    _from_elementwise(CODEC_F16, p, out)
 
 
 def bf16_encode(const float[::1] x, u8[::1] out):
     """out (2 bytes an element) = x as bfloat16: the top 16 bits of float32, rounded."""
-    _encode16(x, out, True)
+    _elementwise(CODEC_BF16, x, out)
 
 
 def bf16_decode(const u8[::1] p, float[::1] out):
     """out = the bfloat16 values in p (2 bytes an element)."""
-    _decode16(p, out, True)
+    _from_elementwise(CODEC_BF16, p, out)
 
 
-cdef void _i8_encode(const float* x, u8* out, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t i
-    cdef float amax = 0, a, scale, q
-    cdef bint bad = False
-    cdef signed char b
-    for i in range(n):
-        a = fabsf(x[i])
-        if not a <= 3.4028234663852886e38:
-            bad = True
-        elif a > amax:
-            amax = a
-    scale = _float(0x7FC00000u) if bad else amax / <float>127.0
-    memcpy(out, &scale, 4)
-    for i in range(n):
-        if bad or scale == 0:
-            b = 0
-        else:
-            q = rintf(x[i] / scale)
-            b = <signed char>(127 if q > 127 else (-127 if q < -127 else q))
-        out[4 + i] = <u8>b
+cdef int _i8_check(Py_ssize_t have, Py_ssize_t n, Py_ssize_t chunk) except -1:
+    if chunk <= 0:
+        raise ValueError("chunk must be positive")
+    if have < n + 4 * _nchunks(n, chunk):
+        raise ValueError("buffer is shorter than the encoded chunks")
+    return 0
 
 
 def i8_encode(const float[::1] x, u8[::1] out, Py_ssize_t chunk):
     """Per chunk of x (chunk elements, the last may be short): a float32 scale = max|x| / 127,
     then each element as round(x / scale) in int8, so out holds n + 4 * chunks bytes. A chunk
     holding NaN or Inf gets a NaN scale (receivers drop it) and zeros."""
-    cdef Py_ssize_t n = x.shape[0], c, start, m
-    if chunk <= 0:
-        raise ValueError("chunk must be positive")
-    if out.shape[0] < n + 4 * _nchunks(n, chunk):
-        raise ValueError("out is shorter than the encoded chunks")
+    cdef Py_ssize_t n = x.shape[0], c, start
+    _i8_check(out.shape[0], n, chunk)
     with nogil:
         for c in range(_nchunks(n, chunk)):
             start = c * chunk
-            m = chunk if start + chunk <= n else n - start
-            _i8_encode(&x[start], &out[start + 4 * c], m)
+            _i8_encode(&x[start], &out[start + 4 * c], min(chunk, n - start))
 
 
 def i8_decode(const u8[::1] p, float[::1] out, Py_ssize_t chunk):
     """out = scale * q, chunk by chunk, from what i8_encode wrote."""
-    cdef Py_ssize_t n = out.shape[0], c, i, start, m, o
-    cdef float scale
-    if chunk <= 0:
-        raise ValueError("chunk must be positive")
-    if p.shape[0] < n + 4 * _nchunks(n, chunk):
-        raise ValueError("payload is shorter than the encoded chunks")
+    cdef Py_ssize_t n = out.shape[0], c, start
+    _i8_check(p.shape[0], n, chunk)
     with nogil:
         for c in range(_nchunks(n, chunk)):
             start = c * chunk
-            m = chunk if start + chunk <= n else n - start
-            o = start + 4 * c
-            memcpy(&scale, &p[o], 4)
-            for i in range(m):
-                out[start + i] = <float>(<signed char>p[o + 4 + i]) * scale
+            _decode_chunk(CODEC_I8, &p[start + 4 * c], &out[start], min(chunk, n - start))

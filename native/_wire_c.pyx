@@ -9,6 +9,8 @@
 # Run.run() only accepts, and stops at the first datagram it would not accept unchanged, so
 # edgegossip/dataplane/inbox.py's Python path stays the single definition of what is dropped.
 
+import numpy as np
+
 from libc.string cimport memcmp, memcpy
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
 
@@ -47,6 +49,8 @@ DEF VERSION = 3
 DEF DTYPE_F32 = 1
 DEF FLAG_ENCRYPTED = 2
 DEF MAX_PAYLOAD = 65536
+
+include "_codec.pxi"
 
 
 cdef inline uint32_t _le32(const uint8_t *p) noexcept nogil:
@@ -207,18 +211,25 @@ def frame_batch(Aead aead not None, const uint8_t[::1] model not None,
                 int msg_type, int flags, uint32_t fleet, uint16_t sender, uint16_t receiver,
                 uint16_t block, uint32_t session, uint32_t round,
                 Py_ssize_t first_chunk, Py_ssize_t stop_chunk, uint32_t n_chunks,
-                Py_ssize_t chunk_bytes, uint64_t seq0, uint16_t weight=0):
+                Py_ssize_t chunk_bytes, uint64_t seq0, uint16_t weight=0, int dtype=DTYPE_F32):
     """Frame chunks first_chunk.. of model (the flat vector's bytes) into rows, as many as fit
     in rows and below stop_chunk; row k gets sequence number seq0 + k and is sealed with `aead`
     (the link's key): the whole row is associated data, or with FLAG_ENCRYPTED in flags the
-    payload is encrypted; every row carries the push-sum `weight` (float16 bits). Returns how
-    many."""
+    payload is encrypted; every row carries the push-sum `weight` (float16 bits). chunk_bytes
+    is a chunk's size in the float32 model; with `dtype` another payload encoding (payload.py),
+    each chunk is encoded on the way. Returns how many."""
     cdef Py_ssize_t plen = prefix.shape[0], mbytes = model.shape[0]
     cdef Py_ssize_t count = stop_chunk - first_chunk, k, off, n
     cdef bint encrypt = flags & FLAG_ENCRYPTED, ok = True
+    cdef const uint8_t *src
     cdef uint8_t nonce[12]
     cdef uint8_t *row
     cdef uint8_t *h
+    cdef Py_ssize_t widest = _encoded_len(dtype, chunk_bytes // 4)
+    cdef bytearray scratch_obj = bytearray(widest if dtype != DTYPE_F32 else 0)
+    cdef uint8_t *scratch = scratch_obj
+    if dtype < CODEC_F32 or dtype > CODEC_I8:
+        raise ValueError("unknown payload dtype")
     if count > rows.shape[0]:
         count = rows.shape[0]
     if count <= 0:
@@ -227,7 +238,7 @@ def frame_batch(Aead aead not None, const uint8_t[::1] model not None,
         raise ValueError("lengths shorter than the batch")
     if first_chunk < 0 or stop_chunk > n_chunks or chunk_bytes <= 0 or chunk_bytes % 4:
         raise ValueError("chunk range outside the model")
-    if chunk_bytes > MAX_PAYLOAD or rows.shape[1] < plen + HEADER_SIZE + chunk_bytes + TAG_SIZE:
+    if widest > MAX_PAYLOAD or rows.shape[1] < plen + HEADER_SIZE + widest + TAG_SIZE:
         raise ValueError("rows too narrow for a datagram")
     if <Py_ssize_t>(n_chunks - 1) * chunk_bytes >= mbytes or <Py_ssize_t>n_chunks * chunk_bytes < mbytes:
         raise ValueError("n_chunks does not match the model size")
@@ -235,12 +246,17 @@ def frame_batch(Aead aead not None, const uint8_t[::1] model not None,
         for k in range(count):
             off = (first_chunk + k) * chunk_bytes
             n = chunk_bytes if off + chunk_bytes <= mbytes else mbytes - off
+            src = &model[off]
+            if dtype != DTYPE_F32:  # encode, then frame the encoded bytes as the payload
+                _encode_chunk(dtype, <const float*>src, scratch, n // 4)
+                src = scratch
+                n = _encoded_len(dtype, n // 4)
             row = &rows[k, 0]
             memcpy(row, &prefix[0], plen)
             h = row + plen
             h[0] = VERSION
             h[1] = msg_type
-            h[2] = DTYPE_F32
+            h[2] = dtype
             h[3] = flags
             _put32(h + 4, fleet)
             _put16(h + 8, sender)
@@ -257,10 +273,10 @@ def frame_batch(Aead aead not None, const uint8_t[::1] model not None,
             _nonce(h, nonce)
             lengths[k] = plen + HEADER_SIZE + n + TAG_SIZE
             if encrypt:
-                ok &= aead.seal_raw(nonce, row, plen + HEADER_SIZE, &model[off], h + HEADER_SIZE,
+                ok &= aead.seal_raw(nonce, row, plen + HEADER_SIZE, src, h + HEADER_SIZE,
                                     n, h + HEADER_SIZE + n)
             else:
-                memcpy(h + HEADER_SIZE, &model[off], n)
+                memcpy(h + HEADER_SIZE, src, n)
                 ok &= aead.seal_raw(nonce, row, plen + HEADER_SIZE + n, NULL, h + HEADER_SIZE + n,
                                     0, h + HEADER_SIZE + n)
     if not ok:
@@ -273,7 +289,7 @@ cdef inline Py_ssize_t _steady(const uint8_t *d, Py_ssize_t n, const uint8_t *pr
                                int flags, uint32_t session, uint32_t round, int64_t highest,
                                int64_t limit, int blocks, Py_ssize_t n_chunks,
                                Py_ssize_t chunk_bytes, Py_ssize_t mbytes,
-                               Py_ssize_t max_body) noexcept nogil:
+                               Py_ssize_t max_body, int dtype) noexcept nogil:
     """Payload length if the datagram d (n bytes, framed) passes every check but the tag and
     finiteness for this slot, its sequence number in (highest, limit], else -1."""
     cdef const uint8_t *h = d + plen
@@ -283,7 +299,7 @@ cdef inline Py_ssize_t _steady(const uint8_t *d, Py_ssize_t n, const uint8_t *pr
     if n < HEADER_SIZE + TAG_SIZE or n > max_body or memcmp(d, prefix, plen) != 0:
         return -1
     length = _le32(h + 36)
-    if (h[0] != VERSION or h[1] != msg_type or h[2] != DTYPE_F32 or length % 4
+    if (h[0] != VERSION or h[1] != msg_type or h[2] != dtype
             or (h[3] & FLAG_ENCRYPTED) != flags
             or HEADER_SIZE + length + TAG_SIZE != n or _le32(h + 4) != fleet
             or _le16(h + 8) != sender or _le16(h + 10) != me or _le16(h + 14) & 0x8000
@@ -297,7 +313,8 @@ cdef inline Py_ssize_t _steady(const uint8_t *d, Py_ssize_t n, const uint8_t *pr
     c = _le32(h + 24)
     off = _le32(h + 32)
     if (_le32(h + 28) != n_chunks or c >= n_chunks or off != c * chunk_bytes
-            or length != (chunk_bytes if off + chunk_bytes <= mbytes else mbytes - off)):
+            or length != _encoded_len(dtype, (chunk_bytes if off + chunk_bytes <= mbytes
+                                              else mbytes - off) // 4)):
         return -1
     return length
 
@@ -314,13 +331,16 @@ cdef class Run:
     cdef uint8_t[::1] mask
     cdef int64_t[::1] seqv
     cdef uint8_t[::1] scratch
+    cdef float[::1] decoded
     cdef Py_ssize_t chunk_bytes, max_body
+    cdef int dtype
     cdef readonly object seqs
     cdef readonly int64_t fresh, nbytes
     cdef readonly object rows_obj
 
     def __init__(self, rows not None, lengths not None, prefix not None,
-                 Py_ssize_t chunk_bytes, Py_ssize_t max_body, seqs not None):
+                 Py_ssize_t chunk_bytes, Py_ssize_t max_body, seqs not None,
+                 int dtype=DTYPE_F32):
         self.rows = rows
         self.rows_obj = rows
         self.lengths = lengths
@@ -331,11 +351,16 @@ cdef class Run:
             raise ValueError("rows too narrow for the largest datagram")
         if self.lengths.shape[0] < self.rows.shape[0] or self.seqv.shape[0] < self.rows.shape[0]:
             raise ValueError("lengths or seqs shorter than the batch")
-        if not 0 < chunk_bytes <= MAX_PAYLOAD:
+        if not 0 < chunk_bytes <= 4 * MAX_PAYLOAD or chunk_bytes % 4:
             raise ValueError("chunk_bytes out of range")
-        self.chunk_bytes = chunk_bytes
+        if dtype < CODEC_F32 or dtype > CODEC_I8:
+            raise ValueError("unknown payload dtype")
+        self.chunk_bytes = chunk_bytes  # a chunk's size in the float32 model
         self.max_body = max_body
+        self.dtype = dtype
         self.scratch = bytearray(chunk_bytes)  # decrypted payload, copied in once it verified
+        # a compressed payload decoded, copied in once it is finite
+        self.decoded = np.zeros(chunk_bytes // 4 if dtype != DTYPE_F32 else 1, np.float32)
 
     def target(self, uint8_t[::1] buf not None, uint8_t[::1] mask not None):
         """Point run() at a slot: the model-sized byte buffer and its chunk mask."""
@@ -361,8 +386,8 @@ cdef class Run:
         inbox would accept into the target slot of (sender, msg_type, session, round): group,
         size, version, type, dtype, encryption flag, fleet, receiver and tag (under `aead`,
         the link's key) valid, sequence above `highest`, rising and at most `limit`, chunk
-        geometry exact (and the block id below `blocks`, when not 0), payload finite. Each
-        accepted payload is copied (decrypted) into the
+        geometry exact (and the block id below `blocks`, when not 0), payload finite (decoded,
+        for a compressed dtype). Each accepted payload is copied (decrypted, decoded) into the
         slot and its mask byte set. Stops at the first other row, touching nothing for it.
         Returns how many were accepted; their sequence numbers are seqs[:k]; fresh counts
         chunks new to the mask, nbytes the payload bytes."""
@@ -375,6 +400,9 @@ cdef class Run:
         cdef const uint8_t *h
         cdef const uint8_t *payload
         cdef uint8_t *scratch = &self.scratch[0]
+        cdef float *decoded = &self.decoded[0]
+        cdef int dtype = self.dtype
+        cdef Py_ssize_t elems
         cdef uint8_t nonce[12]
         cdef bint ok
         if self.buf is None:
@@ -388,7 +416,7 @@ cdef class Run:
                 row = &self.rows[i, 0]
                 length = _steady(row, self.lengths[i], &self.prefix[0], plen, fleet, me, sender,
                                  msg_type, flags, session, round, highest, limit, blocks,
-                                 n_chunks, chunk_bytes, mbytes, max_body)
+                                 n_chunks, chunk_bytes, mbytes, max_body, dtype)
                 if length < 0:
                     break
                 h = row + plen
@@ -401,11 +429,20 @@ cdef class Run:
                     ok = aead.open_raw(nonce, row, plen + HEADER_SIZE + length, NULL, scratch, 0,
                                        h + HEADER_SIZE + length)
                     payload = h + HEADER_SIZE
-                if not ok or not _finite(payload, length):
+                if not ok:
                     break
                 c = _le32(h + 24)
                 off = _le32(h + 32)
-                memcpy(&self.buf[off], payload, length)
+                if dtype != DTYPE_F32:
+                    elems = (chunk_bytes if off + chunk_bytes <= mbytes else mbytes - off) // 4
+                    _decode_chunk(dtype, payload, decoded, elems)
+                    if not _finite(<const uint8_t*>decoded, 4 * elems):
+                        break
+                    memcpy(&self.buf[off], decoded, 4 * elems)
+                elif not _finite(payload, length):
+                    break
+                else:
+                    memcpy(&self.buf[off], payload, length)
                 fresh += self.mask[c] == 0
                 self.mask[c] = 1
                 highest = <int64_t>_le64(h + 40)

@@ -7,7 +7,10 @@ header checks, ChaCha20-Poly1305 verification, replay window, finiteness check a
 the model buffer (for `udp`, the compiled fast path of edgegossip/dataplane/inbox.py once a round
 is open). The sender frames and seals each batch in C and, for `udp`, hands it to the kernel with
 sendmmsg and UDP GSO, exactly as the agent's sender thread does. `udp-enc` is `udp` with the
-payloads encrypted (`net.encrypt`). Goodput counts payload bytes accepted per
+payloads encrypted (`net.encrypt`); `udp-f16`, `udp-bf16` and `udp-int8` are `udp` with
+compressed payloads (`net.payload`): those datagrams take the receiver's one-at-a-time path, which
+decodes each chunk, so `params_per_s` (model parameters accepted per second) is the figure to
+compare across payloads. Goodput counts payload bytes accepted per
 second between the first and last datagram. The raw loop sends unpaced (its delivered fraction
 says what an unpaced sender loses); ours send unpaced first and are paced, lower step by step,
 only if no trial delivered at least 99.9%. Every row is the best of several trials (run()).
@@ -21,7 +24,7 @@ import time
 
 import numpy as np
 
-from edgegossip.dataplane import wire
+from edgegossip.dataplane import payload, wire
 from edgegossip.dataplane.chunking import ChunkPlan
 
 N_PARAMS = 2_913_290
@@ -29,13 +32,24 @@ DATAGRAMS = 40_000  # per measurement: long enough that socket buffers do not fl
 KEY = b"bench-key-0123456789abcdef012345"
 FLEET = 1
 IDLE_S = 0.5
+CODEC_KINDS = {"f16": "float16", "bf16": "bfloat16", "int8": "int8"}
+
+
+def _kind(kind: str) -> tuple[str, payload.Codec, bool]:
+    """(transport, payload codec, encrypt) of a benchmark row name like udp, udp-enc, udp-f16."""
+    name, _, suffix = kind.partition("-")
+    return name, payload.codec(CODEC_KINDS.get(suffix, "float32")), suffix == "enc"
+
+
+def _plan(kind: str, chunk_bytes: int) -> ChunkPlan:
+    return _kind(kind)[1].plan(N_PARAMS, chunk_bytes)
 
 
 def _receiver(kind: str, chunk_bytes: int, conn, ready) -> None:
     from edgegossip.dataplane.inbox import Inbox
     from edgegossip.transport import ReceiveThread, make_transport
 
-    plan = ChunkPlan(N_PARAMS, chunk_bytes)
+    plan = _plan(kind, chunk_bytes)
     if kind == "raw":
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
@@ -61,9 +75,10 @@ def _receiver(kind: str, chunk_bytes: int, conn, ready) -> None:
         conn.send((count, nbytes, last - first, {}))
         return
     port = _free_port()
-    t = make_transport(kind.removesuffix("-enc"))
+    name, codec, encrypt = _kind(kind)
+    t = make_transport(name)
     t.bind(("127.0.0.1", port))
-    inbox = Inbox(plan, KEY, FLEET, require_encryption=kind.endswith("-enc"))
+    inbox = Inbox(plan, KEY, FLEET, require_encryption=encrypt, codec=codec)
     rt = ReceiveThread(t, inbox.ingest, inbox.counter.drop, inbox.fast).start()
     ready.send(port)
     first = last = 0.0
@@ -93,8 +108,8 @@ def _free_port() -> int:
     return port
 
 
-def rounds_for(chunk_bytes: int, datagrams: int = DATAGRAMS) -> int:
-    return max(1, -(-datagrams // ChunkPlan(N_PARAMS, chunk_bytes).n_chunks))
+def rounds_for(chunk_bytes: int, datagrams: int = DATAGRAMS, kind: str = "udp") -> int:
+    return max(1, -(-datagrams // _plan(kind, chunk_bytes).n_chunks))
 
 
 def _send(kind: str, chunk_bytes: int, port: int, rate: float | None, x: np.ndarray,
@@ -103,8 +118,8 @@ def _send(kind: str, chunk_bytes: int, port: int, rate: float | None, x: np.ndar
     from edgegossip.dataplane.sender import send_vector
     from edgegossip.transport import make_transport
 
-    plan = ChunkPlan(N_PARAMS, chunk_bytes)
-    rounds = rounds_for(chunk_bytes, datagrams)
+    plan = _plan(kind, chunk_bytes)
+    rounds = rounds_for(chunk_bytes, datagrams, kind)
     peer = ("127.0.0.1", port)
     t0 = time.perf_counter()
     if kind == "raw":
@@ -118,8 +133,9 @@ def _send(kind: str, chunk_bytes: int, port: int, rate: float | None, x: np.ndar
                 sent += 1
         s.close()
         return sent, time.perf_counter() - t0
-    t = make_transport(kind.removesuffix("-enc"), rate_bytes_per_s=rate)
-    enc = Encoder(plan, KEY, FLEET, sender=2, encrypt=kind.endswith("-enc"))
+    name, codec, encrypt = _kind(kind)
+    t = make_transport(name, rate_bytes_per_s=rate)
+    enc = Encoder(plan, KEY, FLEET, sender=2, encrypt=encrypt, codec=codec)
     if kind == "zmq":
         time.sleep(0.2)  # let the RADIO's connect complete before the burst
         t._radio(peer)
@@ -158,6 +174,7 @@ def measure(kind: str, chunk_bytes: int, rate: float | None, x: np.ndarray,
         "transport": kind, "chunk_bytes": chunk_bytes,
         "goodput_mbps": round(nbytes / elapsed / 1e6, 1),
         "datagrams_per_s": round(got / elapsed),
+        "params_per_s": round(got * _plan(kind, chunk_bytes).chunk_elems / elapsed),
         "delivered": round(got / sent, 5) if sent else 0.0,
         "pace_mbps": round(rate / 1e6, 1) if rate else None,
         "sent": sent, "received": got, "receiver_drops": drops,
@@ -183,7 +200,9 @@ def run(transports=("raw", "udp", "udp-enc", "zmq"), chunk_sizes=None, tries: in
                 last = max(trials, key=lambda t: t["goodput_mbps"])
                 for _ in range(tries if not good else 0):
                     # pace just under what the receiver sustained, then lower further if needed
-                    sustained = last["goodput_mbps"] * 1e6 * (wire.framing_overhead() + cb) / cb
+                    wire_bytes = _kind(kind)[1].encoded_len(_plan(kind, cb).chunk_elems)
+                    sustained = (last["goodput_mbps"] * 1e6 * (wire.framing_overhead() + wire_bytes)
+                                 / wire_bytes)
                     rate = 0.9 * min(sustained, rate or sustained)
                     last = measure(kind, cb, rate, x, datagrams)
                     trials.append(last)

@@ -28,8 +28,9 @@ def kernels(as_json: bool, repeat: int, sizes: tuple[int, ...]) -> None:
 @bench.command()
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of a table.")
 @click.option("--transport", "transports", multiple=True,
-              type=click.Choice(["raw", "udp", "udp-enc", "zmq"]),
-              help="Limit to these (default: all four; udp-enc encrypts the payloads).")
+              type=click.Choice(["raw", "udp", "udp-enc", "zmq", "udp-f16", "udp-bf16", "udp-int8"]),
+              help="Limit to these (default: raw, udp, udp-enc, zmq; udp-enc encrypts the "
+                   "payloads, udp-f16/bf16/int8 compress them).")
 @click.option("--datagrams", default=40_000, show_default=True, help="Datagrams per measurement.")
 @click.option("--repeats", type=click.IntRange(1, 20), default=3, show_default=True,
               help="Trials per row (every row, raw included, reports its best).")
@@ -37,8 +38,8 @@ def transport(as_json: bool, transports: tuple[str, ...], datagrams: int, repeat
     """Loopback goodput of a 2.9 M-parameter model per transport beside a raw sendto loop."""
     from edgegossip.bench import transport as t
     emit(t.run(transports or ("raw", "udp", "udp-enc", "zmq"), datagrams=datagrams, repeats=repeats), as_json,
-         ["transport", "chunk_bytes", "goodput_mbps", "datagrams_per_s", "delivered",
-          "pace_mbps"], title="transport (one process to another on loopback, "
+         ["transport", "chunk_bytes", "goodput_mbps", "datagrams_per_s", "params_per_s",
+          "delivered", "pace_mbps"], title="transport (one process to another on loopback, "
                               "ChaCha20-Poly1305 on)")
 
 

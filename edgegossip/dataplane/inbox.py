@@ -171,7 +171,7 @@ class Inbox:
         self.peers = peers  # None admits any sender id whose tag verifies
         self.require_encryption = require_encryption
         self.prefix = wire.frame_prefix(group)
-        self.max_body = wire.HEADER_SIZE + plan.chunk_bytes + wire.TAG_SIZE
+        self.max_body = wire.HEADER_SIZE + codec.encoded_len(plan.chunk_elems) + wire.TAG_SIZE
         self.counter = DropCounter()
         self.links: dict[int, PeerLink] = {}
         self._slots: dict[tuple[int, int], Slot] = {}
@@ -299,7 +299,8 @@ class Inbox:
         run = self._run
         if run is None or run.rows_obj is not rows:
             run = self._run = _wire_c.Run(rows, lengths, prefix, self._chunk_bytes,
-                                          self.max_body, np.zeros(len(rows), np.int64))
+                                          self.max_body, np.zeros(len(rows), np.int64),
+                                          self.codec.dtype)
             self._run_target = None
         head = run.peek(start)
         if head is None:

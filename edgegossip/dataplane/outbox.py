@@ -4,7 +4,7 @@ Each chunk is encoded as the codec says (payload.py): float32 as it is, or compr
 The Encoder frames each chunk as ``[len][group][header][payload][tag]`` (see wire.py) in a
 preallocated buffer and yields a view of it; the caller sends the view before asking for the next.
 batches() frames many chunks at once into preallocated rows for Transport.send_batch(), in C
-(edgegossip._wire_c) when it is built and the payload is float32, with the same bytes as the
+(edgegossip._wire_c) when it is built, encoding included, with the same bytes as the
 one-at-a-time path.
 """
 
@@ -48,7 +48,7 @@ class Encoder:
             raise ValueError(f"session {session} outside 1 .. 2**32 - 1")
         self.session = session  # this process's incarnation (checkpoint.next_session)
         self.prefix = wire.frame_prefix(group)
-        self._buf = bytearray(len(self.prefix) + wire.HEADER_SIZE + plan.chunk_bytes
+        self._buf = bytearray(len(self.prefix) + wire.HEADER_SIZE + max(encoded, 4)
                               + wire.TAG_SIZE)
         self._buf[:len(self.prefix)] = self.prefix
         self._view = memoryview(self._buf)
@@ -123,7 +123,6 @@ class Encoder:
         plan = self.plan
         span = range(plan.n_chunks) if chunks is None else chunks
         if (_wire_c is not None and isinstance(span, range) and span.step == 1
-                and self.codec.dtype == wire.DTYPE_F32
                 and vec.dtype == np.float32 and vec.flags.c_contiguous and vec.size == plan.n_params):
             raw = vec.view(np.uint8)
             aead = self._aead(receiver)
@@ -135,7 +134,7 @@ class Encoder:
                 n = _wire_c.frame_batch(aead, raw, self.rows, self.lengths, self._prefix,
                                         msg_type, flags, self.fleet, self.sender, receiver, block,
                                         self.session, round, first, stop, plan.n_chunks,
-                                        plan.chunk_bytes, seq0, weight)
+                                        plan.chunk_bytes, seq0, weight, self.codec.dtype)
                 self._seq[receiver] = seq0 + n - 1
                 self.datagrams += n
                 self.bytes += int(self.lengths[:n].sum())

@@ -31,7 +31,8 @@ def send_vector(transport: Transport, encoder: Encoder, endpoint: Endpoint, rece
                 block: int = 0, flags: int = 0, weight: int = 0) -> None:
     """Frame vec (or its chunks) for worker `receiver` and send it to its endpoint, batched as
     the transport prefers."""
-    size = len(encoder.prefix) + wire.HEADER_SIZE + encoder.plan.chunk_bytes + wire.TAG_SIZE
+    size = (len(encoder.prefix) + wire.HEADER_SIZE
+            + encoder.codec.encoded_len(encoder.plan.chunk_elems) + wire.TAG_SIZE)
     batch = transport.batch_hint(size)
     for n in encoder.batches(vec, msg_type, round, chunks, block, flags, receiver, batch, weight):
         transport.send_batch(endpoint, encoder.rows, encoder.lengths, n)
