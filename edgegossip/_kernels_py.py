@@ -139,7 +139,7 @@ def bf16_decode(p, out) -> None:
 
 def i8_encode(x, out, chunk: int) -> None:
     """Per chunk of x (chunk elements, the last may be short): a float32 scale = max|x| / 127,
-    then each element as round(x / scale) in int8, so out holds n + 4 * chunks bytes. A chunk
+    then each element as round(x * (1 / scale)) in int8, so out holds n + 4 * chunks bytes. A chunk
     holding NaN or Inf gets a NaN scale (receivers drop it) and zeros."""
     if chunk <= 0:
         raise ValueError("chunk must be positive")
@@ -155,7 +155,7 @@ def i8_encode(x, out, chunk: int) -> None:
         else:
             scale = np.abs(v).max() / np.float32(127) if len(v) else np.float32(0)
             q = (np.zeros(len(v), np.int8) if scale == 0
-                 else np.clip(np.rint(v / scale), -127, 127).astype(np.int8))
+                 else np.clip(np.rint(v * (np.float32(1) / scale)), -127, 127).astype(np.int8))
         out[o:o + 4] = np.array([scale], "<f4").view(np.uint8)
         out[o + 4:o + 4 + len(v)] = q.view(np.uint8)
 
