@@ -9,7 +9,7 @@ STAMP := $(VENV)/.edgegossip-installed
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py native/_kernels_c.pyx native/_udp_c.pyx native/patches/*.patch scripts/install-pyzmq-draft.sh native/_wire_c.pyx
+$(STAMP): pyproject.toml setup.py native/_kernels_c.pyx native/_udp_c.pyx native/patches/*.patch scripts/install-pyzmq-draft.sh native/_wire_c.pyx native/_codec.pxi
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "setuptools>=77" wheel "Cython>=3.0" numpy
