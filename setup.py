@@ -22,11 +22,14 @@ directives = {
     "cdivision": True,
     "embedsignature": True,
 }
+# No fused multiply-add contraction: aarch64 compilers fuse a*b+c by default, which would round
+# the payload codecs (native/_codec.pxi) differently from their NumPy twins.
+strict = ["-ffp-contract=off"]
 extensions = [
     Extension(
         "edgegossip._kernels_c",
         ["native/_kernels_c.pyx"],
-        extra_compile_args=["-O0", "-g"] if debug else ["-O3"],
+        extra_compile_args=(["-O0", "-g"] if debug else ["-O3"]) + strict,
     ),
     Extension("edgegossip._udp_c", ["native/_udp_c.pyx"],
               extra_compile_args=["-O0", "-g"] if debug else ["-O2"]),
@@ -45,5 +48,5 @@ if _have_openssl():
     extensions.append(Extension(
         "edgegossip._wire_c", ["native/_wire_c.pyx"], libraries=["crypto"],
         define_macros=[("OPENSSL_SUPPRESS_DEPRECATED", "1")],
-        extra_compile_args=["-O0", "-g"] if debug else ["-O3"]))
+        extra_compile_args=(["-O0", "-g"] if debug else ["-O3"]) + strict))
 setup(ext_modules=cythonize(extensions, compiler_directives=directives, build_dir="build/cython"))
