@@ -1,5 +1,6 @@
-# Two entry points: `make demo` runs the main job, `make test` runs the tests. Both set up a
-# virtual environment first (draft-enabled pyzmq with our libzmq patch, compiled kernels).
+# Two entry points: `make demo` runs the main job, `make test` runs the tests. Both install the
+# system packages they need (root on Debian/Ubuntu; the list is scripts/system-packages.sh) and
+# set up a virtual environment (draft-enabled pyzmq with our libzmq patch, compiled kernels).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -10,6 +11,7 @@ STAMP := $(VENV)/.edgegossip-installed
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml setup.py native/_kernels_c.pyx native/_udp_c.pyx native/patches/*.patch scripts/install-pyzmq-draft.sh native/_wire_c.pyx native/_codec.pxi
+	bash scripts/system-packages.sh install build
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "setuptools>=77" wheel "Cython>=3.0" numpy
@@ -18,10 +20,14 @@ $(STAMP): pyproject.toml setup.py native/_kernels_c.pyx native/_udp_c.pyx native
 	$(PY) -c "import edgegossip.kernels as k; print('kernels:', k.IMPLEMENTATION)"
 	touch $(STAMP)
 
+# exit 3: cannot install here (not root, no apt-get); demo.sh then runs the loopback backend and
+# make test the tests that need no root, and each says why
 demo: venv
+	bash scripts/system-packages.sh install demo || [ $$? = 3 ]
 	bash scripts/demo.sh
 
 test: venv
+	bash scripts/system-packages.sh install test || [ $$? = 3 ]
 	mkdir -p build
 	$(VENV)/bin/edgegossip data fetch mnist
 	$(PY) -m pytest -ra --junitxml=build/test-results.xml $(PYTEST_ARGS)

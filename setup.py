@@ -12,6 +12,7 @@ from pathlib import Path
 
 from Cython.Build import cythonize
 from setuptools import Extension, setup
+from setuptools.command.build_py import build_py
 
 debug = os.environ.get("EDGEGOSSIP_DEBUG_BUILD") == "1"
 directives = {
@@ -49,4 +50,21 @@ if _have_openssl():
         "edgegossip._wire_c", ["native/_wire_c.pyx"], libraries=["crypto"],
         define_macros=[("OPENSSL_SUPPRESS_DEPRECATED", "1")],
         extra_compile_args=(["-O0", "-g"] if debug else ["-O3"]) + strict))
-setup(ext_modules=cythonize(extensions, compiler_directives=directives, build_dir="build/cython"))
+
+
+class build_py_with_devices(build_py):
+    """Copies devices/ (profiles, the unit, the first-boot template) into the wheel as
+    edgegossip/devices, so a pip-installed edgegossip can init, flash and deploy a fleet
+    (edgegossip/paths.py finds it there, and in devices/ in a checkout)."""
+
+    def run(self):
+        super().run()
+        for src in Path("devices").rglob("*"):
+            if src.is_file():
+                dest = Path(self.build_lib) / "edgegossip" / src
+                self.mkpath(str(dest.parent))
+                self.copy_file(str(src), str(dest))
+
+
+setup(ext_modules=cythonize(extensions, compiler_directives=directives, build_dir="build/cython"),
+      cmdclass={"build_py": build_py_with_devices})

@@ -102,6 +102,40 @@ SECTIONS = {
 }
 
 
+# Keys that act only under some settings: {key: (setting, the values it acts under)}. A key given
+# where it has no effect is refused, naming both keys: a silently ignored path trains on MNIST.
+APPLIES_WHEN = {
+    "path": ("source", ("file",)),
+    "label_column": ("source", ("file",)),
+    "eval_fraction": ("source", ("file",)),
+    "partition": ("source", ("mnist",)),
+    "p": ("algorithm", ("elastic-gossip", "gossip-pull", "gossip-push")),
+    "alpha": ("algorithm", ("elastic-gossip",)),
+    "rps_period": ("algorithm", ("rps",)),
+    "deadline_min_s": ("deadline", ("adaptive",)),
+    "deadline_max_s": ("deadline", ("adaptive",)),
+    "gso": ("transport", ("udp",)),
+}
+
+
+def section_of(key: str) -> str:
+    return next(s for s, keys in SECTIONS.items() if key in keys)
+
+
+def check_effective(c: AgentConfig, given) -> None:
+    """Refuse a key in `given` that c's settings ignore (APPLIES_WHEN)."""
+    for key in given:
+        if key in APPLIES_WHEN:
+            setting, values = APPLIES_WHEN[key]
+            now = getattr(c, setting)
+            if now not in values:
+                raise ConfigError(f"{section_of(key)}.{key} given but {section_of(setting)}."
+                                  f"{setting} is {now!r}: it acts only when {setting} is "
+                                  f"{' or '.join(repr(v) for v in values)}")
+    if "key" in given and c.keys:
+        raise ConfigError("agent.key given but agent.keys is set: link keys come from the keyfile")
+
+
 def _endpoint(text: str, key: str) -> tuple[str, int]:
     host, sep, port = str(text).rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
@@ -136,6 +170,7 @@ def from_dict(doc: dict) -> AgentConfig:
         values["peers"] = tuple(_peer(p, "agent.peers") for p in values["peers"])
     cfg = AgentConfig(**values)
     validate(cfg)
+    check_effective(cfg, values)
     return cfg
 
 
@@ -233,8 +268,12 @@ def to_toml(c: AgentConfig) -> str:
         if isinstance(v, tuple):
             return "[" + ", ".join(val(f"{p.id}@{p.host}:{p.port}") for p in v) + "]"
         return repr(v)
+    def acts(k: str) -> bool:
+        if k == "key" and c.keys:
+            return False
+        return k not in APPLIES_WHEN or getattr(c, APPLIES_WHEN[k][0]) in APPLIES_WHEN[k][1]
     out = []
     for section, keys in SECTIONS.items():
         out.append(f"[{section}]")
-        out += [f"{k} = {val(getattr(c, k))}" for k in keys]
+        out += [f"{k} = {val(getattr(c, k))}" for k in keys if acts(k)]
     return "\n".join(out) + "\n"

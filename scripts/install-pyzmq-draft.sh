@@ -2,11 +2,12 @@
 # Installs pyzmq 25.1.2 with the libzmq draft API (RADIO/DISH, udp://) into the given Python,
 # building the libzmq 4.3.4 bundled in the sdist with our patch for two udp_engine defects:
 # a datagram whose first byte is >= 0x80 aborts a DISH, an oversized RADIO body overflows the heap.
-# Only the package index is needed. The built wheel is cached so a second venv installs in seconds.
+# Only the package index is needed. The built wheel is cached (the XDG cache, as edgegossip's own
+# cache: paths.py) so a second venv installs in seconds and `fleet wheelhouse` finds it.
 set -euo pipefail
 PY=${1:?usage: install-pyzmq-draft.sh PYTHON}
 here=$(cd "$(dirname "$0")/.." && pwd)
-cache=${EDGEGOSSIP_BUILD_CACHE:-$here/.cache/pyzmq}
+cache=${EDGEGOSSIP_BUILD_CACHE:-${EDGEGOSSIP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/edgegossip}/pyzmq}
 patch=$here/native/patches/libzmq-4.3.4-udp-engine.patch
 stamp=$(sha256sum "$patch" | cut -c1-12)
 wheeldir=$cache/wheels-$stamp

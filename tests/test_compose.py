@@ -54,6 +54,14 @@ def test_compose_fleet_learns_under_loss_in_podman(tmp_path, podman_env, mnist_d
         up = subprocess.run(compose + ["up", "-d"], env=podman_env, capture_output=True, text=True,
                             timeout=600, cwd=out)
         assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-2000:]
+        # podman-compose exits 0 even when podman failed to build or create a container
+        # (netavark without iptables did exactly that): every service must have one
+        made = subprocess.run(["podman", "ps", "-a", "--format", "{{.Names}}", "--filter",
+                               f"label=io.podman.compose.project=egtest{os.getpid()}"],
+                              env=podman_env, capture_output=True, text=True)
+        names = made.stdout.split()
+        assert len(names) == 3 and all(any(s in n for n in names) for s in ("node0", "node1", "node2")), \
+            f"containers {names}; podman said:\n{(up.stdout + up.stderr)[-3000:]}"
         started = time.monotonic()
         while time.monotonic() - started < 150:  # the agents stop themselves after 60 s
             ps = subprocess.run(["podman", "ps", "-q", "--filter", f"label=io.podman.compose.project=egtest{os.getpid()}"],

@@ -54,3 +54,35 @@ def test_cli_bad_config_is_one_line(tmp_path):
     p.write_text("not = [toml")
     res = CliRunner().invoke(cli, ["agent", "--config", str(p)])
     assert res.exit_code == 2 and "not valid TOML" in res.output
+
+
+@pytest.mark.parametrize("extra,needle", [
+    ({"data": {"path": "device-0.npz"}}, "data.path given but data.source is 'mnist'"),
+    ({"data": {"label_column": "y"}}, "data.label_column given but data.source is 'mnist'"),
+    ({"data": {"source": "file", "path": "d.npz"}, "train": {"partition": "dirichlet"}},
+     "train.partition given but data.source is 'file'"),
+    ({"train": {"algorithm": "rps", "alpha": 0.3}}, "train.alpha given but train.algorithm is 'rps'"),
+    ({"train": {"algorithm": "local", "p": 0.5}}, "train.p given but train.algorithm is 'local'"),
+    ({"train": {"rps_period": 4}}, "train.rps_period given but train.algorithm is 'elastic-gossip'"),
+    ({"net": {"deadline_max_s": 30.0}}, "net.deadline_max_s given but net.deadline is 'fixed'"),
+    ({"net": {"transport": "zmq", "gso": False}}, "net.gso given but net.transport is 'zmq'"),
+    ({"agent": {"key": "k" * 32, "keys": "links.keys"}}, "agent.key given but agent.keys is set"),
+])
+def test_a_key_without_effect_is_refused_naming_both_keys(extra, needle):
+    doc = {k: dict(v) for k, v in BASE.items()}
+    for section, body in extra.items():
+        doc.setdefault(section, {}).update(body)
+    with pytest.raises(ConfigError) as e:
+        config.from_dict(doc)
+    assert needle in str(e.value)
+
+
+def test_keys_that_act_are_accepted_and_written_back(tmp_path):
+    doc = {k: dict(v) for k, v in BASE.items()}
+    doc["data"] = {"source": "file", "path": "device-0.npz", "label_column": "y"}
+    doc["train"] = {"algorithm": "rps", "rps_period": 4}
+    doc["net"] = {"deadline": "adaptive", "deadline_max_s": 30.0}
+    c = config.from_dict(doc)
+    path = tmp_path / "a.toml"
+    path.write_text(config.to_toml(c))  # what to_toml writes must load again: no idle keys
+    assert config.load(path) == c

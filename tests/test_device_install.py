@@ -84,11 +84,11 @@ def _source_copy(dest: Path) -> None:
 
 @pytest.mark.timeout(900)
 def test_installed_copy_runs_without_source_tree_or_onnx(tmp_path, mnist_data, free_udp_port):
-    from edgegossip.data import mnist
+    from edgegossip import paths
     src, prefix = tmp_path / "edgegossip-src", tmp_path / "opt" / "edgegossip"
     _source_copy(src)
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
-    env["EDGEGOSSIP_BUILD_CACHE"] = str(REPO / ".cache" / "pyzmq")  # the wheel make built
+    env["EDGEGOSSIP_BUILD_CACHE"] = str(paths.cache_dir() / "pyzmq")  # the wheel make built
     env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep)
                                   if not p.startswith(sys.prefix))
     p = subprocess.run(["bash", str(src / "scripts" / "install-device.sh"), str(prefix)],
@@ -105,7 +105,7 @@ def test_installed_copy_runs_without_source_tree_or_onnx(tmp_path, mnist_data, f
     assert subprocess.run([bin_ / "python", "-c", "import onnxruntime"], env=env,
                           capture_output=True, timeout=60).returncode != 0
 
-    env["EDGEGOSSIP_CACHE"] = str(mnist.cache_dir())
+    env["EDGEGOSSIP_CACHE"] = str(paths.cache_dir())
     conf = tmp_path / "agent.toml"
     base = (f'[agent]\nid = 0\nlisten = "127.0.0.1:{free_udp_port()}"\noutput = "{tmp_path}/out"\n'
             '[train]\nalgorithm = "local"\nworkers = 1\nmodel = "logreg"\nmax_steps = 60\n'

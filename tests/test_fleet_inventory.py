@@ -49,6 +49,10 @@ def test_init_writes_inventory_and_private_secrets(tmp_path):
     ('model = "logreg"', 'model = "resnet"', "train.model: must be mlp, logreg or cnn"),
     ('name = "pi2"', 'name = "pi 2"', "devices.pi 2.name"),
     ("port = 22\n", "port = 99999\n", "devices.pi0.port: must be a port number"),
+    ('[train]\n', '[data]\nlabel_column = "y"\n[train]\n',
+     "data.label_column given but data.source is 'mnist'"),
+    ('[train]\n', '[train]\nrps_period = 4\n',
+     "train.rps_period given but train.algorithm is 'elastic-gossip'"),
 ])
 def test_bad_inventory_is_one_line_naming_the_key(tmp_path, old, new, message):
     _fleet(tmp_path)

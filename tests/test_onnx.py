@@ -22,10 +22,14 @@ def test_export_predictions_match_numpy(tmp_path, mnist_data, name):
     assert (got.argmax(1) == ref.argmax(1)).all()
 
 
-@pytest.mark.parametrize("name,rtol", [("logreg", 1e-4), ("mlp", 0.05)])
-def test_onnx_training_follows_numpy(mnist_data, name, rtol):
-    """100 steps, same batches and dropout masks. The MLP's losses drift apart slowly (momentum
-    0.99 amplifies float32 summation-order differences), hence its looser tolerance."""
+@pytest.mark.parametrize("name", ["logreg", "mlp"])
+def test_onnx_training_follows_numpy(mnist_data, name):
+    """100 steps, same batches and dropout masks. The two backends compute the same math in
+    different summation orders (onnxruntime's and OpenBLAS's kernels, chosen per CPU), so they
+    agree to float32 rounding, not bit for bit: the first gradient within 1e-5 of its norm
+    (measured 7e-7 on x86-64) and the first 20 losses within 1e-4 (measured 2e-7). Later the
+    MLP's trajectories part (momentum 0.99 amplifies rounding: 1% apart by step 100 on x86-64,
+    further on aarch64), so for the whole run both must learn."""
     m = make_model(name)
     p_np, p_ox = m.init(), m.init()
     g = np.zeros_like(p_np)
@@ -35,12 +39,14 @@ def test_onnx_training_follows_numpy(mnist_data, name, rtol):
     trainer = OnnxTrainer(m)
     r_np, r_ox, batches = np.random.default_rng(1), np.random.default_rng(1), np.random.default_rng(2)
     l_np, l_ox = [], []
-    for _ in range(100):
+    for step in range(100):
         idx = batches.integers(0, len(mnist_data.y_train), 32)
         x, y = mnist_data.batch(idx)
         l_np.append(m.loss_grad(p_np, g, x, y, r_np))
-        opt.step(p_np, g)
         l_ox.append(trainer.loss_grad(p_ox, g_ox, x, y, r_ox))
+        if step == 0:
+            assert np.linalg.norm(g - g_ox) <= 1e-5 * np.linalg.norm(g)
+        opt.step(p_np, g)
         opt_ox.step(p_ox, g_ox)
-    np.testing.assert_allclose(l_ox, l_np, rtol=rtol, atol=rtol)
-    assert l_np[-1] < l_np[0] * 0.5  # it did learn
+    np.testing.assert_allclose(l_ox[:20], l_np[:20], rtol=1e-4)
+    assert l_np[-1] < l_np[0] * 0.5 and l_ox[-1] < l_ox[0] * 0.5  # both did learn

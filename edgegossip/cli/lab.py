@@ -36,13 +36,14 @@ def up(n, loss, rate, model, algorithm, split, out, as_json) -> None:
     from edgegossip.fleet.inventory import InventoryError
     from edgegossip.lab import machines
     from edgegossip.lab.root import RootError
+    from edgegossip.tools import MissingTool
     settings = {"train": {"algorithm": algorithm, "model": model}}
     try:
         result = machines.up(n, out, loss, rate, settings, None if split == "none" else split,
                              progress=lambda m: click.echo(m, err=True))
     except machines.LabError as e:
         fail(str(e), exit_codes.NEEDS_ROOT if "root" in str(e) else exit_codes.FAILURE)
-    except (RootError, EmulationError, InventoryError, DataError, OSError) as e:
+    except (RootError, EmulationError, InventoryError, DataError, MissingTool, OSError) as e:
         fail(str(e), exit_codes.FAILURE)
     if as_json:
         emit(result, True)

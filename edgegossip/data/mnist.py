@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgegossip import paths
 from edgegossip.data.safe_pickle import load_arrays
 
 SHA256 = "0e0b5b1eb31113d59a0828c42542fb7815e81dde740635e91cf7d01f123e21d3"
@@ -36,14 +37,8 @@ class DataError(RuntimeError):
     pass
 
 
-def cache_dir() -> Path:
-    base = os.environ.get("EDGEGOSSIP_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "edgegossip")
-    return Path(base)
-
-
 def cache_path() -> Path:
-    return cache_dir() / "mnist.npz"
+    return paths.cache_dir() / "mnist.npz"
 
 
 def digest(arrays: dict[str, np.ndarray]) -> str:

@@ -19,6 +19,8 @@ import re
 import subprocess
 from dataclasses import dataclass, field
 
+from edgegossip import tools
+
 log = logging.getLogger(__name__)
 
 PREFIX = "eg"  # every namespace, bridge and veth we create starts with this
@@ -88,6 +90,7 @@ class Lan:
     def up(self) -> Lan:
         if not is_root():
             raise EmulationError("network emulation needs root (network namespaces, nftables)")
+        tools.require("ip", "nft", why="network emulation")
         try:
             _run("ip", "netns", "add", self.switch)
             self.created.append(f"ns:{self.switch}")

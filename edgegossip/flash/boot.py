@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from edgegossip import tools
 from edgegossip.flash.partitions import boot_partition
 
 
@@ -52,9 +53,7 @@ class FatBoot:
     """The FAT boot partition of an image file or a disk, through mtools."""
 
     def __init__(self, path: Path):
-        if shutil.which("mcopy") is None:
-            raise BootError("mtools is missing (apt-get install mtools): it edits the image's FAT "
-                            "partition without mounting it")
+        tools.require("mcopy", why="editing the image's FAT partition without mounting it")
         try:
             part = boot_partition(str(path))
         except OSError as e:

@@ -40,8 +40,7 @@ def render(fleet, device) -> config.AgentConfig:
     """The device's AgentConfig; raises config.ConfigError naming the bad key."""
     doc: dict = {}
     for key, value in values(fleet, device).items():
-        section = next(s for s, keys in config.SECTIONS.items() if key in keys)
-        doc.setdefault(section, {})[key] = value
+        doc.setdefault(config.section_of(key), {})[key] = value
     return config.from_dict(doc)
 
 

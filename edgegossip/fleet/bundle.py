@@ -2,12 +2,14 @@
 a fleet of 20 Pis never compiles the kernels and pyzmq 20 times) and, per device, its config, its
 link keys, its control certificates, its data, the unit and the install script.
 
-A wheelhouse holds the edgegossip wheel (kernels compiled), the draft-enabled pyzmq wheel that
-`make venv` built, and binary wheels of the other dependencies at the versions this machine runs.
+A wheelhouse holds the edgegossip wheel (kernels compiled; built from the source tree, or repacked
+from a regular install), pyzmq (the draft-enabled wheel `make venv` built, else the package
+index's), and binary wheels of the other dependencies at the versions this machine runs.
 Its release id is a digest of the wheels: a device that already has that release installs nothing."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import importlib.metadata as md
 import io
@@ -18,9 +20,11 @@ import subprocess
 import sys
 import sysconfig
 import tarfile
+import zipfile
 from pathlib import Path
 
-PROJECT = Path(__file__).resolve().parents[2]
+from edgegossip import paths
+
 MANIFEST = "edgegossip-wheelhouse.json"
 
 
@@ -29,14 +33,21 @@ class BundleError(RuntimeError):
 
 
 def source_digest() -> str:
-    """Digest of the sources a wheel is built from: a stale wheelhouse is rebuilt, a current one
-    reused."""
+    """Digest of what the edgegossip wheel is made from (the source tree, or the installed
+    package): a stale wheelhouse is rebuilt, a current one reused."""
     h = hashlib.sha256()
-    files = sorted([*PROJECT.glob("edgegossip/**/*.py"), *PROJECT.glob("native/**/*"),
-                    PROJECT / "pyproject.toml", PROJECT / "setup.py"])
-    for f in files:
+    src = paths.source_tree()
+    if src is not None:
+        base = src
+        files = [*src.glob("edgegossip/**/*.py"), *src.glob("native/**/*"), *src.glob("devices/**/*"),
+                 src / "pyproject.toml", src / "setup.py"]
+    else:
+        base = Path(__file__).resolve().parents[2]
+        files = [f for f in Path(__file__).resolve().parents[1].rglob("*")
+                 if "__pycache__" not in f.parts]
+    for f in sorted(files):
         if f.is_file():
-            h.update(str(f.relative_to(PROJECT)).encode() + b"\0" + f.read_bytes())
+            h.update(str(f.relative_to(base)).encode() + b"\0" + f.read_bytes())
     return h.hexdigest()[:16]
 
 
@@ -51,8 +62,45 @@ def _pip(*args: str, env: dict | None = None) -> None:
         raise BundleError(f"pip {args[0]} failed: {tail[0] if tail else p.returncode}")
 
 
+def _draft_pyzmq() -> Path | None:
+    """The draft-enabled pyzmq wheel scripts/install-pyzmq-draft.sh built for this Python."""
+    tag = f"cp{sys.version_info[0]}{sys.version_info[1]}"
+    found = sorted(w for w in (paths.cache_dir() / "pyzmq").glob("wheels-*/pyzmq-*.whl")
+                   if f"-{tag}-" in w.name and platform.machine() in w.name)
+    return found[-1] if found else None
+
+
+def _repack_installed(dest: Path) -> None:
+    """The installed edgegossip (a regular install: no source tree) as a wheel again, from the
+    files its RECORD lists, so an operator who ran `pip install edgegossip` can ship it."""
+    dist = md.distribution("edgegossip")
+    tags = [ln.split(":", 1)[1].strip() for ln in (dist.read_text("WHEEL") or "").splitlines()
+            if ln.startswith("Tag:")]
+    if not tags:
+        raise BundleError("the installed edgegossip has no WHEEL tag to repack; "
+                          "reinstall it with pip")
+    info = f"edgegossip-{dist.version}.dist-info"
+    skip = {f"{info}/{n}" for n in ("RECORD", "INSTALLER", "REQUESTED", "direct_url.json")}
+    rows = []
+    with zipfile.ZipFile(dest / f"edgegossip-{dist.version}-{tags[0]}.whl", "w",
+                         zipfile.ZIP_DEFLATED) as z:
+        for f in dist.files or []:
+            name = str(f)
+            if name in skip or name.startswith("..") or "__pycache__" in name:
+                continue  # pip writes these (and the console script) again on install
+            data = Path(f.locate()).read_bytes()
+            z.writestr(name, data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            rows.append(f"{name},sha256={digest},{len(data)}")
+        z.writestr(f"{info}/RECORD", "\n".join([*rows, f"{info}/RECORD,,"]) + "\n")
+
+
 def build(dest: Path, extras: tuple[str, ...] = (), progress=print) -> dict:
-    """Build (or reuse) a wheelhouse for this machine's platform in dest; its manifest."""
+    """Build (or reuse) a wheelhouse for this machine's platform in dest; its manifest.
+
+    pyzmq is the draft-enabled wheel `make venv` built when there is one (the `zmq` transport
+    needs it), otherwise the package index's binary wheel (`udp` and the control socket need
+    nothing more); the manifest says which."""
     digest = source_digest()
     manifest_path = dest / MANIFEST
     if manifest_path.is_file():
@@ -60,19 +108,21 @@ def build(dest: Path, extras: tuple[str, ...] = (), progress=print) -> dict:
         if m.get("source") == digest and m.get("platform") == this_platform() and \
                 set(extras) <= set(m.get("extras", [])):
             return m
-    if not (PROJECT / "pyproject.toml").is_file():
-        raise BundleError("building a wheelhouse needs the edgegossip source tree; "
-                          "pass --wheelhouse DIR")
-    zmq_wheels = sorted(PROJECT.glob(".cache/pyzmq/wheels-*/pyzmq-*.whl"))
-    if not zmq_wheels:
-        raise BundleError("no draft-enabled pyzmq wheel in .cache/pyzmq: run `make venv` first")
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
     progress(f"building the wheelhouse for {this_platform()['machine']} Python "
              f"{this_platform()['python']} in {dest} (once per source change)")
-    _pip("wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(dest), str(PROJECT))
-    shutil.copy2(zmq_wheels[-1], dest)
+    src = paths.source_tree()
+    if src is not None:
+        _pip("wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(dest), str(src))
+    else:
+        _repack_installed(dest)
     pins = [f"{name}=={md.version(name)}" for name in ("numpy", "click")]
+    draft = _draft_pyzmq()
+    if draft is not None:
+        shutil.copy2(draft, dest)
+    else:
+        pins.append(f"pyzmq=={md.version('pyzmq')}")
     if "onnx" in extras:
         pins += [f"{name}=={md.version(name)}" for name in ("onnx", "onnxruntime")]
     # binary wheels only, with their dependencies (a device compiles nothing)
@@ -82,7 +132,7 @@ def build(dest: Path, extras: tuple[str, ...] = (), progress=print) -> dict:
     for w in wheels:
         h.update(w.encode() + (dest / w).read_bytes())
     manifest = {"release": h.hexdigest()[:12], "source": digest, "platform": this_platform(),
-                "extras": list(extras), "wheels": wheels,
+                "extras": list(extras), "wheels": wheels, "zmq_draft": draft is not None,
                 "bytes": sum((dest / w).stat().st_size for w in wheels),
                 "abi": sysconfig.get_config_var("SOABI")}
     manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")

@@ -5,12 +5,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from edgegossip import paths
 from edgegossip.data import mnist
 from edgegossip.fleet import agentconf, bundle, remote, secrets
 from edgegossip.fleet.control import ask
 from edgegossip.fleet.ssh import Ssh, SshError
 
-PROJECT = bundle.PROJECT
 # room an install needs beyond the shipped files: a venv with numpy, pyzmq and edgegossip
 VENV_MB = 200
 
@@ -27,7 +27,7 @@ def device_files(fleet, device, info: dict, include_wheels: bool, wheelhouse: Pa
         "link.keys": secrets.keyfile(fleet.secrets, device.id, ids, fleet.id).encode(),
         "server.key_secret": server_secret,
         "client.key": client_public,
-        "edgegossip-agent.service": PROJECT / "devices" / "edgegossip-agent.service",
+        "edgegossip-agent.service": paths.devices_dir() / "edgegossip-agent.service",
         "60-edgegossip.conf": remote.SYSCTL.encode(),
     }
     if device.data:
@@ -71,6 +71,10 @@ def deploy_one(fleet, device, deadline: float, wheelhouse: Path, manifest: dict,
         raise ValueError(f"device runs {info['machine']} Python {info['python']}; the wheelhouse is for "
                          f"{want['machine']} Python {want['python']} (build one on such a device with "
                          "`edgegossip fleet wheelhouse` and pass --wheelhouse)")
+    if agentconf.render(fleet, device).transport == "zmq" and not manifest.get("zmq_draft", True):
+        raise ValueError("net.transport is zmq but the wheelhouse's pyzmq lacks the draft API "
+                         "(RADIO/DISH): run `make venv` (it builds one) and `fleet wheelhouse` "
+                         "again, or use transport udp")
     new_release = manifest["release"] not in info["releases"]
     files = device_files(fleet, device, info, new_release, wheelhouse, manifest)
     shipped = sum(_size(c) for c in files.values())

@@ -15,7 +15,7 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from edgegossip import config
+from edgegossip import config, paths
 
 NAME = "fleet.toml"
 # settings every device must share: the chunk plan, the model and the algorithm's rule
@@ -209,7 +209,7 @@ def validate(f: Fleet) -> None:
 
 
 def profiles_dir() -> Path:
-    return Path(__file__).resolve().parents[2] / "devices" / "profiles"
+    return paths.devices_dir() / "profiles"
 
 
 def profile_settings(name: str, where: str = "profile") -> dict:

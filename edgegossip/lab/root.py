@@ -12,6 +12,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from edgegossip import paths, tools
+
 PACKAGES = ("systemd", "systemd-sysv", "dbus", "openssh-server", "python3", "python3-venv",
             "iproute2", "libssl3", "procps", "sudo", "nftables")
 USER = "pi"  # as on Raspberry Pi OS: a login user with passwordless sudo, not root
@@ -27,7 +29,7 @@ def default_cache() -> Path:
     env = os.environ.get("EDGEGOSSIP_LAB_CACHE")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[2] / ".cache" / "lab"
+    return paths.cache_dir() / "lab"
 
 
 def mirror() -> str:
@@ -60,10 +62,7 @@ def ensure(cache: Path | None = None, progress=print) -> Path:
     root = path(cache)
     if (root / ".edgegossip-lab-ready").is_file():
         return root
-    if shutil.which("debootstrap") is None:
-        raise RootError("debootstrap is missing (apt-get install debootstrap)")
-    if shutil.which("systemd-nspawn") is None:
-        raise RootError("systemd-nspawn is missing (apt-get install systemd-container)")
+    tools.require("debootstrap", "systemd-nspawn", why="the lab's Debian root")
     partial = root.with_name(root.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.parent.mkdir(parents=True, exist_ok=True)

@@ -74,6 +74,10 @@ class MLP(Model):
     def _block_rows(self, i: int) -> int:
         return max(1, min(self.sizes[i], GRAD_BLOCK_FLOATS // self.sizes[i + 1]))
 
+    def _row_blocks(self, i: int) -> list[tuple[int, int]]:
+        a, rows = self.sizes[i], self._block_rows(i)
+        return [(r0, min(a, r0 + rows)) for r0 in range(0, a, rows)]
+
     def max_layer_params(self) -> int:
         """The scratch loss_grad(apply=...) needs: one block of rows of the widest layer."""
         return max(max(self._block_rows(i), 1) * self.sizes[i + 1] for i in range(self.n_layers))
@@ -83,8 +87,9 @@ class MLP(Model):
         as it is known, a block of weight rows at a time (last layer first), and grad need only
         hold one block (max_layer_params(), 512 KB): the optimiser updates block by block and no
         whole-model, or even whole-layer, gradient exists. A layer's weights serve the backward
-        pass before any of its blocks is handed over, so the result is that of a whole-model
-        step (bit for bit: a block's rows are the same dot products over the batch)."""
+        pass before any of its blocks is handed over. Both ways compute the weight gradient with
+        the same matrix products, block by block (_row_blocks): BLAS picks its kernel and its
+        summation order per shape and per CPU, so only the same shapes give the same bits."""
         v = self.layout.views(params)
         g = self.layout.views(grad) if apply is None else None
         masks = self.dropout_masks(x.shape[0], rng)
@@ -104,7 +109,9 @@ class MLP(Model):
         loss, d = log_softmax_xent(h, y)
         for i in reversed(range(self.n_layers)):
             if apply is None:
-                np.matmul(acts[i].T, d, out=g[f"W{i}"])
+                gw = g[f"W{i}"]
+                for r0, r1 in self._row_blocks(i):
+                    np.matmul(acts[i][:, r0:r1].T, d, out=gw[r0:r1])
                 d.sum(axis=0, out=g[f"b{i}"])
             d_below = None
             if i > 0:
@@ -122,9 +129,7 @@ class MLP(Model):
     def _apply_blocks(self, i: int, h: np.ndarray, d: np.ndarray, scratch: np.ndarray, apply) -> None:
         a, b = self.sizes[i], self.sizes[i + 1]
         lo = self.layer_span(i)[0]
-        rows = self._block_rows(i)
-        for r0 in range(0, a, rows):
-            r1 = min(a, r0 + rows)
+        for r0, r1 in self._row_blocks(i):
             part = scratch[:(r1 - r0) * b]
             np.matmul(h[:, r0:r1].T, d, out=part.reshape(r1 - r0, b))
             apply(lo + r0 * b, lo + r1 * b, part)

@@ -44,6 +44,7 @@ def flash(name, fleet_dir, boot_dir, image, disk, fmt, wifi_ssid, wifi_country, 
     from edgegossip.flash import boot, disk as disks, wifi
     from edgegossip.flash.partitions import PartitionError
     from edgegossip.flash.write import flash as write
+    from edgegossip.tools import MissingTool
     if sum(x is not None for x in (boot_dir, image, disk)) != 1:
         fail("give exactly one of --boot, --image, --device", exit_codes.USAGE)
     f = open_fleet(fleet_dir)
@@ -60,7 +61,8 @@ def flash(name, fleet_dir, boot_dir, image, disk, fmt, wifi_ssid, wifi_country, 
             disks.check(disk)
         target = boot.DirBoot(boot_dir) if boot_dir else boot.FatBoot(Path(image or disk))
         row = write(f, d, target, fmt, creds, wheel_dir or f.root / "wheelhouse", manifest)
-    except (InventoryError, ValueError, PartitionError, boot.BootError, bundle.BundleError) as e:
+    except (InventoryError, ValueError, PartitionError, boot.BootError, bundle.BundleError,
+            MissingTool) as e:
         fail(str(e), exit_codes.USAGE)
     except OSError as e:
         fail(f"{e.filename or name}: {e.strerror}", exit_codes.FAILURE)

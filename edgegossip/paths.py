@@ -1,0 +1,30 @@
+"""Where edgegossip keeps things on the machine it runs on: its cache (XDG, never the source
+tree: a pip-installed edgegossip has none) and the device files it ships (profiles, the unit,
+the first-boot template), packaged into the wheel by setup.py and read from devices/ in a
+source checkout."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+_HERE = Path(__file__).resolve().parent
+
+
+def cache_dir() -> Path:
+    """$EDGEGOSSIP_CACHE, else $XDG_CACHE_HOME/edgegossip, else ~/.cache/edgegossip."""
+    base = os.environ.get("EDGEGOSSIP_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "edgegossip")
+    return Path(base)
+
+
+def devices_dir() -> Path:
+    """The device files: edgegossip/devices in a wheel, devices/ beside the package in a checkout."""
+    packaged = _HERE / "devices"
+    return packaged if packaged.is_dir() else _HERE.parent / "devices"
+
+
+def source_tree() -> Path | None:
+    """The source checkout this edgegossip runs from (an editable install), or None."""
+    root = _HERE.parent
+    return root if (root / "pyproject.toml").is_file() and (root / "native").is_dir() else None
