@@ -137,9 +137,10 @@ def test_loopback_backend_labels_injected_loss(tmp_path, mnist_data):
 def test_allreduce_ring_over_tcp_under_loss(fleet_factory, mnist_data):
     """The retransmitting baseline: a TCP ring through the same nftables loss. MLP blocks (3.9 MB)
     outgrow the TCP send buffer, so each is still in flight while the next phase runs; the
-    replicas must stay bit-identical all the same."""
+    replicas must stay bit-identical all the same. 30 s: under 10% TCP loss a retransmission
+    timeout can hold a whole ring phase, and one CI run with 15 s saw every agent at step 1."""
     from edgegossip import checkpoint
-    fleet = fleet_factory(algorithm="allreduce", model="mlp", loss=0.1, duration_s=15)
+    fleet = fleet_factory(algorithm="allreduce", model="mlp", loss=0.1, duration_s=30)
     _wait_done(fleet)
     assert not fleet.failed()
     s = summarize(fleet.spec.out, 3, "mlp", 0.1, "kernel", 0, None, mnist_data)

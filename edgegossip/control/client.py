@@ -29,9 +29,15 @@ def request(host: str, port: int, op: str, client_secret: str, server_public: st
         if not sock.poll(int(timeout_s * 1000)):
             raise ControlError(f"no answer from {host}:{port} in {timeout_s:g} s (agent not running, "
                                "or this operator's key is not allow-listed)")
-        reply = json.loads(sock.recv())
+        raw = sock.recv()
     finally:
         sock.close(0)
-    if not reply.get("ok"):
-        raise ControlError(reply.get("error", "error"))
+    try:
+        reply = json.loads(raw)
+    except (ValueError, RecursionError):
+        reply = None
+    if not isinstance(reply, dict):
+        raise ControlError(f"malformed reply from {host}:{port} ({len(raw)} bytes, not a JSON object)")
+    if reply.get("ok") is not True:
+        raise ControlError(str(reply.get("error", "error")).splitlines()[0][:300] or "error")
     return reply

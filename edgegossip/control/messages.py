@@ -21,7 +21,7 @@ class BadRequest(ValueError):
 def parse(raw: bytes) -> str:
     try:
         doc = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):  # 3,000 nested brackets fit 4 KB
         raise BadRequest("request is not JSON") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("op"), str):
         raise BadRequest('request must be {"op": ...}')

@@ -112,7 +112,7 @@ def firstrun(hostname: str, user: str, ssh_key: str, release: str, ssid: str | N
     if ssid:
         nm = "/etc/NetworkManager/system-connections/edgegossip-wifi.nmconnection"
         lines += [
-            f"cat > {nm} <<'EOF'",
+            f"(umask 077; cat > {nm}) <<'EOF'",
             "[connection]", "id=edgegossip-wifi", "type=wifi", "autoconnect=true", "",
             "[wifi]", "mode=infrastructure", f"ssid={ssid}", "",
             "[wifi-security]", "key-mgmt=wpa-psk", f"psk={psk_hex}", "",

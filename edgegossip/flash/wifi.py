@@ -14,6 +14,9 @@ def psk(ssid: str, passphrase: str) -> str:
         raise ValueError("a WPA passphrase has 8 to 63 characters")
     if not 1 <= len(ssid.encode()) <= 32:
         raise ValueError("an SSID has 1 to 32 bytes")
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in ssid):
+        # it lands in a shell heredoc and a NetworkManager keyfile as root on first boot
+        raise ValueError(f"--wifi-ssid {ssid!r}: control characters (a newline, a tab) are refused")
     return hashlib.pbkdf2_hmac("sha1", passphrase.encode(), ssid.encode(), 4096, 32).hex()
 
 

@@ -37,5 +37,7 @@ def _one(task: Callable, device, deadline: float) -> dict:
         row.update(task(device, deadline) or {})
     except (SshError, OSError, ValueError, RuntimeError) as e:
         row.update(ok=False, error=str(e).splitlines()[0] if str(e) else type(e).__name__)
+    except Exception as e:  # whatever one device sent back, it fails that device's row alone
+        row.update(ok=False, error=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300])
     row["seconds"] = round(time.monotonic() - t, 1)
     return row

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import subprocess
 import tempfile
 import time
@@ -21,9 +22,32 @@ class SshError(RuntimeError):
     """One line saying why a device could not be reached or a command failed there."""
 
 
+def _private(d: Path) -> bool:
+    """d is a real directory (no symlink) of this user that nobody else can enter."""
+    try:
+        st = os.lstat(d)
+    except FileNotFoundError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
+
+
 def _control_dir() -> str:
-    d = Path(tempfile.gettempdir()) / f"edgegossip-ssh-{os.getuid()}"
-    d.mkdir(mode=0o700, exist_ok=True)
+    """Where the shared connections' sockets live. ssh trusts whatever answers on a master socket
+    (it checks no owner), so a folder another user can write would hand them every command and
+    its input: $XDG_RUNTIME_DIR when it is private, else a folder of ours in the temp dir,
+    created 0700 or refused when someone else made it first."""
+    run = os.environ.get("XDG_RUNTIME_DIR")
+    if run and _private(Path(run)):
+        d = Path(run) / "edgegossip-ssh"
+    else:
+        d = Path(tempfile.gettempdir()) / f"edgegossip-ssh-{os.getuid()}"
+    try:
+        d.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    if not _private(d):
+        raise SshError(f"{d} is not a private folder of this user (a symlink, another owner, or "
+                       "open to others): refusing to share SSH connections through it; remove it")
     return str(d)
 
 
