@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgegossip import __version__, checkpoint
+from edgegossip import __version__, algorithms, checkpoint
 from edgegossip import config as config_io
 from edgegossip.dataplane import wire
 from edgegossip.dataplane import payload
@@ -84,8 +84,9 @@ class Agent:
         self.backend = self.model  # what computes loss and gradient: NumPy, or onnxruntime
         # NumPy MLP under gossip: the optimiser steps layer by layer inside the backward pass,
         # so the gradient buffer holds one layer, not the model (all-reduce needs it whole)
+        self.algorithm = algorithms.get(cfg.algorithm)
         self.layerwise = (cfg.backend == "numpy" and hasattr(self.model, "layer_span")
-                          and cfg.algorithm != "allreduce")
+                          and not self.algorithm.whole_gradient)
         self.g = np.zeros(self.model.max_layer_params() if self.layerwise else self.model.n_params,
                           np.float32)
         if cfg.backend == "onnx":
@@ -105,7 +106,7 @@ class Agent:
         self._push_weight = 1.0  # gossip-push's push-sum weight, as checkpointed
         checkpoint.clean(self.out)
         self.resumed = self._resume()
-        self.keys = self.link_keys() if cfg.algorithm not in ("local", "allreduce") else None
+        self.keys = self.link_keys() if self.algorithm.datagrams else None
 
     def _resume(self) -> bool:
         state = checkpoint.load(self.out)
@@ -185,7 +186,7 @@ class Agent:
     def _open_network(self):
         cfg = self.cfg
         peers = PeerBook({p.id: (p.host, p.port) for p in cfg.peers})
-        if cfg.algorithm in ("local", "allreduce"):  # ZeroMQ's TCP connect resolves names itself
+        if not self.algorithm.datagrams:  # ZeroMQ's TCP connect resolves names itself
             return None, None, None, peers
         peers.resolve(wait_s=RESOLVE_WAIT_S)
         keys = self.keys
@@ -194,11 +195,11 @@ class Agent:
                                    gso=cfg.gso)
         transport.bind(cfg.listen_endpoint)
         inbox = self.inbox = Inbox(self.plan, keys, cfg.fleet, peers=set(peers),
-                                   rps_blocks=cfg.workers if cfg.algorithm == "rps" else 0,
+                                   rps_blocks=cfg.workers if self.algorithm.rps_blocks else 0,
                                    me=cfg.id, require_encryption=cfg.encrypt,
                                    # gossip: an exchange we started and one we answer at a time;
                                    # memory for those, not for every peer
-                                   receive_buffers=0 if cfg.algorithm == "rps" else 2,
+                                   receive_buffers=self.algorithm.receive_buffers,
                                    stale_s=cfg.deadline_s, codec=self.codec)
         inbox.restore_replay(self._replay)
         handler, fast = inbox.ingest, inbox.fast
@@ -291,15 +292,8 @@ class Agent:
                        bytes_received=snap["accepted_bytes"], datagrams_received=snap["accepted"],
                        datagrams_dropped=snap["dropped"], drops=snap["drops"],
                        send_skipped=ctx.snapshots.skipped, send_unresolved=sender.peers.skipped)
-            if hasattr(protocol, "deadlines"):
-                rec["deadline_s_by_link"] = protocol.deadlines.snapshot()
-            if self.cfg.algorithm == "gossip-push":
-                # weight on its way in: receipts announced but not merged yet
-                pending = sum(p.weight for p in getattr(protocol, "pending", {}).values())
-                rec.update(push_weight=round(ctx.push_weight, 6),
-                           push_weight_pending=round(pending, 6))
-        else:
-            sent = getattr(protocol, "bytes_sent", 0)
-            rec.update(bytes_sent=sent, datagrams_sent=0, bytes_received=sent,
-                       datagrams_received=0, datagrams_dropped=0, drops={})
+        else:  # no data plane: nothing sent, unless the protocol says so (the all-reduce ring)
+            rec.update(bytes_sent=0, datagrams_sent=0, bytes_received=0, datagrams_received=0,
+                       datagrams_dropped=0, drops={})
+        rec.update(protocol.metrics())
         return rec

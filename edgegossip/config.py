@@ -17,6 +17,7 @@ import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from edgegossip import algorithms
 from edgegossip.dataplane import wire
 from edgegossip.algorithms import NAMES as ALGORITHMS
 
@@ -44,7 +45,7 @@ class AgentConfig:
                                              # init`); when set, `key` is not used
     output: str = "agent-out"                # checkpoints and metrics.jsonl go here
     # [train]
-    algorithm: str = "elastic-gossip"
+    algorithm: str = algorithms.DEFAULT
     model: str = "mlp"
     backend: str = "numpy"                   # numpy | onnx (loss and gradient in onnxruntime)
     workers: int = 4                         # fleet size, for sharding the data
@@ -109,9 +110,7 @@ APPLIES_WHEN = {
     "label_column": ("source", ("file",)),
     "eval_fraction": ("source", ("file",)),
     "partition": ("source", ("mnist",)),
-    "p": ("algorithm", ("elastic-gossip", "gossip-pull", "gossip-push")),
-    "alpha": ("algorithm", ("elastic-gossip",)),
-    "rps_period": ("algorithm", ("rps",)),
+    **{k: ("algorithm", algorithms.acting(k)) for a in algorithms.REGISTRY.values() for k in a.settings},
     "deadline_min_s": ("deadline", ("adaptive",)),
     "deadline_max_s": ("deadline", ("adaptive",)),
     "gso": ("transport", ("udp",)),
@@ -240,10 +239,11 @@ def validate(c: AgentConfig) -> None:
     need(len(set(ids)) == len(ids), "agent.peers", "duplicate peer id")
     need(c.id not in ids, "agent.peers", "lists this agent itself")
     need(all(0 <= i < c.workers for i in ids), "agent.peers", f"ids must be in 0..{c.workers - 1}")
-    if c.algorithm in ("rps", "allreduce"):
+    wants = algorithms.get(c.algorithm).peers
+    if wants == "all":
         need(len(c.peers) == c.workers - 1, "agent.peers",
              f"{c.algorithm} needs all {c.workers - 1} other agents")
-    elif c.algorithm != "local":  # gossip copes with ids a fleet has retired
+    elif wants == "some":  # gossip copes with ids a fleet has retired
         need(len(c.peers) >= 1, "agent.peers", f"{c.algorithm} needs at least one peer")
 
 

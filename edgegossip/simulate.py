@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from edgegossip.dataplane import payload, wire
-from edgegossip.algorithms import allreduce, elastic_gossip, gossip_pull, gossip_push, rps
+from edgegossip import algorithms
 from edgegossip.algorithms import NAMES as ALGORITHMS
 from edgegossip.dataplane.chunking import ChunkPlan
 from edgegossip.data import partition
@@ -31,7 +31,7 @@ from edgegossip.models.optim import NesterovSGD
 
 @dataclass(frozen=True)
 class SimConfig:
-    algorithm: str = "elastic-gossip"   # one of ALGORITHMS
+    algorithm: str = algorithms.DEFAULT  # one of ALGORITHMS
     model: str = "mlp"                  # mlp | logreg | cnn
     workers: int = 4
     p: float = 1 / 32                   # exchange probability per worker per step (gossip)
@@ -51,8 +51,8 @@ class SimConfig:
     def check(self) -> None:
         if self.algorithm not in ALGORITHMS:
             raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}")
-        if self.workers < 1 or (self.workers < 2 and self.algorithm not in ("local", "allreduce")):
-            raise ValueError("workers must be at least 2 for a gossip algorithm")
+        if self.workers < 1 or (self.workers < 2 and algorithms.get(self.algorithm).datagrams):
+            raise ValueError(f"workers must be at least 2 for {self.algorithm}")
         if not 0 <= self.loss <= 1:
             raise ValueError("loss must be a fraction in [0, 1]")
         if not 0 <= self.p <= 1:
@@ -147,8 +147,9 @@ def simulate(cfg: SimConfig, data: Mnist,
     avg_grad = np.zeros(model.n_params, np.float32)
     rngs = [np.random.default_rng([cfg.seed, w]) for w in range(W)]
     net = _Net(plan, cfg.loss, W, np.random.default_rng([cfg.seed, 10_000]), codec)
-    weights = [1.0] * W  # push-sum weights (gossip-push)
-    pick_rng = np.random.default_rng([cfg.seed, 20_000])
+    algorithm = algorithms.get(cfg.algorithm)
+    world = algorithms.World(xs, opts, grads, pres, sent, net, np.random.default_rng([cfg.seed, 20_000]),
+                             plan, wire_copy, cfg.p, cfg.alpha, avg_grad, weights=[1.0] * W)
     shards = _shards(cfg, data.y_train)
     per_worker = cfg.batch // W
     # An epoch is one pass over the whole training set, summed over workers; with unequal
@@ -156,16 +157,13 @@ def simulate(cfg: SimConfig, data: Mnist,
     steps_per_epoch = max(1, sum(len(s) for s in shards) // (per_worker * W))
     total = max(1, int(round(cfg.epochs * steps_per_epoch)))
     feeds = [_Feed(s, per_worker, rng) for s, rng in zip(shards, rngs)]
-    whole = range(plan.n_chunks)
-    allreduce_bytes = 0.0
     losses = np.zeros(W)
     t0 = time.perf_counter()
     eval_steps = max(1, int(round(eval_every * steps_per_epoch))) if eval_every else 0
 
     def result(steps: int) -> dict:
         avg = np.mean(xs, axis=0, dtype=np.float64).astype(np.float32)
-        bytes_per_worker = (allreduce_bytes if cfg.algorithm == "allreduce"
-                            else float(net.bytes_sent.mean()))
+        bytes_per_worker = algorithm.sim_bytes_per_worker(world)
         return {
             **{k: v for k, v in asdict(cfg).items()
                if k in ("algorithm", "model", "workers", "p", "alpha", "loss", "seed", "partition",
@@ -181,7 +179,7 @@ def simulate(cfg: SimConfig, data: Mnist,
             "datagrams_sent": net.datagrams_sent,
             "datagrams_lost": net.datagrams_lost,
             "elapsed_s": round(time.perf_counter() - t0, 1),
-            **({"push_weight_sum": round(sum(weights), 6)} if cfg.algorithm == "gossip-push" else {}),
+            **algorithm.sim_report(world),
         }
 
     for step in range(total):
@@ -189,45 +187,7 @@ def simulate(cfg: SimConfig, data: Mnist,
             xb, yb = data.batch(feeds[w].next())
             losses[w] = model.loss_grad(xs[w], grads[w], xb, yb, rngs[w])
 
-        if cfg.algorithm == "allreduce":
-            allreduce.average(grads, avg_grad)
-            for w in range(W):
-                opts[w].step(xs[w], avg_grad)
-            allreduce_bytes += allreduce.ring_bytes_per_step(plan.model_bytes, W)
-        elif cfg.algorithm in ("elastic-gossip", "gossip-pull", "gossip-push"):
-            picks = elastic_gossip.choose_peers(W, cfg.p, pick_rng)
-            involved = {w for w, p in enumerate(picks) if p is not None} | {p for p in picks if p is not None}
-            for w in involved:
-                np.copyto(pres[w], xs[w])
-                if sent is not pres:
-                    wire_copy(pres[w], sent[w])
-            for w in range(W):
-                opts[w].step(xs[w], grads[w])
-            if cfg.algorithm == "elastic-gossip":
-                sets = elastic_gossip.exchange_sets(picks)
-                for i in range(W):
-                    received = [(sent[j], net.send(j, whole)) for j in sorted(sets[i])]
-                    elastic_gossip.apply(xs[i], pres[i], received, cfg.alpha, ce)
-            elif cfg.algorithm == "gossip-pull":
-                for i, j in enumerate(picks):
-                    if j is not None:
-                        net.request(i)
-                        gossip_pull.apply(xs[i], pres[i], sent[j], net.send(j, whole), ce)
-            else:
-                given = {}
-                for i, j in enumerate(picks):
-                    if j is not None:
-                        given[i], weights[i] = gossip_push.give(weights[i])
-                for i, j in enumerate(picks):
-                    if j is not None:
-                        mask = net.send(i, whole)
-                        if mask.any():  # else the receiver never learns of it: s is lost
-                            weights[j] = gossip_push.apply(xs[j], sent[i], mask, ce, weights[j], given[i])
-        else:
-            for w in range(W):
-                opts[w].step(xs[w], grads[w])
-            if cfg.algorithm == "rps":
-                _rps_round(xs, plan, net, W, wire_copy)
+        algorithm.sim_step(world)
 
         if progress is not None:
             progress(step + 1, total, {"loss": float(losses.mean()), "epoch": (step + 1) / steps_per_epoch})
@@ -235,27 +195,3 @@ def simulate(cfg: SimConfig, data: Mnist,
             on_eval(result(step + 1))
 
     return result(total)
-
-
-def _rps_round(xs: list[np.ndarray], plan: ChunkPlan, net: _Net, W: int,
-               wire_copy: payload.Roundtrip) -> None:
-    """One RPS iteration over all W blocks (reduce-scatter then all-gather)."""
-    fresh = wire_copy.codec.name != "float32"  # each received block needs its own buffer
-    ce = plan.chunk_elems
-    averaged = []
-    for k in range(W):
-        sl, chunks = rps.block_slice(plan, k, W)
-        received = []
-        for w in range(W):
-            if w != k:
-                mask = net.send(w, chunks)[chunks.start:chunks.stop]
-                y = xs[w][sl]
-                received.append((wire_copy(y, np.empty_like(y)) if fresh else y, mask))
-        rps.reduce(xs[k][sl], received, ce)
-        averaged.append((sl, chunks))
-    for k, (sl, chunks) in enumerate(averaged):
-        served = wire_copy(xs[k][sl])  # the averaged block as it goes out
-        for w in range(W):
-            if w != k:
-                mask = net.send(k, chunks)[chunks.start:chunks.stop]
-                rps.gather(xs[w][sl], served, mask, ce)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from edgegossip.algorithms.base import Algorithm, World
+
 
 def average(grads: list[np.ndarray], out: np.ndarray) -> np.ndarray:
     np.copyto(out, grads[0])
@@ -21,3 +23,22 @@ def average(grads: list[np.ndarray], out: np.ndarray) -> np.ndarray:
 
 def ring_bytes_per_step(model_bytes: int, workers: int) -> float:
     return 2.0 * (workers - 1) / workers * model_bytes
+
+
+class AllReduce(Algorithm):
+    name = "allreduce"
+    datagrams = False   # a ZeroMQ TCP ring: retransmitting, no link keys, no inbox
+    peers = "all"
+    whole_gradient = True
+    protocol = "edgegossip.protocol.allreduce:RingAllReduce"
+
+    @classmethod
+    def sim_step(cls, world: World) -> None:
+        average(world.grads, world.avg_grad)
+        for w in range(world.n):
+            world.opts[w].step(world.xs[w], world.avg_grad)
+        world.ring_bytes += ring_bytes_per_step(world.plan.model_bytes, world.n)
+
+    @classmethod
+    def sim_bytes_per_worker(cls, world: World) -> float:
+        return world.ring_bytes

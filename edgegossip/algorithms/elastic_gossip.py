@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from edgegossip import kernels
+from edgegossip.algorithms.base import GossipAlgorithm, World
 
 
 def choose_peers(workers: int, p: float, rng: np.random.Generator) -> list[int | None]:
@@ -43,3 +44,17 @@ def apply(x: np.ndarray, pre: np.ndarray, received: list[tuple[np.ndarray, np.nd
     """x (already stepped) -= alpha * m_j * (pre - y_j) for each received (y_j, m_j)."""
     for y, mask in received:
         kernels.elastic_pull(x, pre, y, mask, chunk_elems, alpha)
+
+
+class ElasticGossip(GossipAlgorithm):
+    name = "elastic-gossip"
+    settings = ("p", "alpha")
+    protocol = "edgegossip.protocol.elastic_gossip:ElasticGossipProtocol"
+
+    @classmethod
+    def merge(cls, world: World, picks: list[int | None]) -> None:
+        sets = exchange_sets(picks)
+        ce = world.plan.chunk_elems
+        for i in range(world.n):
+            received = [(world.sent[j], world.net.send(j, world.whole)) for j in sorted(sets[i])]
+            apply(world.xs[i], world.pres[i], received, world.alpha, ce)

@@ -12,11 +12,25 @@ from __future__ import annotations
 import numpy as np
 
 from edgegossip import kernels
+from edgegossip.algorithms.base import GossipAlgorithm, World
 from edgegossip.algorithms.elastic_gossip import choose_peers
 
-__all__ = ["choose_peers", "apply"]
+__all__ = ["choose_peers", "apply", "GossipPull"]
 
 
 def apply(x: np.ndarray, pre: np.ndarray, y: np.ndarray, mask: np.ndarray, chunk_elems: int) -> None:
     """Initiator only: x (already stepped) -= m * (pre - y) / 2."""
     kernels.elastic_pull(x, pre, y, mask, chunk_elems, 0.5)
+
+
+class GossipPull(GossipAlgorithm):
+    name = "gossip-pull"
+    protocol = "edgegossip.protocol.gossip_pull:PullProtocol"
+
+    @classmethod
+    def merge(cls, world: World, picks: list[int | None]) -> None:
+        for i, j in enumerate(picks):
+            if j is not None:
+                world.net.request(i)
+                apply(world.xs[i], world.pres[i], world.sent[j], world.net.send(j, world.whole),
+                      world.plan.chunk_elems)

@@ -30,9 +30,10 @@ from __future__ import annotations
 import numpy as np
 
 from edgegossip import kernels
+from edgegossip.algorithms.base import GossipAlgorithm, World
 from edgegossip.algorithms.elastic_gossip import choose_peers
 
-__all__ = ["choose_peers", "give", "apply"]
+__all__ = ["choose_peers", "give", "apply", "GossipPush"]
 
 
 def give(w: float) -> tuple[float, float]:
@@ -49,3 +50,27 @@ def apply(x: np.ndarray, y: np.ndarray, mask: np.ndarray, chunk_elems: int, w: f
     if s > 0 and w + s > 0:
         kernels.elastic_pull(x, x, y, mask, chunk_elems, s / (w + s))
     return w + s
+
+
+class GossipPush(GossipAlgorithm):
+    name = "gossip-push"
+    push_weight = True
+    protocol = "edgegossip.protocol.gossip_push:PushProtocol"
+
+    @classmethod
+    def merge(cls, world: World, picks: list[int | None]) -> None:
+        given = {}
+        weights = world.weights
+        for i, j in enumerate(picks):
+            if j is not None:
+                given[i], weights[i] = give(weights[i])
+        for i, j in enumerate(picks):
+            if j is not None:
+                mask = world.net.send(i, world.whole)
+                if mask.any():  # else the receiver never learns of it: s is lost
+                    weights[j] = apply(world.xs[j], world.sent[i], mask, world.plan.chunk_elems,
+                                       weights[j], given[i])
+
+    @classmethod
+    def sim_report(cls, world: World) -> dict:
+        return {"push_weight_sum": round(sum(world.weights), 6)}

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from edgegossip import kernels
+from edgegossip.algorithms.base import Algorithm, World
 from edgegossip.dataplane.chunking import ChunkPlan
 
 
@@ -45,3 +46,37 @@ def reduce(own_block: np.ndarray, received: list[tuple[np.ndarray, np.ndarray]],
 def gather(block: np.ndarray, averaged: np.ndarray, mask: np.ndarray, chunk_elems: int) -> None:
     """Worker side: take the server's average where it arrived, keep our own elsewhere."""
     kernels.masked_copy(block, averaged, mask, chunk_elems)
+
+
+class Rps(Algorithm):
+    name = "rps"
+    settings = ("rps_period",)
+    peers = "all"
+    receive_buffers = 0
+    rps_blocks = True
+    protocol = "edgegossip.protocol.rps:RpsProtocol"
+
+    @classmethod
+    def sim_step(cls, world: World) -> None:
+        """Local steps, then one iteration over all W blocks (reduce-scatter, all-gather)."""
+        world.local_steps()
+        xs, plan, net, W, wire_copy = world.xs, world.plan, world.net, world.n, world.wire_copy
+        fresh = wire_copy.codec.name != "float32"  # each received block needs its own buffer
+        ce = plan.chunk_elems
+        averaged = []
+        for k in range(W):
+            sl, chunks = block_slice(plan, k, W)
+            received = []
+            for w in range(W):
+                if w != k:
+                    mask = net.send(w, chunks)[chunks.start:chunks.stop]
+                    y = xs[w][sl]
+                    received.append((wire_copy(y, np.empty_like(y)) if fresh else y, mask))
+            reduce(xs[k][sl], received, ce)
+            averaged.append((sl, chunks))
+        for k, (sl, chunks) in enumerate(averaged):
+            served = wire_copy(xs[k][sl])  # the averaged block as it goes out
+            for w in range(W):
+                if w != k:
+                    mask = net.send(k, chunks)[chunks.start:chunks.stop]
+                    gather(xs[w][sl], served, mask, ce)

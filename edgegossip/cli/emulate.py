@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from edgegossip.algorithms import NAMES as ALGORITHMS
+from edgegossip.algorithms import DEFAULT as DEFAULT_ALGORITHM, NAMES as ALGORITHMS
 from edgegossip.cli import exit_codes
 from edgegossip.cli.render import fail, table
 from edgegossip.cli.simulate import Probability
@@ -26,7 +26,7 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
 
 @click.command()
 @click.option("--nodes", type=click.IntRange(2, 32), default=4, show_default=True)
-@click.option("--algorithm", type=click.Choice(ALGORITHMS), default="elastic-gossip", show_default=True)
+@click.option("--algorithm", type=click.Choice(ALGORITHMS), default=DEFAULT_ALGORITHM, show_default=True)
 @click.option("--loss", type=Probability(), default="0.1", show_default=True,
               help="Fraction of packets from other agents the kernel drops at each node.")
 @click.option("--rate", default="20mbit", show_default=True, help="Link cap per node (tbf), or 'none'.")

@@ -15,7 +15,7 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from edgegossip import config, paths
+from edgegossip import algorithms, config, paths
 
 NAME = "fleet.toml"
 # settings every device must share: the chunk plan, the model and the algorithm's rule
@@ -195,9 +195,10 @@ def validate(f: Fleet) -> None:
         seen_names.add(d.name)
         seen_ids[d.id] = d.name
         seen_addr[d.address] = d.name
-    algorithm = f.settings["train"].get("algorithm", "elastic-gossip")
+    algorithm = f.settings["train"].get("algorithm", algorithms.DEFAULT)
     ids = sorted(seen_ids)
-    if algorithm in ("rps", "allreduce") and ids != list(range(len(ids))):
+    if algorithm in algorithms.REGISTRY and algorithms.get(algorithm).peers == "all" \
+            and ids != list(range(len(ids))):
         raise InventoryError(f"devices: {algorithm} needs agent ids 0..{len(ids) - 1} without gaps "
                              f"(ids are {ids}); use a gossip algorithm or renumber")
     from edgegossip.fleet.agentconf import render  # every device's config must validate too

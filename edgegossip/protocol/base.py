@@ -57,5 +57,9 @@ class Protocol:
         else:
             self.ctx.exchanges["partial"] += 1
 
+    def metrics(self) -> dict:
+        """What this protocol adds to each metrics record."""
+        return {}
+
     def close(self) -> None:
         pass

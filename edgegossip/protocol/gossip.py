@@ -1,18 +1,10 @@
-"""Elastic Gossip and Gossiping SGD (pull, push) between devices, with deadlines, no barrier.
+"""What Elastic Gossip and Gossiping SGD (pull, push) share between devices: rounds, pending
+exchanges, deadlines, owed draws, no barrier. Each algorithm's own moves are a subclass in a
+module of its own (elastic_gossip.py, gossip_pull.py, gossip_push.py).
 
 Round numbers: every PARAMS a worker sends carries the next value of its own counter, so each
 sender's stream of rounds only grows (the inbox drops older rounds). An exchange is matched by
-peer, not by round:
-
-- elastic-gossip: with probability p per step, i snapshots x_i (pre-step), sends it to a random
-  j flagged REPLY, and waits for j's next PARAMS. j, seeing a REPLY-flagged round from i,
-  snapshots its own pre-step x_j, sends it back, and waits for i's round. Each side applies
-  x <- x - alpha * m * (pre - y) once the other's round is complete, silent, or past deadline.
-- gossip-pull: i sends a REQUEST; j answers with its parameters; i applies x <- x - m (pre - y)/2.
-- gossip-push: i gives away half its push-sum weight and sends it with its parameters; j merges
-  them as a weighted mean when they are in (algorithms/gossip_push.py). The weight travels in
-  every datagram's header; a later round from the same sender that finds the earlier one still
-  pending is not merged, and its weight is taken as if it carried our own value.
+peer, not by round.
 
 Between snapshot and application the worker keeps training, so the elastic force is computed
 from the snapshot, as the rule's pre-step term, and applied a few steps later: the price of no
@@ -39,7 +31,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgegossip.dataplane import wire
-from edgegossip.algorithms import elastic_gossip, gossip_pull, gossip_push
 from edgegossip.dataplane.sender import Snapshot
 from edgegossip.protocol.base import Context, Protocol
 from edgegossip.protocol.deadlines import Deadlines
@@ -59,9 +50,12 @@ class Pending:
 
 
 class GossipProtocol(Protocol):
+    """The shared machinery; a subclass says how an exchange starts (_start), how a peer's
+    request is answered (_answer), what an unasked-for round means (_on_params), and how what
+    arrived is merged (_merge)."""
+
     def __init__(self, ctx: Context):
         super().__init__(ctx)
-        self.kind = ctx.cfg.algorithm
         self.round = 0
         self.pending: dict[int, Pending] = {}
         self.ids = sorted(ctx.peers)
@@ -79,18 +73,18 @@ class GossipProtocol(Protocol):
         self.ctx.sender.send(peer, snap, wire.MsgType.PARAMS, self.round, flags=flags,
                              weight=weight)
 
-    def _send_now(self, peer: int, x: np.ndarray, push: bool = False) -> bool:
+    def _send_now(self, peer: int, x: np.ndarray) -> bool:
         """Send a copy of x and keep nothing (push, and answers to pull requests)."""
         snap = self.ctx.snapshots.take(x)
         if snap is None:
             return False
-        bits = 0
-        if push:
-            s, self.ctx.push_weight = gossip_push.give(self.ctx.push_weight)
-            bits = wire.weight_bits(s)[0]
-        self._send_params(peer, snap, weight=bits)
+        self._send_params(peer, snap, weight=self._outgoing_weight())
         snap.release()
         return True
+
+    def _outgoing_weight(self) -> int:
+        """The header's weight bits for a round sent now (push-sum gives weight away)."""
+        return 0
 
     def before_step(self, x: np.ndarray, step: int) -> None:
         ctx = self.ctx
@@ -112,19 +106,7 @@ class GossipProtocol(Protocol):
 
     def _start(self, j: int, x: np.ndarray, now: float) -> bool:
         """Start an exchange with j; False (nothing sent) when no snapshot is free."""
-        ctx = self.ctx
-        if self.kind == "gossip-push":
-            return self._send_now(j, x, push=True)
-        pre = ctx.snapshots.take(x)
-        if pre is None:
-            return False
-        if self.kind == "gossip-pull":
-            self.round += 1
-            ctx.sender.request(j, self.round)
-        else:
-            self._send_params(j, pre, wire.FLAG_REPLY)
-        self._pending(j, pre, now)
-        return True
+        raise NotImplementedError
 
     def _answer_owed(self, x: np.ndarray, now: float) -> None:
         """Answer requests that found no free snapshot, while they are still worth it."""
@@ -136,23 +118,24 @@ class GossipProtocol(Protocol):
                 del self.owed_answers[peer]
 
     def _answer(self, peer: int, rnd: int, x: np.ndarray, now: float) -> bool:
-        ctx = self.ctx
-        if self.kind == "gossip-pull":
-            return self._send_now(peer, x)
-        pre = ctx.snapshots.take(x)
+        """Answer peer's round rnd with our pre-step parameters, and wait for its round."""
+        pre = self.ctx.snapshots.take(x)
         if pre is None:
             return False
         self._send_params(peer, pre)
         self._pending(peer, pre, now, rnd)
         return True
 
+    def _answer_or_owe(self, ev, x: np.ndarray, now: float) -> None:
+        if not self._answer(ev.sender, ev.round, x, now):
+            self.owed_answers[ev.sender] = (ev.round, now + self.deadlines.for_peer(ev.sender))
+
     def _on_event(self, ev, x: np.ndarray, now: float) -> None:
         ctx = self.ctx
         if ev.sender not in ctx.peers:
             return
-        if ev.msg_type == wire.MsgType.REQUEST and self.kind == "gossip-pull":
-            if not self._answer(ev.sender, ev.round, x, now):
-                self.owed_answers[ev.sender] = (ev.round, now + self.deadlines.for_peer(ev.sender))
+        if ev.msg_type == wire.MsgType.REQUEST:
+            self._on_request(ev, x, now)
             return
         if ev.msg_type != wire.MsgType.PARAMS:
             return
@@ -162,15 +145,21 @@ class GossipProtocol(Protocol):
             # both sides already sent pre-step parameters, so it counts once
             p.round = ev.round
             return
-        if self.kind == "elastic-gossip" and ev.flags & wire.FLAG_REPLY and p is None:
-            if not self._answer(ev.sender, ev.round, x, now):
-                self.owed_answers[ev.sender] = (ev.round, now + self.deadlines.for_peer(ev.sender))
-        elif self.kind == "gossip-push":
-            if p is None:
-                self._pending(ev.sender, None, now, ev.round)
-                self.pending[ev.sender].weight = ev.weight
-            else:
-                self.ctx.push_weight += ev.weight
+        self._on_params(ev, p, x, now)
+
+    def _on_request(self, ev, x: np.ndarray, now: float) -> None:
+        """A peer's REQUEST: only the pull protocol answers one."""
+
+    def _on_params(self, ev, p: Pending | None, x: np.ndarray, now: float) -> None:
+        """A PARAMS round that answers no exchange of ours (p: what we have pending with its
+        sender, if anything)."""
+
+    def _merge(self, x: np.ndarray, p: Pending, r) -> None:
+        """Merge the receive buffer r (r.buf, r.mask) of exchange p into x."""
+        raise NotImplementedError
+
+    def _nothing_kept(self, p: Pending) -> None:
+        """Exchange p ended with no buffer to merge (nothing arrived, or none was free)."""
 
     def after_step(self, x: np.ndarray, step: int) -> None:
         now = time.monotonic()
@@ -191,21 +180,17 @@ class GossipProtocol(Protocol):
                                    got >= self.ctx.plan.n_chunks)
             if r is not None:
                 try:
-                    ce = self.ctx.plan.chunk_elems
-                    if self.kind == "elastic-gossip":
-                        elastic_gossip.apply(x, p.pre.vec, [(r.buf, r.mask)], self.ctx.cfg.alpha, ce)
-                    elif self.kind == "gossip-pull":
-                        gossip_pull.apply(x, p.pre.vec, r.buf, r.mask, ce)
-                    else:
-                        self.ctx.push_weight = gossip_push.apply(
-                            x, r.buf, r.mask, ce, self.ctx.push_weight, p.weight)
+                    self._merge(x, p, r)
                 finally:
                     self.ctx.inbox.give_back(r)
-            elif self.kind == "gossip-push":
-                self.ctx.push_weight += p.weight  # nothing kept (no buffer): as our own value
+            else:
+                self._nothing_kept(p)
             self._finish(p)
 
     def _finish(self, p: Pending) -> None:
         del self.pending[p.peer]
         if p.pre is not None:
             p.pre.release()
+
+    def metrics(self) -> dict:
+        return {"deadline_s_by_link": self.deadlines.snapshot()}

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from edgegossip.algorithms import DEFAULT as DEFAULT_ALGORITHM, NAMES as ALGORITHMS
 from edgegossip.cli import exit_codes
 from edgegossip.cli.render import emit, fail
 
@@ -24,7 +25,7 @@ from edgegossip.cli.render import emit, fail
 @click.option("--user", default="pi", show_default=True, help="SSH user for --devices.")
 @click.option("--profile", default="", help="Device profile from devices/profiles for every device.")
 @click.option("--model", type=click.Choice(["mlp", "logreg", "cnn"]), default="mlp", show_default=True)
-@click.option("--algorithm", default="elastic-gossip", show_default=True)
+@click.option("--algorithm", type=click.Choice(ALGORITHMS), default=DEFAULT_ALGORITHM, show_default=True)
 @click.option("--split", type=click.Choice(["iid", "dirichlet", "classes"]), default=None,
               help="Give each device its own file split from MNIST (data/device-ID.npz); "
                    "without it every device is shipped MNIST and trains on its id's shard.")

@@ -1,0 +1,109 @@
+"""What an algorithm is to the rest of edgegossip. Each algorithm is one class in a module of its
+own (the rule in the module's docstring) that declares what it needs from the agent (the data
+plane, its peers, receive buffers, RPS blocks, a push-sum weight), which settings act under it,
+which protocol class drives it over the network, and how one simulated step of W workers runs.
+The agent, the simulator, the config and the fleet tooling ask the class and never name an
+algorithm: adding one is a new module and one line in algorithms/__init__.py."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from edgegossip.dataplane.chunking import ChunkPlan
+
+
+@dataclass
+class World:
+    """The simulated fleet as simulate.py lays it out for an algorithm's sim_step: W workers'
+    parameters, optimisers and gradients (computed for this step), their pre-step snapshots and
+    what a peer receives of them, and the loss model (net.send(w, chunks) -> mask of what
+    arrived, net.request(w), net.bytes_sent)."""
+    xs: list[np.ndarray]
+    opts: list[Any]
+    grads: list[np.ndarray]
+    pres: list[np.ndarray]
+    sent: list[np.ndarray]            # pres itself, or its encoded and decoded copy
+    net: Any
+    rng: np.random.Generator          # the peer picks
+    plan: ChunkPlan
+    wire_copy: Any                    # payload.Roundtrip: a vector as the wire delivers it
+    p: float
+    alpha: float
+    avg_grad: np.ndarray
+    weights: list[float] = field(default_factory=list)  # push-sum weights
+    ring_bytes: float = 0.0           # all-reduce's traffic per worker so far
+
+    @property
+    def n(self) -> int:
+        return len(self.xs)
+
+    @property
+    def whole(self) -> range:
+        return range(self.plan.n_chunks)
+
+    def local_steps(self) -> None:
+        for w in range(self.n):
+            self.opts[w].step(self.xs[w], self.grads[w])
+
+    def snapshot(self, w: int) -> None:
+        """pres[w] <- xs[w] (pre-step), and what a peer will receive of it."""
+        np.copyto(self.pres[w], self.xs[w])
+        if self.sent is not self.pres:
+            self.wire_copy(self.pres[w], self.sent[w])
+
+
+class Algorithm:
+    """The local-only baseline's answers; every algorithm overrides what differs."""
+
+    name: ClassVar[str] = ""
+    # config keys (without section) that act only under this algorithm
+    settings: ClassVar[tuple[str, ...]] = ()
+    # speaks over the UDP data plane (link keys, inbox, sender, snapshots)
+    datagrams: ClassVar[bool] = True
+    # "all": every other worker, with ids 0..W-1; "some": at least one peer; "none"
+    peers: ClassVar[str] = "some"
+    receive_buffers: ClassVar[int] = 2     # the inbox's exchange buffers
+    rps_blocks: ClassVar[bool] = False     # the inbox keeps one buffer per RPS block instead
+    push_weight: ClassVar[bool] = False    # a push-sum weight in every header
+    whole_gradient: ClassVar[bool] = False  # needs the whole gradient at once (no fused step)
+    # the protocol class that drives it on an agent, "module:Class", imported when it runs
+    protocol: ClassVar[str] = "edgegossip.protocol.base:Protocol"
+
+    @classmethod
+    def sim_step(cls, world: World) -> None:
+        """One simulated step of every worker, after their gradients: plain local SGD."""
+        world.local_steps()
+
+    @classmethod
+    def sim_bytes_per_worker(cls, world: World) -> float:
+        return float(world.net.bytes_sent.mean())
+
+    @classmethod
+    def sim_report(cls, world: World) -> dict:
+        """What this algorithm adds to a simulation's result."""
+        return {}
+
+
+class GossipAlgorithm(Algorithm):
+    """Gossip: with probability p per step a worker picks one peer; the pickers' and the picked
+    workers' pre-step parameters are snapshotted, every worker steps, then merge() applies."""
+
+    settings = ("p",)
+    protocol = ""
+
+    @classmethod
+    def sim_step(cls, world: World) -> None:
+        from edgegossip.algorithms.elastic_gossip import choose_peers
+        picks = choose_peers(world.n, world.p, world.rng)
+        involved = {w for w, j in enumerate(picks) if j is not None} | {j for j in picks if j is not None}
+        for w in involved:
+            world.snapshot(w)
+        world.local_steps()
+        cls.merge(world, picks)
+
+    @classmethod
+    def merge(cls, world: World, picks: list[int | None]) -> None:
+        raise NotImplementedError

@@ -1,0 +1,45 @@
+"""Gossiping SGD, push, as push-sum between devices (algorithm: edgegossip/algorithms/gossip_push.py).
+
+With probability p per step, i gives away half its push-sum weight and sends it with a copy of
+its parameters; j merges them as a weighted mean once they are in. The weight travels in every
+datagram's header. A later round from the same sender that finds the earlier one still pending
+is not merged, and its weight is taken as if it carried our own value; so is the weight of a
+receipt that ends with no buffer to merge.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edgegossip.algorithms import gossip_push
+from edgegossip.dataplane import wire
+from edgegossip.protocol.gossip import GossipProtocol, Pending
+
+
+class PushProtocol(GossipProtocol):
+    def _start(self, j: int, x: np.ndarray, now: float) -> bool:
+        return self._send_now(j, x)
+
+    def _outgoing_weight(self) -> int:
+        s, self.ctx.push_weight = gossip_push.give(self.ctx.push_weight)
+        return wire.weight_bits(s)[0]
+
+    def _on_params(self, ev, p: Pending | None, x: np.ndarray, now: float) -> None:
+        if p is None:
+            self._pending(ev.sender, None, now, ev.round)
+            self.pending[ev.sender].weight = ev.weight
+        else:
+            self.ctx.push_weight += ev.weight
+
+    def _merge(self, x: np.ndarray, p: Pending, r) -> None:
+        self.ctx.push_weight = gossip_push.apply(x, r.buf, r.mask, self.ctx.plan.chunk_elems,
+                                                 self.ctx.push_weight, p.weight)
+
+    def _nothing_kept(self, p: Pending) -> None:
+        self.ctx.push_weight += p.weight  # no buffer: as if it carried our own value
+
+    def metrics(self) -> dict:
+        # weight on its way in: receipts announced but not merged yet
+        pending = sum(p.weight for p in self.pending.values())
+        return {**super().metrics(), "push_weight": round(self.ctx.push_weight, 6),
+                "push_weight_pending": round(pending, 6)}
