@@ -1,25 +1,24 @@
 """The agent's configuration: one frozen dataclass, read from TOML, validated with one-line
-errors that name the bad key.
-
-    [agent]    id, fleet, key, keys, listen, peers ("ID@HOST:PORT"), output
-    [train]    algorithm, model, workers, partition, seed, batch, lr, momentum, p, alpha,
-               max_steps, duration_s, eval_every, eval_examples, checkpoint_every, rps_period
-    [net]      transport, chunk_bytes, payload, rate_mbps, deadline_s, deadline, deadline_min_s,
-               deadline_max_s, inject_loss, gso, encrypt
-    [data]     source ("mnist" or "file"), path, label_column, eval_fraction (data/device.py)
-    [control]  endpoint (HOST:PORT, empty: no control socket), server_key, client_keys
-               (control/server.py)
+errors that name the bad key. Each setting is declared once, below, with its section, default,
+allowed values and help (field metadata); the TOML sections (SECTIONS), the allowed values
+(CHOICES) and their checks, the fleet's per-device rules and the CLI's choices derive from it.
+Sections: [agent] [train] [net] [data] (data/device.py) [control] (control/server.py).
 """
 
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 
-from edgegossip import algorithms
-from edgegossip.dataplane import wire
+from edgegossip import algorithms, models, transport
+from edgegossip.dataplane import payload, wire
 from edgegossip.algorithms import NAMES as ALGORITHMS
+
+PARTITIONS = ("iid", "dirichlet", "classes")  # data/partition.py
+SOURCES = ("mnist", "file")
+BACKENDS = ("numpy", "onnx")
+DEADLINES = ("fixed", "adaptive")
 
 
 class ConfigError(ValueError):
@@ -33,74 +32,94 @@ class Peer:
     port: int
 
 
+def setting(section: str, default=None, help: str = "", choices: tuple[str, ...] = (),
+            factory=None, required: bool = False, scope: str = "device"):
+    """A field of AgentConfig: its TOML section, default, allowed values, help, and scope in a
+    fleet: "device" (a profile or a device's overrides may set it), "fleet" (every device must
+    share it: the chunk plan, the model, the algorithm's rule) or "managed" (the fleet tooling
+    sets it, never by hand)."""
+    md = {"section": section, "help": help, "choices": choices, "scope": scope}
+    if required:
+        return field(metadata=md)
+    if factory is not None:
+        return field(default_factory=factory, metadata=md)
+    return field(default=default, metadata=md)
+
+
 @dataclass(frozen=True)
 class AgentConfig:
-    # [agent]
-    id: int                                  # this worker's id, 0 .. workers - 1
-    listen: str                              # HOST:PORT this agent receives datagrams on
-    peers: tuple[Peer, ...] = ()             # every other agent of the fleet
-    fleet: int = 1                           # fleet id carried in every datagram
-    key: str = "edgegossip"                  # fleet secret; every link key is derived from it
-    keys: str = ""                           # keyfile of this device's links (`edgegossip keys
-                                             # init`); when set, `key` is not used
-    output: str = "agent-out"                # checkpoints and metrics.jsonl go here
-    # [train]
-    algorithm: str = algorithms.DEFAULT
-    model: str = "mlp"
-    backend: str = "numpy"                   # numpy | onnx (loss and gradient in onnxruntime)
-    workers: int = 4                         # fleet size, for sharding the data
-    partition: str = "iid"
-    seed: int = 0
-    batch: int = 32                          # examples per local step
-    lr: float = 0.001
-    momentum: float = 0.99
-    p: float = 1 / 32                        # exchange probability per step (gossip)
-    alpha: float = 0.5                       # Elastic Gossip moving rate
-    max_steps: int = 0                       # 0: no step limit
-    duration_s: float = 0.0                  # 0: no time limit
-    eval_every: int = 100                    # steps between held-out evaluations
-    eval_examples: int = 2000                # size of the held-out slice
-    checkpoint_every: int = 200
-    rps_period: int = 8                      # local steps between RPS iterations
-    inputs: int = 784                        # features per example (mlp, logreg)
-    classes: int = 10                        # labels 0 .. classes - 1
-    # [net]
-    transport: str = "udp"                   # udp | zmq (allreduce always uses ZeroMQ TCP)
-    chunk_bytes: int = field(default_factory=wire.default_chunk_bytes)  # payload bytes a datagram
-    payload: str = "float32"                 # float32 | float16 | bfloat16 | int8 (dataplane/payload.py)
-    rate_mbps: float = 20.0                  # send pacing, megabits per second
-    deadline_s: float = 10.0                 # an exchange gives up on missing chunks after this
-    deadline: str = "fixed"                  # fixed | adaptive: per link, from its transfer times
-    deadline_min_s: float = 0.2              # adaptive: bounds of a link's deadline
-    deadline_max_s: float = 120.0
-    inject_loss: float = 0.0                 # loopback emulation only: drop this fraction on receive
-    gso: bool = True                         # udp: send runs of datagrams as one UDP GSO buffer
-    encrypt: bool = False                    # encrypt payloads too; receive only encrypted ones
-    # [data]
-    source: str = "mnist"                    # mnist: this worker's shard; file: path below
-    path: str = ""                           # this device's own .npz or .csv
-    label_column: str = ""                   # csv: header name or index of the label column
-    eval_fraction: float = 0.1               # held out from a file without x_eval/y_eval
-    # [control]
-    endpoint: str = ""                       # HOST:PORT of the CURVE control socket; "" = none
-    server_key: str = ""                     # this agent's CURVE secret certificate (zmq.auth)
-    client_keys: str = ""                    # folder of the public certificates allowed to ask
+    id: int = setting("agent", required=True, help="this worker's id, 0 .. workers - 1", scope="managed")
+    listen: str = setting("agent", required=True, help="HOST:PORT this agent receives datagrams on", scope="managed")
+    peers: tuple[Peer, ...] = setting("agent", (), "every other agent of the fleet, ID@HOST:PORT", scope="managed")
+    fleet: int = setting("agent", 1, "fleet id carried in every datagram", scope="managed")
+    key: str = setting("agent", "edgegossip", "fleet secret; every link key is derived from it", scope="managed")
+    keys: str = setting("agent", "", "keyfile of this device's links (`edgegossip keys init`); "
+                        "when set, `key` is not used", scope="managed")
+    output: str = setting("agent", "agent-out", "checkpoints and metrics.jsonl go here", scope="managed")
+    algorithm: str = setting("train", algorithms.DEFAULT, "the algorithm (algorithms/)", ALGORITHMS, scope="fleet")
+    model: str = setting("train", "mlp", "the model (models/)", models.MODELS, scope="fleet")
+    backend: str = setting("train", "numpy", "loss and gradient in NumPy or onnxruntime", BACKENDS)
+    workers: int = setting("train", 4, "fleet size, for sharding the data", scope="fleet")
+    partition: str = setting("train", "iid", "how MNIST is sharded (data/partition.py)", PARTITIONS, scope="fleet")
+    seed: int = setting("train", 0, "seed of the shared initialisation and the shards", scope="fleet")
+    batch: int = setting("train", 32, "examples per local step")
+    lr: float = setting("train", 0.001, "learning rate")
+    momentum: float = setting("train", 0.99, "Nesterov momentum")
+    p: float = setting("train", 1 / 32, "exchange probability per step (gossip)", scope="fleet")
+    alpha: float = setting("train", 0.5, "Elastic Gossip moving rate", scope="fleet")
+    max_steps: int = setting("train", 0, "0: no step limit")
+    duration_s: float = setting("train", 0.0, "0: no time limit")
+    eval_every: int = setting("train", 100, "steps between held-out evaluations")
+    eval_examples: int = setting("train", 2000, "size of the held-out slice")
+    checkpoint_every: int = setting("train", 200, "steps between checkpoints")
+    rps_period: int = setting("train", 8, "local steps between RPS iterations", scope="fleet")
+    inputs: int = setting("train", 784, "features per example (mlp, logreg)", scope="fleet")
+    classes: int = setting("train", 10, "labels 0 .. classes - 1", scope="fleet")
+    transport: str = setting("net", "udp", "udp or zmq (allreduce always uses ZeroMQ TCP)",
+                             transport.NAMES, scope="fleet")
+    chunk_bytes: int = setting("net", factory=wire.default_chunk_bytes,
+                               help="payload bytes a datagram", scope="fleet")
+    payload: str = setting("net", "float32", "how parameters travel (dataplane/payload.py)",
+                           payload.NAMES)
+    rate_mbps: float = setting("net", 20.0, "send pacing, megabits per second")
+    deadline_s: float = setting("net", 10.0, "an exchange gives up on missing chunks after this")
+    deadline: str = setting("net", "fixed", "fixed, or adaptive: per link, from its transfer times",
+                            DEADLINES)
+    deadline_min_s: float = setting("net", 0.2, "adaptive: a link's shortest deadline")
+    deadline_max_s: float = setting("net", 120.0, "adaptive: a link's longest deadline")
+    inject_loss: float = setting("net", 0.0, "loopback emulation only: drop this fraction on receive")
+    gso: bool = setting("net", True, "udp: send runs of datagrams as one UDP GSO buffer")
+    encrypt: bool = setting("net", False, "encrypt payloads too; receive only encrypted ones", scope="fleet")
+    source: str = setting("data", "mnist", "mnist: this worker's shard; file: path below", SOURCES, scope="fleet")
+    path: str = setting("data", "", "this device's own .npz or .csv", scope="managed")
+    label_column: str = setting("data", "", "csv: header name or index of the label column")
+    eval_fraction: float = setting("data", 0.1, "held out from a file without x_eval/y_eval")
+    endpoint: str = setting("control", "", "HOST:PORT of the CURVE control socket; empty: none")
+    server_key: str = setting("control", "", "this agent's CURVE secret certificate (zmq.auth)")
+    client_keys: str = setting("control", "", "folder of the public certificates allowed to ask")
 
     @property
     def listen_endpoint(self) -> tuple[str, int]:
         return _endpoint(self.listen, "agent.listen")
 
 
-SECTIONS = {
-    "agent": ("id", "listen", "peers", "fleet", "key", "keys", "output"),
-    "train": ("algorithm", "model", "backend", "workers", "partition", "seed", "batch", "lr", "momentum", "p",
-              "alpha", "max_steps", "duration_s", "eval_every", "eval_examples",
-              "checkpoint_every", "rps_period", "inputs", "classes"),
-    "net": ("transport", "chunk_bytes", "payload", "rate_mbps", "deadline_s", "deadline", "deadline_min_s",
-            "deadline_max_s", "inject_loss", "gso", "encrypt"),
-    "data": ("source", "path", "label_column", "eval_fraction"),
-    "control": ("endpoint", "server_key", "client_keys"),
-}
+SECTIONS: dict[str, tuple[str, ...]] = {}
+for _f in fields(AgentConfig):
+    SECTIONS[_f.metadata["section"]] = (*SECTIONS.get(_f.metadata["section"], ()), _f.name)
+CHOICES = {f.name: f.metadata["choices"] for f in fields(AgentConfig) if f.metadata["choices"]}
+HELP = {f.name: f.metadata["help"] for f in fields(AgentConfig)}
+FLEET_WIDE = tuple(f.name for f in fields(AgentConfig) if f.metadata["scope"] == "fleet")
+MANAGED = tuple(f.name for f in fields(AgentConfig) if f.metadata["scope"] == "managed")
+
+
+def default(name: str):
+    """Setting `name`'s default, for the simulator, the emulator and the CLI."""
+    f = next(f for f in fields(AgentConfig) if f.name == name)
+    return f.default_factory() if f.default is MISSING else f.default
+
+
+def _one_of(values: tuple[str, ...]) -> str:
+    return values[0] if len(values) == 1 else f"{', '.join(values[:-1])} or {values[-1]}"
 
 
 # Keys that act only under some settings: {key: (setting, the values it acts under)}. A key given
@@ -191,14 +210,10 @@ def validate(c: AgentConfig) -> None:
     def need(ok: bool, key: str, msg: str) -> None:
         if not ok:
             raise ConfigError(f"{key}: {msg}")
-    need(c.algorithm in ALGORITHMS, "train.algorithm", f"must be one of {', '.join(ALGORITHMS)}")
-    need(c.model in ("mlp", "logreg", "cnn"), "train.model", "must be mlp, logreg or cnn")
-    need(c.transport in ("udp", "zmq"), "net.transport", "must be udp or zmq")
-    need(c.backend in ("numpy", "onnx"), "train.backend", "must be numpy or onnx")
+    for name, allowed in CHOICES.items():
+        need(getattr(c, name) in allowed, f"{section_of(name)}.{name}", f"must be {_one_of(allowed)}")
     need(not (c.backend == "onnx" and c.model == "cnn"), "train.backend",
          "onnx runs the mlp and logreg models")
-    need(c.partition in ("iid", "dirichlet", "classes"), "train.partition", "must be iid, dirichlet or classes")
-    need(c.source in ("mnist", "file"), "data.source", "must be mnist or file")
     need(c.source != "file" or bool(c.path), "data.path", "needed when data.source is file")
     need(0 < c.eval_fraction < 1, "data.eval_fraction", "must be in (0, 1)")
     need(c.inputs >= 1, "train.inputs", "must be positive")
@@ -219,9 +234,6 @@ def validate(c: AgentConfig) -> None:
     need(c.rps_period >= 1, "train.rps_period", "must be positive")
     need(c.rate_mbps > 0, "net.rate_mbps", "must be positive")
     need(c.deadline_s > 0, "net.deadline_s", "must be positive")
-    need(c.deadline in ("fixed", "adaptive"), "net.deadline", "must be fixed or adaptive")
-    need(c.payload in ("float32", "float16", "bfloat16", "int8"), "net.payload",
-         "must be float32, float16, bfloat16 or int8")
     need(0 < c.deadline_min_s <= c.deadline_max_s, "net.deadline_min_s",
          "must be positive and at most net.deadline_max_s")
     need(0 <= c.inject_loss < 1, "net.inject_loss", "must be in [0, 1)")

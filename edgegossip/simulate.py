@@ -21,7 +21,7 @@ import numpy as np
 
 from edgegossip.dataplane import payload, wire
 from edgegossip import algorithms
-from edgegossip.algorithms import NAMES as ALGORITHMS
+from edgegossip import config as agent_config
 from edgegossip.dataplane.chunking import ChunkPlan
 from edgegossip.data import partition
 from edgegossip.data.mnist import Mnist
@@ -31,26 +31,28 @@ from edgegossip.models.optim import NesterovSGD
 
 @dataclass(frozen=True)
 class SimConfig:
-    algorithm: str = algorithms.DEFAULT  # one of ALGORITHMS
-    model: str = "mlp"                  # mlp | logreg | cnn
-    workers: int = 4
-    p: float = 1 / 32                   # exchange probability per worker per step (gossip)
-    alpha: float = 0.5                  # Elastic Gossip moving rate
+    # settings an agent has too take their defaults and allowed values from config.py
+    algorithm: str = agent_config.default("algorithm")
+    model: str = agent_config.default("model")
+    workers: int = agent_config.default("workers")
+    p: float = agent_config.default("p")
+    alpha: float = agent_config.default("alpha")
     loss: float = 0.0                   # probability that one datagram is lost
     epochs: float = 1.0                 # passes over each worker's shard
-    batch: int = 128                    # examples per step summed over workers
-    lr: float = 0.001
-    momentum: float = 0.99
-    seed: int = 0
-    chunk_bytes: int = wire.default_chunk_bytes()
-    partition: str = "iid"              # iid | dirichlet | classes
+    batch: int = 128                    # examples per step summed over workers (the reference's)
+    lr: float = agent_config.default("lr")
+    momentum: float = agent_config.default("momentum")
+    seed: int = agent_config.default("seed")
+    chunk_bytes: int = agent_config.default("chunk_bytes")
+    partition: str = agent_config.default("partition")
     beta: float = 0.5                   # Dirichlet concentration (partition=dirichlet)
     classes_per_worker: int = 2         # partition=classes
-    payload: str = "float32"            # float32 | float16 | bfloat16 | int8 (payload.py)
+    payload: str = agent_config.default("payload")
 
     def check(self) -> None:
-        if self.algorithm not in ALGORITHMS:
-            raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}")
+        for name in ("algorithm", "model", "partition", "payload"):
+            if getattr(self, name) not in agent_config.CHOICES[name]:
+                raise ValueError(f"{name} must be one of {', '.join(agent_config.CHOICES[name])}")
         if self.workers < 1 or (self.workers < 2 and algorithms.get(self.algorithm).datagrams):
             raise ValueError(f"workers must be at least 2 for {self.algorithm}")
         if not 0 <= self.loss <= 1:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from edgegossip.cli import exit_codes
+from edgegossip.cli import exit_codes, options
 from edgegossip.cli.render import emit, fail, table
 
 
@@ -66,7 +66,7 @@ def fetch(name: str, source: Path | None, force: bool, as_json: bool) -> None:
 @data.command()
 @click.argument("name", type=click.Choice(["mnist"]))
 @click.option("--workers", type=click.IntRange(1, 4096), required=True, help="Devices to split for.")
-@click.option("--partition", type=click.Choice(["iid", "dirichlet", "classes"]), default="iid",
+@click.option("--partition", type=options.choice("partition"), default=options.default("partition"),
               show_default=True)
 @click.option("--beta", type=click.FloatRange(min=0, min_open=True), default=0.5, show_default=True,
               help="Dirichlet concentration (small: few classes per device).")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import click
 
 from edgegossip.algorithms import DEFAULT as DEFAULT_ALGORITHM, NAMES as ALGORITHMS
-from edgegossip.cli import exit_codes
+from edgegossip.cli import exit_codes, options
 from edgegossip.cli.render import fail, table
 from edgegossip.cli.simulate import Probability
 
@@ -32,19 +33,19 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
 @click.option("--rate", default="20mbit", show_default=True, help="Link cap per node (tbf), or 'none'.")
 @click.option("--slow", "slow", multiple=True, metavar="NODE:RATE",
               help="Cap node NODE's link at RATE instead (e.g. 3:2mbit); repeatable.")
-@click.option("--deadline", type=click.Choice(["fixed", "adaptive"]), default="fixed",
+@click.option("--deadline", type=options.choice("deadline"), default=options.default("deadline"),
               show_default=True, help="Exchange deadlines: one fixed value, or per link from its "
                                       "observed transfer times (net.deadline).")
-@click.option("--payload", type=click.Choice(["float32", "float16", "bfloat16", "int8"]),
+@click.option("--payload", type=options.choice("payload"),
               default="float32", show_default=True,
               help="How parameters travel (net.payload): int8 has a float32 scale per datagram.")
 @click.option("--duration", type=click.FloatRange(min=0), default=0.0, help="Seconds to train.")
 @click.option("--epochs", type=click.FloatRange(min=0), default=0.0, help="Epochs over each shard.")
-@click.option("--transport", type=click.Choice(["udp", "zmq"]), default="udp", show_default=True)
-@click.option("--model", type=click.Choice(["mlp", "logreg", "cnn"]), default="mlp", show_default=True)
+@options.setting("--transport", "transport", help="The data plane's transport.")
+@options.setting("--model", "model", help="The model.")
 @click.option("--p", "p", type=Probability(), default="1/32", show_default=True)
 @click.option("--alpha", type=click.FloatRange(0, 1), default=0.5, show_default=True)
-@click.option("--train-backend", type=click.Choice(["numpy", "onnx"]), default="numpy",
+@click.option("--train-backend", type=options.choice("backend"), default=options.default("backend"),
               show_default=True, help="What runs each agent's training step.")
 @click.option("--backend", type=click.Choice(["auto", "netns", "loopback"]), default="auto",
               show_default=True, help="netns needs root; loopback injects loss in the receive path.")
@@ -75,15 +76,14 @@ def emulate(nodes, algorithm, loss, rate, slow, deadline, payload, duration, epo
                    (f"removed {len(removed)}: {' '.join(removed)}" if removed else "nothing to remove"))
         return
     slow = _slow_links(slow, nodes)
-    if export_kind:
-        _export(nodes, algorithm, loss, rate, duration, epochs, transport, model, p, alpha,
-                train_backend, out, base, as_json, slow, deadline, payload)
-        return
-    if backend == "auto":
-        backend = "netns" if netns.is_root() else "loopback"
-    if backend == "netns" and not netns.is_root():
-        fail("network namespaces need root; rerun as root or add --backend loopback "
-             "(same agents on 127.0.0.0/8, loss injected in the receive path)", exit_codes.NEEDS_ROOT)
+    if export_kind and out is None:
+        fail("--export needs --out DIR", exit_codes.USAGE)
+    if not export_kind:
+        if backend == "auto":
+            backend = "netns" if netns.is_root() else "loopback"
+        if backend == "netns" and not netns.is_root():
+            fail("network namespaces need root; rerun as root or add --backend loopback "
+                 "(same agents on 127.0.0.0/8, loss injected in the receive path)", exit_codes.NEEDS_ROOT)
     if not duration and not epochs:
         fail("give --duration SECONDS or --epochs E", exit_codes.USAGE)
     rate = None if rate.lower() == "none" else rate
@@ -94,13 +94,19 @@ def emulate(nodes, algorithm, loss, rate, slow, deadline, payload, duration, epo
         fail(str(e), exit_codes.USAGE)
     except mnist.DataError as e:
         fail(str(e), exit_codes.MISSING_DATA)
-    if backend == "loopback" and rate:
-        rate = None  # tbf needs namespaces; the agents still pace at the configured rate
-    out = out or Path("runs") / time.strftime("emulate-%Y%m%d-%H%M%S")
-    spec = FleetSpec(nodes=nodes, algorithm=algorithm, loss=loss, rate=rate, backend=backend,
-                     out=out, duration_s=duration, epochs=epochs, transport=transport, model=model,
-                     p=p, alpha=alpha, train_backend=train_backend, slow=slow, deadline=deadline,
+    spec = FleetSpec(nodes=nodes, algorithm=algorithm, loss=loss, rate=rate,
+                     backend="netns" if export_kind else backend,
+                     out=out or Path("runs") / time.strftime("emulate-%Y%m%d-%H%M%S"),
+                     duration_s=duration, epochs=epochs, transport=transport, model=model, p=p,
+                     alpha=alpha, train_backend=train_backend, slow=slow, deadline=deadline,
                      payload=payload)
+    if export_kind:
+        _export(spec, base, as_json)
+        return
+    if backend == "loopback" and rate:
+        # tbf needs namespaces; the agents still pace at the configured rate
+        spec = dataclasses.replace(spec, rate=None)
+    out, rate = spec.out, spec.rate
     loss_kind = "kernel (nftables)" if backend == "netns" else "injected"
     fleet = Fleet(spec)
     t0 = time.monotonic()
@@ -171,34 +177,19 @@ def _slow_links(values: tuple[str, ...], nodes: int) -> tuple[tuple[int, str], .
     return tuple(sorted(out.items()))
 
 
-def _export(nodes, algorithm, loss, rate, duration, epochs, transport, model, p, alpha,
-            train_backend, out, base, as_json, slow=(), deadline="fixed", payload="float32") -> None:
+def _export(spec, base, as_json) -> None:
     """--export compose: {"out", "compose", "services", "image", "base", "release"} with --json."""
-    from edgegossip.data import mnist
     from edgegossip.emulate.compose import DEFAULT_BASE, export
-    from edgegossip.emulate.fleet import FleetSpec, rate_to_mbps
     from edgegossip.fleet.bundle import BundleError
-    if out is None:
-        fail("--export needs --out DIR", exit_codes.USAGE)
-    if not duration and not epochs:
-        fail("give --duration SECONDS or --epochs E", exit_codes.USAGE)
-    rate = None if rate.lower() == "none" else rate
+    out = spec.out
     try:
-        rate_to_mbps(rate)
-        mnist.load()
-        spec = FleetSpec(nodes=nodes, algorithm=algorithm, loss=loss, rate=rate, backend="netns",
-                         out=out, duration_s=duration, epochs=epochs, transport=transport, model=model,
-                         p=p, alpha=alpha, train_backend=train_backend, slow=slow, deadline=deadline,
-                     payload=payload)
         result = export(spec, out, base or DEFAULT_BASE, progress=lambda m: click.echo(m, err=True))
     except ValueError as e:
         fail(str(e), exit_codes.USAGE)
-    except mnist.DataError as e:
-        fail(str(e), exit_codes.MISSING_DATA)
     except BundleError as e:
         fail(str(e), exit_codes.FAILURE)
     if as_json:
         click.echo(json.dumps(result))
     else:
-        click.echo(f"wrote {result['compose']} ({nodes} services); run it with: cd {out} && "
+        click.echo(f"wrote {result['compose']} ({spec.nodes} services); run it with: cd {out} && "
                    "podman-compose up   (or docker compose up)")

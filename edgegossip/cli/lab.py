@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from edgegossip.algorithms import DEFAULT as DEFAULT_ALGORITHM, NAMES as ALGORITHMS
-from edgegossip.cli import exit_codes
+from edgegossip.cli import exit_codes, options
 from edgegossip.cli.render import emit, fail
 
 
@@ -22,9 +22,9 @@ def lab() -> None:
 @click.option("--loss", type=click.FloatRange(0, 1), default=0.0, show_default=True,
               help="Fraction of packets between devices the kernel drops.")
 @click.option("--rate", default=None, help="Egress cap per device (tbf), e.g. 20mbit.")
-@click.option("--model", type=click.Choice(["mlp", "logreg", "cnn"]), default="logreg", show_default=True)
+@options.setting("--model", "model", default="logreg", help="The model.")
 @click.option("--algorithm", type=click.Choice(ALGORITHMS), default=DEFAULT_ALGORITHM, show_default=True)
-@click.option("--split", type=click.Choice(["iid", "dirichlet", "classes", "none"]), default="iid",
+@click.option("--split", type=options.choice("partition", ("none",)), default="iid",
               show_default=True, help="Each device's own MNIST file, or none (ship MNIST whole).")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="The lab's folder; it becomes a fleet folder (fleet.toml, secrets/).")

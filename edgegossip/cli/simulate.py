@@ -9,7 +9,7 @@ from fractions import Fraction
 import click
 
 from edgegossip.algorithms import NAMES as ALGORITHMS
-from edgegossip.cli import exit_codes
+from edgegossip.cli import exit_codes, options
 from edgegossip.cli.render import fail, table
 
 
@@ -29,7 +29,7 @@ class Probability(click.ParamType):
 
 @click.command()
 @click.option("--algorithm", type=click.Choice(ALGORITHMS), required=True)
-@click.option("--model", type=click.Choice(["logreg", "mlp", "cnn"]), default="mlp", show_default=True)
+@options.setting("--model", "model", help="The model.")
 @click.option("--workers", type=click.IntRange(1, 256), default=4, show_default=True)
 @click.option("--p", "p", type=Probability(), default="1/32", show_default=True,
               help="Exchange probability per worker per step.")
@@ -41,13 +41,13 @@ class Probability(click.ParamType):
               help="Examples per step, summed over workers.")
 @click.option("--lr", type=float, default=0.001, show_default=True)
 @click.option("--momentum", type=float, default=0.99, show_default=True)
-@click.option("--partition", type=click.Choice(["iid", "dirichlet", "classes"]), default="iid",
+@click.option("--partition", type=options.choice("partition"), default=options.default("partition"),
               show_default=True)
 @click.option("--beta", type=click.FloatRange(min=0, min_open=True), default=0.5, show_default=True,
               help="Dirichlet concentration (--partition dirichlet): small gives few classes a worker.")
 @click.option("--classes-per-worker", type=click.IntRange(1, 10), default=2, show_default=True,
               help="Classes each worker holds (--partition classes).")
-@click.option("--payload", type=click.Choice(["float32", "float16", "bfloat16", "int8"]),
+@click.option("--payload", type=options.choice("payload"),
               default="float32", show_default=True,
               help="How parameters travel: int8 has a float32 scale per datagram.")
 @click.option("--seed", type=int, default=0, show_default=True)

@@ -31,6 +31,7 @@ IDX_FILES = {
 }
 MEAN, STD = 0.1307, 0.3081
 VALIDATION = 8_800
+TRAIN_ROWS = 60_000 - VALIDATION  # the training images left once validation is held out
 
 
 class DataError(RuntimeError):

@@ -40,16 +40,17 @@ class FleetSpec:
     out: Path
     duration_s: float = 0.0
     epochs: float = 0.0
-    transport: str = "udp"
-    model: str = "mlp"
-    train_backend: str = "numpy"
-    p: float = 1 / 32
-    alpha: float = 0.5
-    batch: int = 32
-    seed: int = 0
+    # the agents' settings; defaults and allowed values are config.py's
+    transport: str = agent_config.default("transport")
+    model: str = agent_config.default("model")
+    train_backend: str = agent_config.default("backend")
+    p: float = agent_config.default("p")
+    alpha: float = agent_config.default("alpha")
+    batch: int = agent_config.default("batch")
+    seed: int = agent_config.default("seed")
     deadline_s: float = 0.0     # 0: three times one model's transfer time at the link rate, >= 5 s
-    deadline: str = "fixed"     # fixed | adaptive (per link, from its transfer times)
-    payload: str = "float32"    # how parameters travel (net.payload)
+    deadline: str = agent_config.default("deadline")
+    payload: str = agent_config.default("payload")
     slow: tuple[tuple[int, str], ...] = ()  # (node, rate): these nodes' links capped at their own rate
     eval_every: int = 50
     checkpoint_every: int = 200
@@ -91,7 +92,7 @@ class Fleet:
             deadline = max(5.0, 3 * model_bits / ((link or 200.0) * 1e6))
         steps = 0
         if s.epochs:
-            steps = int(s.epochs * (60_000 - 8_800) // s.nodes // s.batch)
+            steps = int(s.epochs * mnist.TRAIN_ROWS // s.nodes // s.batch)
         return AgentConfig(
             id=i, listen=f"{addrs[i][0]}:{addrs[i][1]}",
             peers=tuple(Peer(j, h, p) for j, (h, p) in enumerate(addrs) if j != i),

@@ -18,11 +18,8 @@ from pathlib import Path
 from edgegossip import algorithms, config, paths
 
 NAME = "fleet.toml"
-# settings every device must share: the chunk plan, the model and the algorithm's rule
-FLEET_WIDE = ("algorithm", "model", "workers", "partition", "seed", "inputs", "classes",
-              "transport", "chunk_bytes", "encrypt", "p", "alpha", "rps_period", "source")
-# set by the fleet tooling itself, never by hand
-MANAGED = ("id", "listen", "peers", "fleet", "key", "keys", "output", "path")
+# settings every device must share, and those the tooling sets: each setting's scope (config.py)
+FLEET_WIDE, MANAGED = config.FLEET_WIDE, config.MANAGED
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 
 
