@@ -14,6 +14,7 @@ from pathlib import Path
 from edgegossip import algorithms, models, transport
 from edgegossip.dataplane import payload, wire
 from edgegossip.algorithms import NAMES as ALGORITHMS
+from edgegossip.errors import UsageError
 
 PARTITIONS = ("iid", "dirichlet", "classes")  # data/partition.py
 SOURCES = ("mnist", "file")
@@ -21,7 +22,7 @@ BACKENDS = ("numpy", "onnx")
 DEADLINES = ("fixed", "adaptive")
 
 
-class ConfigError(ValueError):
+class ConfigError(UsageError, ValueError):
     pass
 
 

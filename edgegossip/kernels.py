@@ -1,25 +1,16 @@
 """The one place that picks the compiled kernels or the NumPy reference.
 
-EDGEGOSSIP_NO_EXTENSIONS=1 forces the NumPy reference. IMPLEMENTATION is "cython" or "numpy".
+EDGEGOSSIP_NO_EXTENSIONS=1 forces the NumPy reference (extensions.py, which loads every compiled
+module). IMPLEMENTATION is "cython" or "numpy".
 """
 
 from __future__ import annotations
 
-import os
+from edgegossip import _kernels_py, extensions
 
-from edgegossip import _kernels_py
-
-if os.environ.get("EDGEGOSSIP_NO_EXTENSIONS", "") not in ("", "0"):
-    _impl = _kernels_py
-    IMPLEMENTATION = "numpy"
-else:
-    try:
-        from edgegossip import _kernels_c as _impl  # type: ignore[no-redef]
-
-        IMPLEMENTATION = "cython"
-    except ImportError:  # no compiler on this device: slower, same results
-        _impl = _kernels_py
-        IMPLEMENTATION = "numpy"
+# no compiler on this device: slower, same results
+_impl = extensions.load("_kernels_c") or _kernels_py
+IMPLEMENTATION = "numpy" if _impl is _kernels_py else "cython"
 
 NAMES = ("elastic_pull", "masked_copy", "masked_accumulate", "masked_average",
          "scatter_chunk", "all_finite", "nesterov_step", "f16_encode", "f16_decode",

@@ -8,6 +8,7 @@ is started. scripts/system-packages.sh is the install list (make, .ci/run, the R
 from __future__ import annotations
 
 import shutil
+from edgegossip.errors import EdgegossipError
 
 PACKAGES = {
     "ip": "iproute2",
@@ -23,7 +24,7 @@ PACKAGES = {
 }
 
 
-class MissingTool(RuntimeError):
+class MissingTool(EdgegossipError, RuntimeError):
     """A system command is not installed; the message names its package."""
 
 

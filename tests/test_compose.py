@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from edgegossip.emulate.report import summarize
+from edgegossip.report.summary import summarize
 
 pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(900)]
 BASE = "localhost/edgegossip-test-base:latest"

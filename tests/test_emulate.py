@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from edgegossip.cli.app import cli
 from edgegossip.emulate import netns
 from edgegossip.emulate.fleet import Fleet, FleetSpec
-from edgegossip.emulate.report import summarize
+from edgegossip.report.summary import summarize
 from edgegossip.metrics import read
 
 
@@ -200,7 +200,7 @@ table inet egtest_hostfw {
 
 
 def test_loss_far_above_the_configured_is_an_alarm():
-    from edgegossip.emulate.report import loss_alarm
+    from edgegossip.report.summary import loss_alarm
     assert loss_alarm(0.1, 0.11, 10_000) is None
     assert loss_alarm(0.1, 0.73, 10_000).startswith("receivers observed 73.0% loss where 10.0%")
     assert loss_alarm(0.1, 0.73, 20) is None   # too few datagrams to judge

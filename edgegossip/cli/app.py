@@ -9,7 +9,9 @@ import sys
 import click
 
 from edgegossip import __version__
-from edgegossip.cli import exit_codes
+from edgegossip import exit_codes
+from edgegossip.cli.render import fail
+from edgegossip.errors import EdgegossipError
 
 # name -> module:attribute; a command's module is imported only when that command runs, so the
 # agent on a device does not carry the fleet, lab, emulator and benchmark code (8 MB resident)
@@ -27,6 +29,13 @@ class LazyGroup(click.Group):
             module, attr = COMMANDS[name].split(":")
             self.add_command(getattr(importlib.import_module(module), attr), name)
         return super().get_command(ctx, name)
+
+    def invoke(self, ctx: click.Context):
+        """The one catch of edgegossip's own errors: one line, the error's exit code."""
+        try:
+            return super().invoke(ctx)
+        except EdgegossipError as e:
+            fail(str(e).splitlines()[0] if str(e) else type(e).__name__, e.exit_code)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

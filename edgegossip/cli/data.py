@@ -10,7 +10,8 @@ from pathlib import Path
 
 import click
 
-from edgegossip.cli import exit_codes, options
+from edgegossip import exit_codes
+from edgegossip.cli import options
 from edgegossip.cli.render import emit, fail, table
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import click
 
 from edgegossip.algorithms import DEFAULT as DEFAULT_ALGORITHM, NAMES as ALGORITHMS
-from edgegossip.cli import exit_codes, options
+from edgegossip import exit_codes
+from edgegossip.cli import options
 from edgegossip.cli.render import fail, table
 from edgegossip.cli.simulate import Probability
 
@@ -65,7 +66,7 @@ def emulate(nodes, algorithm, loss, rate, slow, deadline, payload, duration, epo
     deadline_s_by_link: each link's last deadline, peer id -> seconds)."""
     from edgegossip.emulate import netns
     from edgegossip.emulate.fleet import Fleet, FleetSpec, rate_to_mbps
-    from edgegossip.emulate.report import summarize
+    from edgegossip.report.summary import summarize
     from edgegossip.data import mnist
 
     if cleanup:

@@ -9,7 +9,7 @@ import time
 
 import click
 
-from edgegossip.cli import exit_codes
+from edgegossip import exit_codes
 from edgegossip.cli.render import fail, table
 
 

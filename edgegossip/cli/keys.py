@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from edgegossip.cli import exit_codes
+from edgegossip import exit_codes
 from edgegossip.cli.render import emit, fail
 
 

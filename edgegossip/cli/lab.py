@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 
 from edgegossip.algorithms import DEFAULT as DEFAULT_ALGORITHM, NAMES as ALGORITHMS
-from edgegossip.cli import exit_codes, options
+from edgegossip import exit_codes
+from edgegossip.cli import options
 from edgegossip.cli.render import emit, fail
 
 
@@ -32,19 +33,15 @@ def lab() -> None:
               help='Print {"lab", "fleet", "devices": [{"name", "address"}]}.')
 def up(n, loss, rate, model, algorithm, split, out, as_json) -> None:
     """Boot N devices and write OUT/fleet.toml pointing at them."""
-    from edgegossip.data.mnist import DataError
-    from edgegossip.emulate.netns import EmulationError
-    from edgegossip.fleet.inventory import InventoryError
+    from edgegossip.errors import EdgegossipError
     from edgegossip.lab import machines
-    from edgegossip.lab.root import RootError
-    from edgegossip.tools import MissingTool
     settings = {"train": {"algorithm": algorithm, "model": model}}
     try:
         result = machines.up(n, out, loss, rate, settings, None if split == "none" else split,
                              progress=lambda m: click.echo(m, err=True))
     except machines.LabError as e:
         fail(str(e), exit_codes.NEEDS_ROOT if "root" in str(e) else exit_codes.FAILURE)
-    except (RootError, EmulationError, InventoryError, DataError, MissingTool, OSError) as e:
+    except (EdgegossipError, OSError) as e:  # a bad inventory is a failed lab here, as before
         fail(str(e), exit_codes.FAILURE)
     if as_json:
         emit(result, True)

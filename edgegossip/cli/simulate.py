@@ -9,7 +9,8 @@ from fractions import Fraction
 import click
 
 from edgegossip.algorithms import NAMES as ALGORITHMS
-from edgegossip.cli import exit_codes, options
+from edgegossip import exit_codes
+from edgegossip.cli import options
 from edgegossip.cli.render import fail, table
 
 

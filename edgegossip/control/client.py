@@ -8,9 +8,10 @@ import zmq
 import zmq.auth
 
 from edgegossip.control import messages
+from edgegossip.errors import EdgegossipError
 
 
-class ControlError(RuntimeError):
+class ControlError(EdgegossipError, RuntimeError):
     pass
 
 

@@ -9,12 +9,13 @@ checkpoint reply: path, step.   stop / pause / resume reply: state."""
 from __future__ import annotations
 
 import json
+from edgegossip.errors import UsageError
 
 OPS = ("status", "stop", "pause", "resume", "checkpoint")
 MAX_REQUEST = 4096  # bytes; a longer request is refused by the socket itself
 
 
-class BadRequest(ValueError):
+class BadRequest(UsageError, ValueError):
     pass
 
 

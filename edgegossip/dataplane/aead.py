@@ -18,13 +18,13 @@ from __future__ import annotations
 import hmac
 import struct
 
+from edgegossip import extensions
+
 TAG_SIZE = 16
 KEY_SIZE = 32
 
-try:
-    from edgegossip._wire_c import Aead as _CompiledAead
-except ImportError:  # built without OpenSSL headers
-    _CompiledAead = None
+_wire = extensions.load("_wire_c")  # None when built without OpenSSL headers
+_CompiledAead = _wire.Aead if _wire is not None else None
 
 IMPLEMENTATION = "openssl" if _CompiledAead is not None else "python"
 

@@ -20,17 +20,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edgegossip import kernels
+from edgegossip import extensions, kernels
 from edgegossip.dataplane import wire
 from edgegossip.dataplane.chunking import ChunkPlan
 from edgegossip.dataplane.keys import LinkKeys
 from edgegossip.dataplane.payload import CODECS, Codec
 from edgegossip.dataplane.replay import FIRST_ROUND_LIMIT, PeerLink, round_limit
 
-try:
-    from edgegossip import _wire_c
-except ImportError:  # built without OpenSSL headers: every datagram goes through ingest()
-    _wire_c = None
+# built without OpenSSL headers: every datagram goes through ingest()
+_wire_c = extensions.load("_wire_c")
 
 DROP_REASONS = (
     "truncated", "oversized", "bad_group", "bad_version", "bad_type", "bad_dtype", "bad_weight", "wrong_fleet",

@@ -23,6 +23,7 @@ import struct
 from pathlib import Path
 
 from edgegossip.dataplane import aead
+from edgegossip.errors import UsageError
 
 _LABEL = b"edgegossip link v2"
 
@@ -31,7 +32,7 @@ def link_key(root: bytes, sender: int, receiver: int) -> bytes:
     return hmac.digest(root, _LABEL + struct.pack("<HH", sender, receiver), "sha256")
 
 
-class KeyfileError(ValueError):
+class KeyfileError(UsageError, ValueError):
     """A keyfile that cannot serve this device."""
 
 

@@ -14,15 +14,13 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
+from edgegossip import extensions
 from edgegossip.dataplane import wire
 from edgegossip.dataplane.chunking import ChunkPlan
 from edgegossip.dataplane.keys import LinkKeys
 from edgegossip.dataplane.payload import CODECS, Codec
 
-try:
-    from edgegossip import _wire_c
-except ImportError:  # built without OpenSSL headers: frame in Python
-    _wire_c = None
+_wire_c = extensions.load("_wire_c")  # built without OpenSSL headers: frame in Python
 
 BATCH = 32  # datagrams framed per batch, sent with one syscall; 32 rows of 8 KB stay in L2
 

@@ -48,6 +48,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+from edgegossip.transport.base import ZMQ_MAX_DATAGRAM
+from edgegossip.errors import EdgegossipError
+
 VERSION = 3
 DTYPE_F32 = 1
 DTYPE_F16 = 2
@@ -60,7 +63,6 @@ HEADER = struct.Struct("<BBBBIHHHHIIIIIIQ")
 HEADER_SIZE = HEADER.size  # 48
 TAG_SIZE = 16
 MTU_UDP_PAYLOAD = 1472  # 1500-byte MTU minus IPv4 and UDP headers: no IP fragmentation
-ZMQ_MAX_DATAGRAM = 8192  # libzmq 4.3.x udp_engine buffer, group framing included
 DEFAULT_GROUP = b"eg"
 
 
@@ -90,7 +92,7 @@ class Header(NamedTuple):
     seq: int
 
 
-class WireError(ValueError):
+class WireError(EdgegossipError, ValueError):
     """A datagram that cannot be decoded; reason is a drop-counter key."""
 
     def __init__(self, reason: str):

@@ -10,7 +10,7 @@ compose DIR` writes
     data/mnist.npz   the data every node trains its shard of (read-only in each container)
     config/agentI.toml  each node's agent config (read-only in its container)
     agentI/          each node's checkpoint and metrics once it ran: the layout `emulate` writes,
-                     so emulate/report.py summarises a compose run as it does an emulated one"""
+                     so report/summary.py summarises a compose run as it does an emulated one"""
 
 from __future__ import annotations
 

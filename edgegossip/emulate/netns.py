@@ -20,13 +20,14 @@ import subprocess
 from dataclasses import dataclass, field
 
 from edgegossip import tools
+from edgegossip.errors import EdgegossipError
 
 log = logging.getLogger(__name__)
 
 PREFIX = "eg"  # every namespace, bridge and veth we create starts with this
 
 
-class EmulationError(RuntimeError):
+class EmulationError(EdgegossipError, RuntimeError):
     pass
 
 

@@ -16,9 +16,10 @@ from pathlib import Path
 
 from edgegossip import tools
 from edgegossip.flash.partitions import boot_partition
+from edgegossip.errors import EdgegossipError
 
 
-class BootError(RuntimeError):
+class BootError(EdgegossipError, RuntimeError):
     pass
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from edgegossip.errors import UsageError
 
 SYSTEM_MOUNTS = ("/", "/boot", "/boot/efi", "/boot/firmware", "/usr", "/var", "/home", "/etc")
 
 
-class DiskError(ValueError):
+class DiskError(UsageError, ValueError):
     pass
 
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from edgegossip.errors import UsageError
 
 SECTOR = 512
 FAT_TYPES = {0x01, 0x04, 0x06, 0x0B, 0x0C, 0x0E}
 
 
-class PartitionError(ValueError):
+class PartitionError(UsageError, ValueError):
     pass
 
 

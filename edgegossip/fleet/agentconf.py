@@ -5,6 +5,7 @@ control socket are the tooling's. Where the files live on a device is fixed here
 from __future__ import annotations
 
 from edgegossip import config
+from edgegossip.fleet.profiles import profile_settings
 
 ETC = "/etc/edgegossip"
 CONFIG = f"{ETC}/agent.toml"
@@ -19,7 +20,6 @@ UNIT = "edgegossip-agent"
 
 
 def values(fleet, device) -> dict:
-    from edgegossip.fleet.inventory import profile_settings
     v: dict = {}
     if device.profile:
         v.update(profile_settings(device.profile, f"devices.{device.name}"))

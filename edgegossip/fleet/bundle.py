@@ -24,11 +24,12 @@ import zipfile
 from pathlib import Path
 
 from edgegossip import paths
+from edgegossip.errors import EdgegossipError
 
 MANIFEST = "edgegossip-wheelhouse.json"
 
 
-class BundleError(RuntimeError):
+class BundleError(EdgegossipError, RuntimeError):
     pass
 
 

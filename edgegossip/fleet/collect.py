@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from edgegossip import checkpoint
-from edgegossip.emulate.report import average, summarize
+from edgegossip.report.summary import average, summarize
 from edgegossip.fleet import agentconf, parallel, remote
 from edgegossip.fleet.control import ask
 from edgegossip.fleet.ssh import Ssh

@@ -15,7 +15,10 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from edgegossip import algorithms, config, paths
+from edgegossip import algorithms, config
+from edgegossip.fleet.agentconf import render
+from edgegossip.fleet.profiles import ProfileError, profile_settings
+from edgegossip.errors import UsageError
 
 NAME = "fleet.toml"
 # settings every device must share, and those the tooling sets: each setting's scope (config.py)
@@ -23,7 +26,7 @@ FLEET_WIDE, MANAGED = config.FLEET_WIDE, config.MANAGED
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 
 
-class InventoryError(ValueError):
+class InventoryError(UsageError, ValueError):
     pass
 
 
@@ -188,7 +191,10 @@ def validate(f: Fleet) -> None:
         need(0 < d.port < 65536, f"{w}.port", "must be a port number")
         need(bool(re.fullmatch(r"[a-z_][a-z0-9_-]*", d.user)), f"{w}.user", "not a user name")
         if d.profile:
-            profile_settings(d.profile, w)
+            try:
+                profile_settings(d.profile, w)
+            except ProfileError as e:
+                raise InventoryError(str(e)) from None
         seen_names.add(d.name)
         seen_ids[d.id] = d.name
         seen_addr[d.address] = d.name
@@ -198,31 +204,11 @@ def validate(f: Fleet) -> None:
             and ids != list(range(len(ids))):
         raise InventoryError(f"devices: {algorithm} needs agent ids 0..{len(ids) - 1} without gaps "
                              f"(ids are {ids}); use a gossip algorithm or renumber")
-    from edgegossip.fleet.agentconf import render  # every device's config must validate too
-    for d in f.devices:
+    for d in f.devices:  # every device's config must validate too
         try:
             render(f, d)
         except config.ConfigError as e:
             raise InventoryError(f"devices.{d.name}: {e}") from None
-
-
-def profiles_dir() -> Path:
-    return paths.devices_dir() / "profiles"
-
-
-def profile_settings(name: str, where: str = "profile") -> dict:
-    """A device profile's per-device settings ({key: value}); fleet-wide keys in it are left to
-    the fleet (a profile cannot change the model the whole fleet trains)."""
-    path = profiles_dir() / f"{name}.toml"
-    try:
-        with open(path, "rb") as f:
-            doc = tomllib.load(f)
-    except OSError:
-        raise InventoryError(f"{where}.profile: no profile {name!r} in {profiles_dir()}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise InventoryError(f"{where}.profile: {path} is not valid TOML ({e})") from None
-    return {k: v for body in doc.values() if isinstance(body, dict)
-            for k, v in body.items() if k not in FLEET_WIDE and k not in MANAGED}
 
 
 def next_id(f: Fleet) -> int:

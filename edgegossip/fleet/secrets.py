@@ -15,9 +15,10 @@ import subprocess
 from pathlib import Path
 
 from edgegossip.dataplane import keys as link_keys
+from edgegossip.errors import EdgegossipError
 
 
-class SecretsError(RuntimeError):
+class SecretsError(EdgegossipError, RuntimeError):
     pass
 
 

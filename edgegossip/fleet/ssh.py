@@ -16,9 +16,10 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from edgegossip.errors import EdgegossipError
 
 
-class SshError(RuntimeError):
+class SshError(EdgegossipError, RuntimeError):
     """One line saying why a device could not be reached or a command failed there."""
 
 

@@ -20,12 +20,13 @@ from edgegossip.fleet import create as fleet_create
 from edgegossip.fleet import inventory
 from edgegossip.fleet.ssh import Ssh, SshError
 from edgegossip.lab import network, root as lab_root
+from edgegossip.errors import EdgegossipError
 
 REGISTRY = Path("/run/edgegossip/labs")
 STATE = "lab.json"
 
 
-class LabError(RuntimeError):
+class LabError(EdgegossipError, RuntimeError):
     pass
 
 

@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 from edgegossip import paths, tools
+from edgegossip.errors import EdgegossipError
 
 PACKAGES = ("systemd", "systemd-sysv", "dbus", "openssh-server", "python3", "python3-venv",
             "iproute2", "libssl3", "procps", "sudo", "nftables")
@@ -21,7 +22,7 @@ SUITE = "bookworm"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 
 
-class RootError(RuntimeError):
+class RootError(EdgegossipError, RuntimeError):
     pass
 
 

@@ -19,13 +19,14 @@ import zmq
 
 from edgegossip.models.optim import NesterovSGD
 from edgegossip.protocol.base import Context, Protocol, Stopped
+from edgegossip.errors import EdgegossipError
 
 HEAD = struct.Struct("<QII")  # step, phase, block
 TIMEOUT_S = 120.0
 SLICE_MS = 200  # wait in slices so SIGTERM is seen while a neighbour is slow
 
 
-class RingStalled(RuntimeError):
+class RingStalled(EdgegossipError, RuntimeError):
     pass
 
 

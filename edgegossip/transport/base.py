@@ -9,6 +9,10 @@ from collections.abc import Callable
 
 import numpy as np
 
+# libzmq 4.3.x udp_engine buffer, group framing included: a longer RADIO body overflows the
+# heap (FACTS), so the wire never frames one for the zmq transport
+ZMQ_MAX_DATAGRAM = 8192
+
 log = logging.getLogger(__name__)
 
 Endpoint = tuple[str, int]

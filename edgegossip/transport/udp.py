@@ -8,13 +8,13 @@ import threading
 
 import numpy as np
 
+from edgegossip import extensions
 from edgegossip.transport.base import DropSink, Endpoint, FastPath, Handler, Transport
 from edgegossip.transport.pacing import Pacer
 
-try:
-    from edgegossip._udp_c import recv_batch, send_batch
-except ImportError:  # not built (or not Linux): one recv_into / sendto per datagram
-    recv_batch = send_batch = None
+_udp = extensions.load("_udp_c")  # None when not built (or not Linux): one call per datagram
+recv_batch = _udp.recv_batch if _udp is not None else None
+send_batch = _udp.send_batch if _udp is not None else None
 
 RECV_BUFFER = 9216   # a row: above any datagram we send (8192); a larger one is seen as truncated
 BATCH = 32           # datagrams per recvmmsg call; 32 rows of 9 KB stay in L2

@@ -13,9 +13,9 @@ import threading
 
 import zmq
 
-from edgegossip.transport.base import DropSink, Endpoint, FastPath, Handler, Transport
+from edgegossip.transport.base import (ZMQ_MAX_DATAGRAM, DropSink, Endpoint, FastPath, Handler,
+                                       Transport)
 from edgegossip.transport.pacing import Pacer
-from edgegossip.dataplane.wire import ZMQ_MAX_DATAGRAM
 
 HWM = 100_000
 

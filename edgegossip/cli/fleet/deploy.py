@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from edgegossip.cli import exit_codes
+from edgegossip import exit_codes
 from edgegossip.cli.fleet import exit_for, fleet_options, open_fleet, select
 from edgegossip.cli.render import emit, fail, table
 

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import click
 
-from edgegossip.cli import exit_codes
+from edgegossip import exit_codes
 from edgegossip.cli.fleet import fleet_options, open_fleet
 from edgegossip.cli.render import emit, fail
 

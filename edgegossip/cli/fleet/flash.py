@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from edgegossip.cli import exit_codes
+from edgegossip import exit_codes
 from edgegossip.cli.fleet import open_fleet
 from edgegossip.cli.render import emit, fail
 
@@ -40,11 +40,9 @@ def flash(name, fleet_dir, boot_dir, image, disk, fmt, wifi_ssid, wifi_country, 
     and unit, started once the clock is synchronised. The bundle, secrets included, is deleted
     from the boot partition once installed."""
     from edgegossip.fleet import bundle
-    from edgegossip.fleet.inventory import InventoryError
+    from edgegossip.errors import EdgegossipError
     from edgegossip.flash import boot, disk as disks, wifi
-    from edgegossip.flash.partitions import PartitionError
     from edgegossip.flash.write import flash as write
-    from edgegossip.tools import MissingTool
     if sum(x is not None for x in (boot_dir, image, disk)) != 1:
         fail("give exactly one of --boot, --image, --device", exit_codes.USAGE)
     f = open_fleet(fleet_dir)
@@ -61,8 +59,7 @@ def flash(name, fleet_dir, boot_dir, image, disk, fmt, wifi_ssid, wifi_country, 
             disks.check(disk)
         target = boot.DirBoot(boot_dir) if boot_dir else boot.FatBoot(Path(image or disk))
         row = write(f, d, target, fmt, creds, wheel_dir or f.root / "wheelhouse", manifest)
-    except (InventoryError, ValueError, PartitionError, boot.BootError, bundle.BundleError,
-            MissingTool) as e:
+    except (EdgegossipError, ValueError) as e:  # all of them the operator's to fix: usage
         fail(str(e), exit_codes.USAGE)
     except OSError as e:
         fail(f"{e.filename or name}: {e.strerror}", exit_codes.FAILURE)

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from edgegossip.algorithms import DEFAULT as DEFAULT_ALGORITHM, NAMES as ALGORITHMS
-from edgegossip.cli import exit_codes
+from edgegossip import exit_codes
 from edgegossip.cli.render import emit, fail
 
 

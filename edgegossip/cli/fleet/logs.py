@@ -6,7 +6,7 @@ import subprocess
 
 import click
 
-from edgegossip.cli import exit_codes
+from edgegossip import exit_codes
 from edgegossip.cli.fleet import open_fleet
 from edgegossip.cli.render import fail
 

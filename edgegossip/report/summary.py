@@ -9,7 +9,7 @@ import numpy as np
 
 from edgegossip import checkpoint
 from edgegossip.data import mnist
-from edgegossip.emulate.plot import line_plot
+from edgegossip.report.plot import line_plot
 from edgegossip.metrics import read as read_metrics
 from edgegossip.models import make_model
 
