@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.edgegossip-installed
 
-.PHONY: venv demo test bench clean
+.PHONY: venv demo test lint bench clean
 
 venv: $(STAMP)
 
@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml setup.py native/_kernels_c.pyx native/_udp_c.pyx native
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "setuptools>=77" wheel "Cython>=3.0" numpy
 	bash scripts/install-pyzmq-draft.sh $(PY)
-	$(PY) -m pip install --quiet --no-build-isolation -e ".[test,onnx]"
+	$(PY) -m pip install --quiet --no-build-isolation -e ".[test,lint,onnx]"
 	$(PY) -c "import edgegossip.kernels as k; print('kernels:', k.IMPLEMENTATION)"
 	touch $(STAMP)
 
@@ -26,7 +26,14 @@ demo: venv
 	bash scripts/system-packages.sh install demo || [ $$? = 3 ]
 	bash scripts/demo.sh
 
-test: venv
+# style (ruff), types (mypy) and the layers (import-linter, the contract in pyproject.toml)
+lint: venv
+	$(VENV)/bin/ruff check edgegossip tests scripts
+	$(VENV)/bin/ruff format --check edgegossip tests scripts
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
+test: venv lint
 	bash scripts/system-packages.sh install test || [ $$? = 3 ]
 	mkdir -p build
 	$(VENV)/bin/edgegossip data fetch mnist

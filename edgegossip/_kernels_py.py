@@ -72,10 +72,14 @@ def scatter_chunk(buf, mask, payload, byte_offset: int, chunk_index: int) -> boo
 
     Returns False, touching nothing, when the range or the chunk index lies outside the buffer."""
     length = len(payload)
-    if (byte_offset < 0 or byte_offset > buf.shape[0] - length
-            or chunk_index < 0 or chunk_index >= mask.shape[0]):
+    if (
+        byte_offset < 0
+        or byte_offset > buf.shape[0] - length
+        or chunk_index < 0
+        or chunk_index >= mask.shape[0]
+    ):
         return False
-    buf[byte_offset:byte_offset + length] = np.frombuffer(payload, dtype=np.uint8)
+    buf[byte_offset : byte_offset + length] = np.frombuffer(payload, dtype=np.uint8)
     mask[chunk_index] = 1
     return True
 
@@ -106,7 +110,7 @@ def f16_encode(x, out) -> None:
     n = x.shape[0]
     if out.shape[0] < 2 * n:
         raise ValueError("out is shorter than 2 bytes an element")
-    out[:2 * n] = np.clip(x, -F16_MAX, F16_MAX).astype("<f2").view(np.uint8)
+    out[: 2 * n] = np.clip(x, -F16_MAX, F16_MAX).astype("<f2").view(np.uint8)
 
 
 def f16_decode(p, out) -> None:
@@ -124,9 +128,10 @@ def bf16_encode(x, out) -> None:
         raise ValueError("out is shorter than 2 bytes an element")
     u = np.ascontiguousarray(x, np.float32).view(np.uint32)
     nan = (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
-    r = np.where(nan, u | np.uint32(0x400000),
-                 u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1)))
-    out[:2 * n] = (r >> np.uint32(16)).astype("<u2").view(np.uint8)
+    r = np.where(
+        nan, u | np.uint32(0x400000), u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))
+    )
+    out[: 2 * n] = (r >> np.uint32(16)).astype("<u2").view(np.uint8)
 
 
 def bf16_decode(p, out) -> None:
@@ -148,16 +153,19 @@ def i8_encode(x, out, chunk: int) -> None:
     if out.shape[0] < n + 4 * nchunks:
         raise ValueError("out is shorter than the encoded chunks")
     for c in range(nchunks):
-        v = x[c * chunk:(c + 1) * chunk]
+        v = x[c * chunk : (c + 1) * chunk]
         o = c * chunk + 4 * c
         if not np.isfinite(v).all():
             scale, q = np.float32(np.nan), np.zeros(len(v), np.int8)
         else:
             scale = np.abs(v).max() / np.float32(127) if len(v) else np.float32(0)
-            q = (np.zeros(len(v), np.int8) if scale == 0
-                 else np.clip(np.rint(v * (np.float32(1) / scale)), -127, 127).astype(np.int8))
-        out[o:o + 4] = np.array([scale], "<f4").view(np.uint8)
-        out[o + 4:o + 4 + len(v)] = q.view(np.uint8)
+            q = (
+                np.zeros(len(v), np.int8)
+                if scale == 0
+                else np.clip(np.rint(v * (np.float32(1) / scale)), -127, 127).astype(np.int8)
+            )
+        out[o : o + 4] = np.array([scale], "<f4").view(np.uint8)
+        out[o + 4 : o + 4 + len(v)] = q.view(np.uint8)
 
 
 def i8_decode(p, out, chunk: int) -> None:
@@ -172,5 +180,7 @@ def i8_decode(p, out, chunk: int) -> None:
     for c in range(nchunks):
         m = min(chunk, n - c * chunk)
         o = c * chunk + 4 * c
-        scale = raw[o:o + 4].view("<f4")[0]
-        out[c * chunk:c * chunk + m] = raw[o + 4:o + 4 + m].view(np.int8).astype(np.float32) * scale
+        scale = raw[o : o + 4].view("<f4")[0]
+        out[c * chunk : c * chunk + m] = (
+            raw[o + 4 : o + 4 + m].view(np.int8).astype(np.float32) * scale
+        )

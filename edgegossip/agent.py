@@ -10,28 +10,33 @@ import signal
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from edgegossip.models.onnx_backend import OnnxTrainer
+
 from edgegossip import __version__, algorithms, checkpoint
 from edgegossip import config as config_io
-from edgegossip.dataplane import wire
-from edgegossip.dataplane import payload
 from edgegossip.config import AgentConfig, ConfigError
 from edgegossip.control.server import Controls
 from edgegossip.data import device
+from edgegossip.dataplane import payload, wire
 from edgegossip.dataplane.inbox import Inbox
 from edgegossip.dataplane.keys import KeyfileError, LinkKeys
+from edgegossip.dataplane.outbox import Encoder
+from edgegossip.dataplane.sender import Sender, Snapshots
 from edgegossip.metrics import MetricsLog, peak_rss_mb
 from edgegossip.models import ONNX_MISSING, make_model, onnx_available
+from edgegossip.models.base import Model
+from edgegossip.models.mlp import MLP
 from edgegossip.models.optim import NesterovSGD
-from edgegossip.dataplane.outbox import Encoder
 from edgegossip.protocol import Context, make_protocol
 from edgegossip.protocol.base import Stopped
-from edgegossip.dataplane.sender import Sender, Snapshots
 from edgegossip.transport import ReceiveThread, make_transport
-from edgegossip.transport.peers import PeerBook
 from edgegossip.transport.lossy import injected_loss
+from edgegossip.transport.peers import PeerBook
 
 log = logging.getLogger(__name__)
 # how long the agent waits at start for peer names to resolve before it trains anyway (the rest
@@ -54,9 +59,10 @@ class Shard:
         epoch, pos = divmod(step, self.steps_per_epoch)
         if epoch != self._epoch:
             self._order = np.random.default_rng([self.seed, self.worker, epoch]).permutation(
-                len(self.data.y))
+                len(self.data.y)
+            )
             self._epoch = epoch
-        return self.data.batch(self._order[pos * self.batch:(pos + 1) * self.batch])
+        return self.data.batch(self._order[pos * self.batch : (pos + 1) * self.batch])
 
 
 def load_data(cfg: AgentConfig) -> device.DeviceData:
@@ -81,18 +87,29 @@ class Agent:
         self.shard = Shard(cfg, self.data)
         self.x = self.model.init(cfg.seed)  # one shared initialisation across the fleet
         self.opt = NesterovSGD(self.model.n_params, cfg.lr, cfg.momentum)
-        self.backend = self.model  # what computes loss and gradient: NumPy, or onnxruntime
+        # what computes loss and gradient: NumPy, or onnxruntime
+        self.backend: Model | OnnxTrainer = self.model
         # NumPy MLP under gossip: the optimiser steps layer by layer inside the backward pass,
         # so the gradient buffer holds one layer, not the model (all-reduce needs it whole)
         self.algorithm = algorithms.get(cfg.algorithm)
-        self.layerwise = (cfg.backend == "numpy" and hasattr(self.model, "layer_span")
-                          and not self.algorithm.whole_gradient)
-        self.g = np.zeros(self.model.max_layer_params() if self.layerwise else self.model.n_params,
-                          np.float32)
+        self.fused: MLP | None = None
+        if (
+            cfg.backend == "numpy"
+            and isinstance(self.model, MLP)
+            and not self.algorithm.whole_gradient
+        ):
+            self.fused = self.model
+        self.layerwise = self.fused is not None
+        self.g = np.zeros(
+            self.fused.max_layer_params() if self.fused is not None else self.model.n_params,
+            np.float32,
+        )
         if cfg.backend == "onnx":
             if not onnx_available():
                 raise ConfigError(f"train.backend: {ONNX_MISSING}")
             from edgegossip.models.onnx_backend import OnnxTrainer
+
+            assert isinstance(self.model, MLP)  # validate(): onnx runs the mlp and logreg models
             self.backend = OnnxTrainer(self.model)
         self.step = 0
         self._last: dict | None = None
@@ -126,8 +143,14 @@ class Agent:
     def save(self) -> None:
         replay = self.inbox.replay_state() if self.inbox is not None else self._replay
         weight = self._ctx.push_weight if self._ctx is not None else self._push_weight
-        checkpoint.save(self.out, params=self.x, momentum=self.opt.v, step=self.step,
-                        replay=replay, push_weight=np.array(weight))
+        checkpoint.save(
+            self.out,
+            params=self.x,
+            momentum=self.opt.v,
+            step=self.step,
+            replay=replay,
+            push_weight=np.array(weight),
+        )
 
     def install_signal_handlers(self) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -142,8 +165,11 @@ class Agent:
             keys = LinkKeys.load(cfg.keys, cfg.id, cfg.fleet)
         except KeyfileError as e:
             raise ConfigError(f"agent.keys: {e}") from None
-        missing = [p.id for p in cfg.peers if keys.key(cfg.id, p.id) is None
-                   or keys.key(p.id, cfg.id) is None]
+        missing = [
+            p.id
+            for p in cfg.peers
+            if keys.key(cfg.id, p.id) is None or keys.key(p.id, cfg.id) is None
+        ]
         if missing:
             raise ConfigError(f"agent.keys: no keys for the links with peers {missing}")
         return keys
@@ -159,6 +185,7 @@ class Agent:
         import zmq
 
         from edgegossip.control.server import ControlServer
+
         try:
             return ControlServer(cfg.endpoint, cfg.server_key, cfg.client_keys, controls).start()
         except (OSError, ValueError, zmq.ZMQError) as e:
@@ -171,17 +198,30 @@ class Agent:
     def status(self, ctx: Context, inbox, controls) -> dict:
         """What the control endpoint's `status` answers (control/messages.py)."""
         last = self._last or {}
-        state = ("stopping" if self.stop_event.is_set() else
-                 "paused" if controls.paused.is_set() else "training")
+        state = (
+            "stopping"
+            if self.stop_event.is_set()
+            else "paused"
+            if controls.paused.is_set()
+            else "training"
+        )
         snap = inbox.counter.snapshot() if inbox is not None else {"drops": {}, "dropped": 0}
-        return {"agent": self.cfg.id, "version": __version__, "config_hash": self.config_hash,
-                "state": state, "step": self.step,
-                "epoch": round(self.step / self.shard.steps_per_epoch, 3),
-                "loss": last.get("loss"), "accuracy": last.get("accuracy"),
-                "exchanges": dict(ctx.exchanges),
-                "link_loss": inbox.loss_by_link() if inbox is not None else {},
-                "drops": snap["drops"], "datagrams_dropped": snap["dropped"],
-                "peak_rss_mb": peak_rss_mb(), "uptime_s": round(time.monotonic() - self._t0, 1)}
+        return {
+            "agent": self.cfg.id,
+            "version": __version__,
+            "config_hash": self.config_hash,
+            "state": state,
+            "step": self.step,
+            "epoch": round(self.step / self.shard.steps_per_epoch, 3),
+            "loss": last.get("loss"),
+            "accuracy": last.get("accuracy"),
+            "exchanges": dict(ctx.exchanges),
+            "link_loss": inbox.loss_by_link() if inbox is not None else {},
+            "drops": snap["drops"],
+            "datagrams_dropped": snap["dropped"],
+            "peak_rss_mb": peak_rss_mb(),
+            "uptime_s": round(time.monotonic() - self._t0, 1),
+        }
 
     def _open_network(self):
         cfg = self.cfg
@@ -191,24 +231,45 @@ class Agent:
         peers.resolve(wait_s=RESOLVE_WAIT_S)
         keys = self.keys
         session = checkpoint.next_session(self.out)  # before anything is sent
-        transport = make_transport(cfg.transport, rate_bytes_per_s=cfg.rate_mbps * 1e6 / 8,
-                                   gso=cfg.gso)
+        transport = make_transport(
+            cfg.transport, rate_bytes_per_s=cfg.rate_mbps * 1e6 / 8, gso=cfg.gso
+        )
         transport.bind(cfg.listen_endpoint)
-        inbox = self.inbox = Inbox(self.plan, keys, cfg.fleet, peers=set(peers),
-                                   rps_blocks=cfg.workers if self.algorithm.rps_blocks else 0,
-                                   me=cfg.id, require_encryption=cfg.encrypt,
-                                   # gossip: an exchange we started and one we answer at a time;
-                                   # memory for those, not for every peer
-                                   receive_buffers=self.algorithm.receive_buffers,
-                                   stale_s=cfg.deadline_s, codec=self.codec)
+        inbox = self.inbox = Inbox(
+            self.plan,
+            keys,
+            cfg.fleet,
+            peers=set(peers),
+            rps_blocks=cfg.workers if self.algorithm.rps_blocks else 0,
+            me=cfg.id,
+            require_encryption=cfg.encrypt,
+            # gossip: an exchange we started and one we answer at a time;
+            # memory for those, not for every peer
+            receive_buffers=self.algorithm.receive_buffers,
+            stale_s=cfg.deadline_s,
+            codec=self.codec,
+        )
         inbox.restore_replay(self._replay)
         handler, fast = inbox.ingest, inbox.fast
         if cfg.inject_loss:  # every datagram must meet the injected loss: no fast path
-            handler = injected_loss(handler, cfg.inject_loss, inbox.counter.drop, cfg.id + self.step)
+            handler = injected_loss(
+                handler, cfg.inject_loss, inbox.counter.drop, cfg.id + self.step
+            )
             fast = None
         receiver = ReceiveThread(transport, handler, inbox.counter.drop, fast).start()
-        sender = Sender(transport, Encoder(self.plan, keys, cfg.fleet, cfg.id, session=session,
-                                           encrypt=cfg.encrypt, codec=self.codec), peers)
+        sender = Sender(
+            transport,
+            Encoder(
+                self.plan,
+                keys,
+                cfg.fleet,
+                cfg.id,
+                session=session,
+                encrypt=cfg.encrypt,
+                codec=self.codec,
+            ),
+            peers,
+        )
         return transport, receiver, (inbox, sender), peers
 
     def run(self) -> dict:
@@ -218,8 +279,17 @@ class Agent:
         # two copies of the parameters in flight at most: an exchange we started and one we
         # answer (Elastic Gossip), or RPS's REDUCE and GATHER
         snapshots = Snapshots(self.plan.n_params, 2) if sender is not None else None
-        ctx = Context(cfg, self.plan, inbox, sender, peers, self.rng, snapshots,
-                      stop=self.stop_event, push_weight=self._push_weight)
+        ctx = Context(
+            cfg,
+            self.plan,
+            inbox,
+            sender,
+            peers,
+            self.rng,
+            snapshots,
+            stop=self.stop_event,
+            push_weight=self._push_weight,
+        )
         self._ctx = ctx
         protocol = make_protocol(ctx)
         controls = Controls(lambda: self.status(ctx, inbox, controls), self.stop_event)
@@ -228,8 +298,16 @@ class Agent:
         self._first_step = self.step
         t0 = time.monotonic()
         losses: list[float] = []
-        metrics.write({"event": "start", "agent": cfg.id, "step": self.step, "resumed": self.resumed,
-                       "algorithm": cfg.algorithm, "transport": cfg.transport})
+        metrics.write(
+            {
+                "event": "start",
+                "agent": cfg.id,
+                "step": self.step,
+                "resumed": self.resumed,
+                "algorithm": cfg.algorithm,
+                "transport": cfg.transport,
+            }
+        )
         try:
             while not self.stop_event.is_set():
                 if cfg.max_steps and self.step >= cfg.max_steps:
@@ -240,8 +318,10 @@ class Agent:
                 controls.serve_checkpoint(self._checkpoint_now)
                 protocol.before_step(self.x, self.step)
                 xb, yb = self.shard.batch_at(self.step)
-                if self.layerwise:
-                    loss = self.model.loss_grad(self.x, self.g, xb, yb, self.rng, apply=self._step_layer)
+                if self.fused is not None:
+                    loss = self.fused.loss_grad(
+                        self.x, self.g, xb, yb, self.rng, apply=self._step_layer
+                    )
                 else:
                     loss = self.backend.loss_grad(self.x, self.g, xb, yb, self.rng)
                     try:
@@ -276,24 +356,43 @@ class Agent:
 
     def _record(self, losses, ctx: Context, sender, inbox, protocol) -> dict:
         acc = self.data.accuracy(self.model, self.x, self.cfg.eval_examples)
-        rec = {"agent": self.cfg.id, "step": self.step,
-               "epoch": round(self.step / self.shard.steps_per_epoch, 3),
-               "loss": round(float(np.mean(losses)), 5) if losses else None,
-               "accuracy": acc, "exchanges": dict(ctx.exchanges),
-               # the rate that really ran, to set beside train.p (this run's steps only)
-               "exchanges_initiated_per_step": round(
-                   ctx.exchanges["initiated"] / max(1, self.step - self._first_step), 5),
-               "peak_rss_mb": peak_rss_mb()}
+        rec = {
+            "agent": self.cfg.id,
+            "step": self.step,
+            "epoch": round(self.step / self.shard.steps_per_epoch, 3),
+            "loss": round(float(np.mean(losses)), 5) if losses else None,
+            "accuracy": acc,
+            "exchanges": dict(ctx.exchanges),
+            # the rate that really ran, to set beside train.p (this run's steps only)
+            "exchanges_initiated_per_step": round(
+                ctx.exchanges["initiated"] / max(1, self.step - self._first_step), 5
+            ),
+            "peak_rss_mb": peak_rss_mb(),
+        }
         if sender is not None:
             snap = inbox.counter.snapshot()
             link_arrived, link_expected = inbox.link_loss()
-            rec.update(link_arrived=link_arrived, link_expected=link_expected,
-                       session=sender.encoder.session, bytes_sent=sender.encoder.bytes, datagrams_sent=sender.encoder.datagrams,
-                       bytes_received=snap["accepted_bytes"], datagrams_received=snap["accepted"],
-                       datagrams_dropped=snap["dropped"], drops=snap["drops"],
-                       send_skipped=ctx.snapshots.skipped, send_unresolved=sender.peers.skipped)
+            rec.update(
+                link_arrived=link_arrived,
+                link_expected=link_expected,
+                session=sender.encoder.session,
+                bytes_sent=sender.encoder.bytes,
+                datagrams_sent=sender.encoder.datagrams,
+                bytes_received=snap["accepted_bytes"],
+                datagrams_received=snap["accepted"],
+                datagrams_dropped=snap["dropped"],
+                drops=snap["drops"],
+                send_skipped=ctx.snapshots.skipped if ctx.snapshots is not None else 0,
+                send_unresolved=sender.peers.skipped,
+            )
         else:  # no data plane: nothing sent, unless the protocol says so (the all-reduce ring)
-            rec.update(bytes_sent=0, datagrams_sent=0, bytes_received=0, datagrams_received=0,
-                       datagrams_dropped=0, drops={})
+            rec.update(
+                bytes_sent=0,
+                datagrams_sent=0,
+                bytes_received=0,
+                datagrams_received=0,
+                datagrams_dropped=0,
+                drops={},
+            )
         rec.update(protocol.metrics())
         return rec

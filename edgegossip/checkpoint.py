@@ -86,8 +86,9 @@ def next_session(directory: str | Path) -> int:
     except FileNotFoundError:
         last = 0
     except ValueError:
-        raise ValueError(f"{path}: not a session number; remove it only if this device's "
-                         "keys are replaced too") from None
+        raise ValueError(
+            f"{path}: not a session number; remove it only if this device's keys are replaced too"
+        ) from None
     session = last + 1
     if session >= 2**32:
         raise ValueError(f"{path}: session numbers exhausted")

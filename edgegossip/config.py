@@ -12,8 +12,8 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 
 from edgegossip import algorithms, models, transport
-from edgegossip.dataplane import payload, wire
 from edgegossip.algorithms import NAMES as ALGORITHMS
+from edgegossip.dataplane import payload, wire
 from edgegossip.errors import UsageError
 
 PARTITIONS = ("iid", "dirichlet", "classes")  # data/partition.py
@@ -33,8 +33,15 @@ class Peer:
     port: int
 
 
-def setting(section: str, default=None, help: str = "", choices: tuple[str, ...] = (),
-            factory=None, required: bool = False, scope: str = "device"):
+def setting(
+    section: str,
+    default=None,
+    help: str = "",
+    choices: tuple[str, ...] = (),
+    factory=None,
+    required: bool = False,
+    scope: str = "device",
+):
     """A field of AgentConfig: its TOML section, default, allowed values, help, and scope in a
     fleet: "device" (a profile or a device's overrides may set it), "fleet" (every device must
     share it: the chunk plan, the model, the algorithm's rule) or "managed" (the fleet tooling
@@ -49,20 +56,40 @@ def setting(section: str, default=None, help: str = "", choices: tuple[str, ...]
 
 @dataclass(frozen=True)
 class AgentConfig:
-    id: int = setting("agent", required=True, help="this worker's id, 0 .. workers - 1", scope="managed")
-    listen: str = setting("agent", required=True, help="HOST:PORT this agent receives datagrams on", scope="managed")
-    peers: tuple[Peer, ...] = setting("agent", (), "every other agent of the fleet, ID@HOST:PORT", scope="managed")
+    id: int = setting(
+        "agent", required=True, help="this worker's id, 0 .. workers - 1", scope="managed"
+    )
+    listen: str = setting(
+        "agent", required=True, help="HOST:PORT this agent receives datagrams on", scope="managed"
+    )
+    peers: tuple[Peer, ...] = setting(
+        "agent", (), "every other agent of the fleet, ID@HOST:PORT", scope="managed"
+    )
     fleet: int = setting("agent", 1, "fleet id carried in every datagram", scope="managed")
-    key: str = setting("agent", "edgegossip", "fleet secret; every link key is derived from it", scope="managed")
-    keys: str = setting("agent", "", "keyfile of this device's links (`edgegossip keys init`); "
-                        "when set, `key` is not used", scope="managed")
-    output: str = setting("agent", "agent-out", "checkpoints and metrics.jsonl go here", scope="managed")
-    algorithm: str = setting("train", algorithms.DEFAULT, "the algorithm (algorithms/)", ALGORITHMS, scope="fleet")
+    key: str = setting(
+        "agent", "edgegossip", "fleet secret; every link key is derived from it", scope="managed"
+    )
+    keys: str = setting(
+        "agent",
+        "",
+        "keyfile of this device's links (`edgegossip keys init`); when set, `key` is not used",
+        scope="managed",
+    )
+    output: str = setting(
+        "agent", "agent-out", "checkpoints and metrics.jsonl go here", scope="managed"
+    )
+    algorithm: str = setting(
+        "train", algorithms.DEFAULT, "the algorithm (algorithms/)", ALGORITHMS, scope="fleet"
+    )
     model: str = setting("train", "mlp", "the model (models/)", models.MODELS, scope="fleet")
     backend: str = setting("train", "numpy", "loss and gradient in NumPy or onnxruntime", BACKENDS)
     workers: int = setting("train", 4, "fleet size, for sharding the data", scope="fleet")
-    partition: str = setting("train", "iid", "how MNIST is sharded (data/partition.py)", PARTITIONS, scope="fleet")
-    seed: int = setting("train", 0, "seed of the shared initialisation and the shards", scope="fleet")
+    partition: str = setting(
+        "train", "iid", "how MNIST is sharded (data/partition.py)", PARTITIONS, scope="fleet"
+    )
+    seed: int = setting(
+        "train", 0, "seed of the shared initialisation and the shards", scope="fleet"
+    )
     batch: int = setting("train", 32, "examples per local step")
     lr: float = setting("train", 0.001, "learning rate")
     momentum: float = setting("train", 0.99, "Nesterov momentum")
@@ -76,22 +103,36 @@ class AgentConfig:
     rps_period: int = setting("train", 8, "local steps between RPS iterations", scope="fleet")
     inputs: int = setting("train", 784, "features per example (mlp, logreg)", scope="fleet")
     classes: int = setting("train", 10, "labels 0 .. classes - 1", scope="fleet")
-    transport: str = setting("net", "udp", "udp or zmq (allreduce always uses ZeroMQ TCP)",
-                             transport.NAMES, scope="fleet")
-    chunk_bytes: int = setting("net", factory=wire.default_chunk_bytes,
-                               help="payload bytes a datagram", scope="fleet")
-    payload: str = setting("net", "float32", "how parameters travel (dataplane/payload.py)",
-                           payload.NAMES)
+    transport: str = setting(
+        "net",
+        "udp",
+        "udp or zmq (allreduce always uses ZeroMQ TCP)",
+        transport.NAMES,
+        scope="fleet",
+    )
+    chunk_bytes: int = setting(
+        "net", factory=wire.default_chunk_bytes, help="payload bytes a datagram", scope="fleet"
+    )
+    payload: str = setting(
+        "net", "float32", "how parameters travel (dataplane/payload.py)", payload.NAMES
+    )
     rate_mbps: float = setting("net", 20.0, "send pacing, megabits per second")
     deadline_s: float = setting("net", 10.0, "an exchange gives up on missing chunks after this")
-    deadline: str = setting("net", "fixed", "fixed, or adaptive: per link, from its transfer times",
-                            DEADLINES)
+    deadline: str = setting(
+        "net", "fixed", "fixed, or adaptive: per link, from its transfer times", DEADLINES
+    )
     deadline_min_s: float = setting("net", 0.2, "adaptive: a link's shortest deadline")
     deadline_max_s: float = setting("net", 120.0, "adaptive: a link's longest deadline")
-    inject_loss: float = setting("net", 0.0, "loopback emulation only: drop this fraction on receive")
+    inject_loss: float = setting(
+        "net", 0.0, "loopback emulation only: drop this fraction on receive"
+    )
     gso: bool = setting("net", True, "udp: send runs of datagrams as one UDP GSO buffer")
-    encrypt: bool = setting("net", False, "encrypt payloads too; receive only encrypted ones", scope="fleet")
-    source: str = setting("data", "mnist", "mnist: this worker's shard; file: path below", SOURCES, scope="fleet")
+    encrypt: bool = setting(
+        "net", False, "encrypt payloads too; receive only encrypted ones", scope="fleet"
+    )
+    source: str = setting(
+        "data", "mnist", "mnist: this worker's shard; file: path below", SOURCES, scope="fleet"
+    )
     path: str = setting("data", "", "this device's own .npz or .csv", scope="managed")
     label_column: str = setting("data", "", "csv: header name or index of the label column")
     eval_fraction: float = setting("data", 0.1, "held out from a file without x_eval/y_eval")
@@ -116,7 +157,9 @@ MANAGED = tuple(f.name for f in fields(AgentConfig) if f.metadata["scope"] == "m
 def default(name: str):
     """Setting `name`'s default, for the simulator, the emulator and the CLI."""
     f = next(f for f in fields(AgentConfig) if f.name == name)
-    return f.default_factory() if f.default is MISSING else f.default
+    if f.default is MISSING and callable(f.default_factory):
+        return f.default_factory()
+    return f.default
 
 
 def _one_of(values: tuple[str, ...]) -> str:
@@ -130,7 +173,11 @@ APPLIES_WHEN = {
     "label_column": ("source", ("file",)),
     "eval_fraction": ("source", ("file",)),
     "partition": ("source", ("mnist",)),
-    **{k: ("algorithm", algorithms.acting(k)) for a in algorithms.REGISTRY.values() for k in a.settings},
+    **{
+        k: ("algorithm", algorithms.acting(k))
+        for a in algorithms.REGISTRY.values()
+        for k in a.settings
+    },
     "deadline_min_s": ("deadline", ("adaptive",)),
     "deadline_max_s": ("deadline", ("adaptive",)),
     "gso": ("transport", ("udp",)),
@@ -148,9 +195,11 @@ def check_effective(c: AgentConfig, given) -> None:
             setting, values = APPLIES_WHEN[key]
             now = getattr(c, setting)
             if now not in values:
-                raise ConfigError(f"{section_of(key)}.{key} given but {section_of(setting)}."
-                                  f"{setting} is {now!r}: it acts only when {setting} is "
-                                  f"{' or '.join(repr(v) for v in values)}")
+                raise ConfigError(
+                    f"{section_of(key)}.{key} given but {section_of(setting)}."
+                    f"{setting} is {now!r}: it acts only when {setting} is "
+                    f"{' or '.join(repr(v) for v in values)}"
+                )
     if "key" in given and c.keys:
         raise ConfigError("agent.key given but agent.keys is set: link keys come from the keyfile")
 
@@ -171,7 +220,7 @@ def _peer(text: str, key: str) -> Peer:
 
 
 def from_dict(doc: dict) -> AgentConfig:
-    types = {f.name: f.type for f in fields(AgentConfig)}
+    types = {f.name: str(f.type) for f in fields(AgentConfig)}  # annotations are strings here
     values: dict = {}
     for section, body in doc.items():
         if section not in SECTIONS:
@@ -211,16 +260,25 @@ def validate(c: AgentConfig) -> None:
     def need(ok: bool, key: str, msg: str) -> None:
         if not ok:
             raise ConfigError(f"{key}: {msg}")
+
     for name, allowed in CHOICES.items():
-        need(getattr(c, name) in allowed, f"{section_of(name)}.{name}", f"must be {_one_of(allowed)}")
-    need(not (c.backend == "onnx" and c.model == "cnn"), "train.backend",
-         "onnx runs the mlp and logreg models")
+        need(
+            getattr(c, name) in allowed, f"{section_of(name)}.{name}", f"must be {_one_of(allowed)}"
+        )
+    need(
+        not (c.backend == "onnx" and c.model == "cnn"),
+        "train.backend",
+        "onnx runs the mlp and logreg models",
+    )
     need(c.source != "file" or bool(c.path), "data.path", "needed when data.source is file")
     need(0 < c.eval_fraction < 1, "data.eval_fraction", "must be in (0, 1)")
     need(c.inputs >= 1, "train.inputs", "must be positive")
     need(c.classes >= 2, "train.classes", "must be at least 2")
-    need(c.model != "cnn" or (c.inputs, c.classes) == (784, 10), "train.model",
-         "the cnn takes 28x28 images in 10 classes")
+    need(
+        c.model != "cnn" or (c.inputs, c.classes) == (784, 10),
+        "train.model",
+        "the cnn takes 28x28 images in 10 classes",
+    )
     need(c.workers >= 1, "train.workers", "must be at least 1")
     need(0 <= c.id < c.workers, "agent.id", f"must be in 0..{c.workers - 1}")
     need(0 <= c.p <= 1, "train.p", "must be in [0, 1]")
@@ -235,8 +293,11 @@ def validate(c: AgentConfig) -> None:
     need(c.rps_period >= 1, "train.rps_period", "must be positive")
     need(c.rate_mbps > 0, "net.rate_mbps", "must be positive")
     need(c.deadline_s > 0, "net.deadline_s", "must be positive")
-    need(0 < c.deadline_min_s <= c.deadline_max_s, "net.deadline_min_s",
-         "must be positive and at most net.deadline_max_s")
+    need(
+        0 < c.deadline_min_s <= c.deadline_max_s,
+        "net.deadline_min_s",
+        "must be positive and at most net.deadline_max_s",
+    )
     need(0 <= c.inject_loss < 1, "net.inject_loss", "must be in [0, 1)")
     need(0 <= c.fleet < 2**32, "agent.fleet", "must fit 32 bits")
     try:
@@ -254,8 +315,11 @@ def validate(c: AgentConfig) -> None:
     need(all(0 <= i < c.workers for i in ids), "agent.peers", f"ids must be in 0..{c.workers - 1}")
     wants = algorithms.get(c.algorithm).peers
     if wants == "all":
-        need(len(c.peers) == c.workers - 1, "agent.peers",
-             f"{c.algorithm} needs all {c.workers - 1} other agents")
+        need(
+            len(c.peers) == c.workers - 1,
+            "agent.peers",
+            f"{c.algorithm} needs all {c.workers - 1} other agents",
+        )
     elif wants == "some":  # gossip copes with ids a fleet has retired
         need(len(c.peers) >= 1, "agent.peers", f"{c.algorithm} needs at least one peer")
 
@@ -273,6 +337,7 @@ def load(path: str | Path) -> AgentConfig:
 
 def to_toml(c: AgentConfig) -> str:
     """Write a config back as TOML (used by `emulate` to configure each agent)."""
+
     def val(v):
         if isinstance(v, bool):
             return "true" if v else "false"
@@ -281,10 +346,12 @@ def to_toml(c: AgentConfig) -> str:
         if isinstance(v, tuple):
             return "[" + ", ".join(val(f"{p.id}@{p.host}:{p.port}") for p in v) + "]"
         return repr(v)
+
     def acts(k: str) -> bool:
         if k == "key" and c.keys:
             return False
         return k not in APPLIES_WHEN or getattr(c, APPLIES_WHEN[k][0]) in APPLIES_WHEN[k][1]
+
     out = []
     for section, keys in SECTIONS.items():
         out.append(f"[{section}]")

@@ -10,9 +10,11 @@ from edgegossip import exit_codes
 
 class EdgegossipError(Exception):
     """Something failed at run time: a device, a peer, a build, a benchmark."""
+
     exit_code = exit_codes.FAILURE
 
 
 class UsageError(EdgegossipError):
     """The user's input is wrong: a setting, an inventory, an argument, a file given."""
+
     exit_code = exit_codes.USAGE

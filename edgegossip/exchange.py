@@ -31,9 +31,18 @@ KEY = wire.derive_key("edgegossip-demo")
 FLEET = 77
 
 
-def run_peer(me: int, my_addr: tuple[str, int], other: tuple[str, int], transport: str,
-             n_params: int, rounds: int, alpha: float, inject: float, rate: float,
-             deadline_s: float) -> None:
+def run_peer(
+    me: int,
+    my_addr: tuple[str, int],
+    other: tuple[str, int],
+    transport: str,
+    n_params: int,
+    rounds: int,
+    alpha: float,
+    inject: float,
+    rate: float,
+    deadline_s: float,
+) -> None:
     plan = ChunkPlan(n_params, wire.default_chunk_bytes())
     x = np.full(n_params, float(me), dtype=np.float32)
     pre = np.empty_like(x)
@@ -43,7 +52,9 @@ def run_peer(me: int, my_addr: tuple[str, int], other: tuple[str, int], transpor
     t = make_transport(transport, rate_bytes_per_s=rate, gso=False)
     t.bind(my_addr)
     inbox = Inbox(plan, KEY, FLEET, peers={1 - me}, me=me)
-    handler = injected_loss(inbox.ingest, inject, inbox.counter.drop, me) if inject else inbox.ingest
+    handler = (
+        injected_loss(inbox.ingest, inject, inbox.counter.drop, me) if inject else inbox.ingest
+    )
     rt = ReceiveThread(t, handler, inbox.counter.drop, None if inject else inbox.fast).start()
     enc = Encoder(plan, KEY, FLEET, sender=me)
     time.sleep(0.5)  # both peers bound before the first round
@@ -51,20 +62,42 @@ def run_peer(me: int, my_addr: tuple[str, int], other: tuple[str, int], transpor
         for r in range(rounds):
             np.copyto(pre, x)
             send_vector(t, enc, other, 1 - me, pre, wire.MsgType.PARAMS, r)
-            got = inbox.collect(1 - me, wire.MsgType.PARAMS, r, time.monotonic() + deadline_s,
-                                y, mask, settle=0.3)
+            got = inbox.collect(
+                1 - me, wire.MsgType.PARAMS, r, time.monotonic() + deadline_s, y, mask, settle=0.3
+            )
             kernels.elastic_pull(x, pre, y, mask, plan.chunk_elems, alpha)
-            print(json.dumps({"peer": me, "round": r, "chunks": plan.n_chunks, "arrived": got,
-                              "mean": float(x.mean(dtype=np.float64))}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "peer": me,
+                        "round": r,
+                        "chunks": plan.n_chunks,
+                        "arrived": got,
+                        "mean": float(x.mean(dtype=np.float64)),
+                    }
+                ),
+                flush=True,
+            )
         time.sleep(0.5)
     finally:
         rt.stop()
         t.close()
     snap = inbox.counter.snapshot()
     arrived, expected = inbox.link_loss()
-    print(json.dumps({"peer": me, "final": True, "datagrams_sent": enc.datagrams,
-                      "bytes_sent": enc.bytes, "link_arrived": arrived, "link_expected": expected,
-                      **snap}), flush=True)
+    print(
+        json.dumps(
+            {
+                "peer": me,
+                "final": True,
+                "datagrams_sent": enc.datagrams,
+                "bytes_sent": enc.bytes,
+                "link_arrived": arrived,
+                "link_expected": expected,
+                **snap,
+            }
+        ),
+        flush=True,
+    )
 
 
 def main(argv: list[str]) -> None:
@@ -72,8 +105,18 @@ def main(argv: list[str]) -> None:
     host, port = argv[1].rsplit(":", 1)
     ohost, oport = argv[2].rsplit(":", 1)
     transport, n_params, rounds, alpha, inject, rate, deadline = argv[3:10]
-    run_peer(me, (host, int(port)), (ohost, int(oport)), transport, int(n_params), int(rounds),
-             float(alpha), float(inject), float(rate), float(deadline))
+    run_peer(
+        me,
+        (host, int(port)),
+        (ohost, int(oport)),
+        transport,
+        int(n_params),
+        int(rounds),
+        float(alpha),
+        float(inject),
+        float(rate),
+        float(deadline),
+    )
 
 
 if __name__ == "__main__":

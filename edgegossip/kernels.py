@@ -12,9 +12,21 @@ from edgegossip import _kernels_py, extensions
 _impl = extensions.load("_kernels_c") or _kernels_py
 IMPLEMENTATION = "numpy" if _impl is _kernels_py else "cython"
 
-NAMES = ("elastic_pull", "masked_copy", "masked_accumulate", "masked_average",
-         "scatter_chunk", "all_finite", "nesterov_step", "f16_encode", "f16_decode",
-         "bf16_encode", "bf16_decode", "i8_encode", "i8_decode")
+NAMES = (
+    "elastic_pull",
+    "masked_copy",
+    "masked_accumulate",
+    "masked_average",
+    "scatter_chunk",
+    "all_finite",
+    "nesterov_step",
+    "f16_encode",
+    "f16_decode",
+    "bf16_encode",
+    "bf16_decode",
+    "i8_encode",
+    "i8_decode",
+)
 
 elastic_pull = _impl.elastic_pull
 masked_copy = _impl.masked_copy

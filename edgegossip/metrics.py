@@ -34,6 +34,7 @@ def peak_rss_mb() -> float:
     except OSError:
         pass
     import resource
+
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 

@@ -14,12 +14,13 @@ _HERE = Path(__file__).resolve().parent
 def cache_dir() -> Path:
     """$EDGEGOSSIP_CACHE, else $XDG_CACHE_HOME/edgegossip, else ~/.cache/edgegossip."""
     base = os.environ.get("EDGEGOSSIP_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "edgegossip")
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "edgegossip"
+    )
     return Path(base)
 
 
 def devices_dir() -> Path:
-    """The device files: edgegossip/devices in a wheel, devices/ beside the package in a checkout."""
+    """The device files: edgegossip/devices in a wheel, devices/ beside the package otherwise."""
     packaged = _HERE / "devices"
     return packaged if packaged.is_dir() else _HERE.parent / "devices"
 

@@ -19,12 +19,12 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from edgegossip.dataplane import payload, wire
 from edgegossip import algorithms
 from edgegossip import config as agent_config
-from edgegossip.dataplane.chunking import ChunkPlan
 from edgegossip.data import partition
 from edgegossip.data.mnist import Mnist
+from edgegossip.dataplane import payload, wire
+from edgegossip.dataplane.chunking import ChunkPlan
 from edgegossip.models import make_model
 from edgegossip.models.optim import NesterovSGD
 
@@ -37,16 +37,16 @@ class SimConfig:
     workers: int = agent_config.default("workers")
     p: float = agent_config.default("p")
     alpha: float = agent_config.default("alpha")
-    loss: float = 0.0                   # probability that one datagram is lost
-    epochs: float = 1.0                 # passes over each worker's shard
-    batch: int = 128                    # examples per step summed over workers (the reference's)
+    loss: float = 0.0  # probability that one datagram is lost
+    epochs: float = 1.0  # passes over each worker's shard
+    batch: int = 128  # examples per step summed over workers (the reference's)
     lr: float = agent_config.default("lr")
     momentum: float = agent_config.default("momentum")
     seed: int = agent_config.default("seed")
     chunk_bytes: int = agent_config.default("chunk_bytes")
     partition: str = agent_config.default("partition")
-    beta: float = 0.5                   # Dirichlet concentration (partition=dirichlet)
-    classes_per_worker: int = 2         # partition=classes
+    beta: float = 0.5  # Dirichlet concentration (partition=dirichlet)
+    classes_per_worker: int = 2  # partition=classes
     payload: str = agent_config.default("payload")
 
     def check(self) -> None:
@@ -69,8 +69,14 @@ class SimConfig:
 class _Net:
     """The loss model and the traffic counters."""
 
-    def __init__(self, plan: ChunkPlan, loss: float, workers: int, rng: np.random.Generator,
-                 codec: payload.Codec):
+    def __init__(
+        self,
+        plan: ChunkPlan,
+        loss: float,
+        workers: int,
+        rng: np.random.Generator,
+        codec: payload.Codec,
+    ):
         self.plan, self.loss, self.rng, self.codec = plan, loss, rng, codec
         self.overhead = wire.framing_overhead() + codec.prefix
         self.bytes_sent = np.zeros(workers)
@@ -82,13 +88,12 @@ class _Net:
         n = len(chunks)
         mask = np.zeros(self.plan.n_chunks, np.uint8)
         arrived = self.rng.random(n) >= self.loss if self.loss else np.ones(n, bool)
-        mask[chunks.start:chunks.stop] = arrived
+        mask[chunks.start : chunks.stop] = arrived
         a, b = self.plan.elem_range(chunks)
         self.bytes_sent[sender] += self.codec.itemsize * (b - a) + n * self.overhead
         self.datagrams_sent += n
         self.datagrams_lost += n - int(arrived.sum())
         return mask
-
 
     def request(self, sender: int) -> None:
         """A payload-less REQUEST datagram (Gossiping SGD pull); its loss is not modelled."""
@@ -112,7 +117,7 @@ class _Feed:
         if self.pos + self.size > len(self.order):
             self.order, self.pos = self.rng.permutation(self.shard), 0
         self.pos += self.size
-        return self.order[self.pos - self.size:self.pos]
+        return self.order[self.pos - self.size : self.pos]
 
 
 def _shards(cfg: SimConfig, labels: np.ndarray) -> list[np.ndarray]:
@@ -125,10 +130,13 @@ def _shards(cfg: SimConfig, labels: np.ndarray) -> list[np.ndarray]:
     raise ValueError("partition must be iid, dirichlet or classes")
 
 
-def simulate(cfg: SimConfig, data: Mnist,
-             progress: Callable[[int, int, dict], None] | None = None,
-             eval_every: float | None = None,
-             on_eval: Callable[[dict], None] | None = None) -> dict:
+def simulate(
+    cfg: SimConfig,
+    data: Mnist,
+    progress: Callable[[int, int, dict], None] | None = None,
+    eval_every: float | None = None,
+    on_eval: Callable[[dict], None] | None = None,
+) -> dict:
     """Run cfg and return its result row. With eval_every (epochs) and on_eval, also hand over a
     complete row every eval_every epochs: the learning rate is constant, so the row at epoch E of
     a longer run is the row a run of E epochs would give, and a long run killed early keeps them."""
@@ -145,13 +153,30 @@ def simulate(cfg: SimConfig, data: Mnist,
     grads = [np.zeros(model.n_params, np.float32) for _ in range(W)]
     pres = [np.empty(model.n_params, np.float32) for _ in range(W)]
     # what a peer receives of pres[w]: pres[w] itself, or its encoded and decoded copy
-    sent = pres if codec.name == "float32" else [np.empty(model.n_params, np.float32) for _ in range(W)]
+    sent = (
+        pres
+        if codec.name == "float32"
+        else [np.empty(model.n_params, np.float32) for _ in range(W)]
+    )
     avg_grad = np.zeros(model.n_params, np.float32)
     rngs = [np.random.default_rng([cfg.seed, w]) for w in range(W)]
     net = _Net(plan, cfg.loss, W, np.random.default_rng([cfg.seed, 10_000]), codec)
     algorithm = algorithms.get(cfg.algorithm)
-    world = algorithms.World(xs, opts, grads, pres, sent, net, np.random.default_rng([cfg.seed, 20_000]),
-                             plan, wire_copy, cfg.p, cfg.alpha, avg_grad, weights=[1.0] * W)
+    world = algorithms.World(
+        xs,
+        opts,
+        grads,
+        pres,
+        sent,
+        net,
+        np.random.default_rng([cfg.seed, 20_000]),
+        plan,
+        wire_copy,
+        cfg.p,
+        cfg.alpha,
+        avg_grad,
+        weights=[1.0] * W,
+    )
     shards = _shards(cfg, data.y_train)
     per_worker = cfg.batch // W
     # An epoch is one pass over the whole training set, summed over workers; with unequal
@@ -164,19 +189,36 @@ def simulate(cfg: SimConfig, data: Mnist,
     eval_steps = max(1, int(round(eval_every * steps_per_epoch))) if eval_every else 0
 
     def result(steps: int) -> dict:
-        avg = np.mean(xs, axis=0, dtype=np.float64).astype(np.float32)
+        avg = np.asarray(np.mean(xs, axis=0, dtype=np.float64)).astype(np.float32)
         bytes_per_worker = algorithm.sim_bytes_per_worker(world)
         return {
-            **{k: v for k, v in asdict(cfg).items()
-               if k in ("algorithm", "model", "workers", "p", "alpha", "loss", "seed", "partition",
-                        "payload")},
+            **{
+                k: v
+                for k, v in asdict(cfg).items()
+                if k
+                in (
+                    "algorithm",
+                    "model",
+                    "workers",
+                    "p",
+                    "alpha",
+                    "loss",
+                    "seed",
+                    "partition",
+                    "payload",
+                )
+            },
             **({"beta": cfg.beta} if cfg.partition == "dirichlet" else {}),
-            **({"classes_per_worker": cfg.classes_per_worker} if cfg.partition == "classes" else {}),
+            **(
+                {"classes_per_worker": cfg.classes_per_worker} if cfg.partition == "classes" else {}
+            ),
             "epochs": round(steps / steps_per_epoch, 4),
             "steps": steps,
             "acc_worker0": model.accuracy(xs[0], data.x_test, data.y_test),
             "acc_average": model.accuracy(avg, data.x_test, data.y_test),
-            "val_acc_worker0": model.accuracy(xs[0], data.x_val, data.y_val) if len(data.y_val) else None,
+            "val_acc_worker0": model.accuracy(xs[0], data.x_val, data.y_val)
+            if len(data.y_val)
+            else None,
             "bytes_sent_per_worker": bytes_per_worker,
             "datagrams_sent": net.datagrams_sent,
             "datagrams_lost": net.datagrams_lost,
@@ -192,7 +234,11 @@ def simulate(cfg: SimConfig, data: Mnist,
         algorithm.sim_step(world)
 
         if progress is not None:
-            progress(step + 1, total, {"loss": float(losses.mean()), "epoch": (step + 1) / steps_per_epoch})
+            progress(
+                step + 1,
+                total,
+                {"loss": float(losses.mean()), "epoch": (step + 1) / steps_per_epoch},
+            )
         if on_eval is not None and eval_steps and (step + 1) % eval_steps == 0 and step + 1 < total:
             on_eval(result(step + 1))
 

@@ -8,6 +8,7 @@ is started. scripts/system-packages.sh is the install list (make, .ci/run, the R
 from __future__ import annotations
 
 import shutil
+
 from edgegossip.errors import EdgegossipError
 
 PACKAGES = {
@@ -33,6 +34,8 @@ def require(*commands: str, why: str = "") -> None:
     if missing:
         pkgs = sorted({PACKAGES.get(c, c) for c in missing})
         need = f" ({why})" if why else ""
-        raise MissingTool(f"{', '.join(missing)} not found{need}: install the Debian package"
-                          f"{'s' if len(pkgs) > 1 else ''} {' '.join(pkgs)} "
-                          "(as root: bash scripts/system-packages.sh install demo, or apt-get install)")
+        raise MissingTool(
+            f"{', '.join(missing)} not found{need}: install the Debian package"
+            f"{'s' if len(pkgs) > 1 else ''} {' '.join(pkgs)} "
+            "(as root: bash scripts/system-packages.sh install demo, or apt-get install)"
+        )

@@ -1,6 +1,7 @@
 """Render runs/table/*.json (scripts/reproduce_table.sh) as the README's markdown table, beside
 the published figures of ALGORITHMS.md section 5; with EPOCH, the rows each run recorded at that
 epoch in DIR/ROW.history.jsonl. Usage: python scripts/table_markdown.py [DIR] [EPOCH]"""
+
 import json
 import sys
 from pathlib import Path
@@ -38,8 +39,10 @@ def rows(d: Path, epoch: str | None) -> dict[str, dict]:
 def main(folder: str = "runs/table", epoch: str | None = None) -> None:
     found = rows(Path(folder), epoch)
     ar = found["allreduce"]["bytes_sent_per_worker"]
-    print("| row | ours: worker 0 / average | published (100 epochs) | points below | "
-          "GB sent per worker | all-reduce traffic / ours | datagrams lost |")
+    print(
+        "| row | ours: worker 0 / average | published (100 epochs) | points below | "
+        "GB sent per worker | all-reduce traffic / ours | datagrams lost |"
+    )
     print("|---|---|---|---|---|---|---|")
     for name, (label, p0, pa) in PUBLISHED.items():
         if name not in found:
@@ -53,11 +56,17 @@ def main(folder: str = "runs/table", epoch: str | None = None) -> None:
             pub = f"{p0:.4f}" + ("" if pa is None else f" / {pa:.4f}")
         # one published figure (all-reduce, local): worker 0 against it; the local models'
         # average is not a model anyone trains
-        gap = q0 - r["acc_worker0"] if qa is None else max(q0 - r["acc_worker0"], qa - r["acc_average"])
+        gap = (
+            q0 - r["acc_worker0"]
+            if qa is None
+            else max(q0 - r["acc_worker0"], qa - r["acc_average"])
+        )
         ratio = ar / r["bytes_sent_per_worker"] if r["bytes_sent_per_worker"] else float("inf")
         ours = f"{r['acc_worker0']:.4f} / {r['acc_average']:.4f}"
-        print(f"| {label} | {ours} | {pub} | {100 * gap:.2f} | {r['bytes_sent_per_worker'] / 1e9:.2f} | "
-              f"{'-' if name in ('allreduce', 'local') else f'{ratio:.1f}x'} | {r['datagrams_lost']:,} |")
+        print(
+            f"| {label} | {ours} | {pub} | {100 * gap:.2f} | {r['bytes_sent_per_worker'] / 1e9:.2f} | "
+            f"{'-' if name in ('allreduce', 'local') else f'{ratio:.1f}x'} | {r['datagrams_lost']:,} |"
+        )
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ def free_udp_port():
         port = s.getsockname()[1]
         s.close()
         return port
+
     return pick
 
 
@@ -41,6 +42,7 @@ def free_udp_port():
 def mnist_data():
     """Real MNIST from the cache (`make test` fetches it first); CI must not skip these."""
     from edgegossip.data import mnist
+
     try:
         return mnist.load()
     except mnist.DataError:
@@ -52,6 +54,7 @@ def mnist_data():
 @pytest.fixture
 def root_only():
     from edgegossip.emulate import netns
+
     if not netns.is_root():
         if os.environ.get("CI") == "true":
             pytest.fail("root-only test reached CI without root")

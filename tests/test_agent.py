@@ -1,5 +1,6 @@
 """The agent as a process: clean stop on SIGTERM, resume after kill -9, a stray 0x80 datagram at
 its zmq port. Loopback, logreg on real MNIST so it runs in seconds."""
+
 import os
 import signal
 import socket
@@ -16,9 +17,18 @@ from edgegossip.metrics import read
 
 def _cfg(tmp_path, free_udp_port, **kw) -> AgentConfig:
     me, other = free_udp_port(), free_udp_port()
-    base = dict(id=0, listen=f"127.0.0.1:{me}", peers=(Peer(1, "127.0.0.1", other),),
-                workers=2, model="logreg", output=str(tmp_path / "out"), eval_every=100,
-                checkpoint_every=100, deadline_s=1.0, p=0.2)
+    base = dict(
+        id=0,
+        listen=f"127.0.0.1:{me}",
+        peers=(Peer(1, "127.0.0.1", other),),
+        workers=2,
+        model="logreg",
+        output=str(tmp_path / "out"),
+        eval_every=100,
+        checkpoint_every=100,
+        deadline_s=1.0,
+        p=0.2,
+    )
     base.update(kw)
     return AgentConfig(**base)
 
@@ -26,9 +36,13 @@ def _cfg(tmp_path, free_udp_port, **kw) -> AgentConfig:
 def _start(cfg: AgentConfig, tmp_path):
     path = tmp_path / "agent.toml"
     path.write_text(config.to_toml(cfg))
-    return subprocess.Popen([sys.executable, "-m", "edgegossip.cli.app", "agent", "--config", str(path)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+    return subprocess.Popen(
+        [sys.executable, "-m", "edgegossip.cli.app", "agent", "--config", str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OPENBLAS_NUM_THREADS": "1"},
+    )
 
 
 def _wait_for_step(out, step, timeout=60, timed_out=0):
@@ -37,8 +51,11 @@ def _wait_for_step(out, step, timeout=60, timed_out=0):
         path = out / "metrics.jsonl"
         if path.is_file():
             recs = [r for r in read(path) if "step" in r and r.get("event") is None]
-            if (recs and recs[-1]["step"] >= step
-                    and recs[-1]["exchanges"].get("timed_out", 0) >= timed_out):
+            if (
+                recs
+                and recs[-1]["step"] >= step
+                and recs[-1]["exchanges"].get("timed_out", 0) >= timed_out
+            ):
                 return recs[-1]
         time.sleep(0.2)
     raise AssertionError(f"agent did not reach step {step}")
@@ -71,7 +88,7 @@ def test_sigterm_stops_cleanly_and_kill9_resumes(tmp_path, free_udp_port, mnist_
     p = _start(cfg, tmp_path)  # resumes from the final checkpoint
     procs.append(p)
     rec = _wait_for_step(tmp_path / "out", stop["step"] + 250)
-    p.kill()                   # kill -9: no chance to write anything
+    p.kill()  # kill -9: no chance to write anything
     p.wait()
     starts = [r for r in read(tmp_path / "out" / "metrics.jsonl") if r.get("event") == "start"]
     assert starts[-1]["resumed"] and starts[-1]["step"] == stop["step"]
@@ -98,7 +115,7 @@ def test_zmq_agent_survives_stray_high_byte_datagrams(tmp_path, free_udp_port, m
     s.sendto(b"\x02eg" + os.urandom(200), (host, port))  # right group, garbage body
     s.close()
     before = _wait_for_step(tmp_path / "out", 0)["step"]
-    _wait_for_step(tmp_path / "out", before + 200)          # still training
+    _wait_for_step(tmp_path / "out", before + 200)  # still training
     assert p.poll() is None
     p.send_signal(signal.SIGTERM)
     p.communicate(timeout=30)
@@ -116,8 +133,15 @@ def test_agent_missing_data_is_one_line(tmp_path, free_udp_port, monkeypatch):
 
 
 def test_agent_with_onnx_backend(tmp_path, free_udp_port, mnist_data, procs):
-    cfg = _cfg(tmp_path, free_udp_port, backend="onnx", max_steps=300, algorithm="local",
-               peers=(), workers=2)
+    cfg = _cfg(
+        tmp_path,
+        free_udp_port,
+        backend="onnx",
+        max_steps=300,
+        algorithm="local",
+        peers=(),
+        workers=2,
+    )
     p = _start(cfg, tmp_path)
     procs.append(p)
     out, err = p.communicate(timeout=120)
@@ -126,19 +150,32 @@ def test_agent_with_onnx_backend(tmp_path, free_udp_port, mnist_data, procs):
     assert stop["step"] == 300 and stop["accuracy"] > 0.8
 
 
-def test_peer_killed_at_a_high_round_is_merged_again_after_restart(tmp_path, free_udp_port,
-                                                                   mnist_data, procs):
+def test_peer_killed_at_a_high_round_is_merged_again_after_restart(
+    tmp_path, free_udp_port, mnist_data, procs
+):
     """kill -9 one of two agents mid-run, leave a torn metrics line and a half-written checkpoint
     behind as a power cut would, restart it: its new session is heard at once (no old_round),
     the exchanges with it complete again, and the leftovers are cleaned up."""
     import json
+
     p0, p1 = free_udp_port(), free_udp_port()
-    common = dict(workers=2, model="logreg", eval_every=50, checkpoint_every=100, deadline_s=2.0,
-                  p=0.2)
-    cfg0 = AgentConfig(id=0, listen=f"127.0.0.1:{p0}", peers=(Peer(1, "127.0.0.1", p1),),
-                       output=str(tmp_path / "a0"), **common)
-    cfg1 = AgentConfig(id=1, listen=f"127.0.0.1:{p1}", peers=(Peer(0, "127.0.0.1", p0),),
-                       output=str(tmp_path / "a1"), **common)
+    common = dict(
+        workers=2, model="logreg", eval_every=50, checkpoint_every=100, deadline_s=2.0, p=0.2
+    )
+    cfg0 = AgentConfig(
+        id=0,
+        listen=f"127.0.0.1:{p0}",
+        peers=(Peer(1, "127.0.0.1", p1),),
+        output=str(tmp_path / "a0"),
+        **common,
+    )
+    cfg1 = AgentConfig(
+        id=1,
+        listen=f"127.0.0.1:{p1}",
+        peers=(Peer(0, "127.0.0.1", p0),),
+        output=str(tmp_path / "a1"),
+        **common,
+    )
     (tmp_path / "c0").mkdir()
     (tmp_path / "c1").mkdir()
     a0 = _start(cfg0, tmp_path / "c0")
@@ -184,14 +221,37 @@ def test_agents_with_keyfiles_and_encryption_exchange(tmp_path, free_udp_port, m
     """Keys per link from `edgegossip keys init`, payloads encrypted: the two agents still
     complete exchanges; a keyfile of another device is refused at start with one line."""
     from edgegossip.dataplane.keys import write_fleet
+
     files = write_fleet(tmp_path / "keys", workers=2, fleet=3)["devices"]
     p0, p1 = free_udp_port(), free_udp_port()
-    common = dict(workers=2, model="logreg", eval_every=50, deadline_s=2.0, p=0.2, fleet=3,
-                  encrypt=True, max_steps=1500)
-    cfgs = [AgentConfig(id=0, listen=f"127.0.0.1:{p0}", peers=(Peer(1, "127.0.0.1", p1),),
-                        output=str(tmp_path / "a0"), keys=files[0], **common),
-            AgentConfig(id=1, listen=f"127.0.0.1:{p1}", peers=(Peer(0, "127.0.0.1", p0),),
-                        output=str(tmp_path / "a1"), keys=files[1], **common)]
+    common = dict(
+        workers=2,
+        model="logreg",
+        eval_every=50,
+        deadline_s=2.0,
+        p=0.2,
+        fleet=3,
+        encrypt=True,
+        max_steps=1500,
+    )
+    cfgs = [
+        AgentConfig(
+            id=0,
+            listen=f"127.0.0.1:{p0}",
+            peers=(Peer(1, "127.0.0.1", p1),),
+            output=str(tmp_path / "a0"),
+            keys=files[0],
+            **common,
+        ),
+        AgentConfig(
+            id=1,
+            listen=f"127.0.0.1:{p1}",
+            peers=(Peer(0, "127.0.0.1", p0),),
+            output=str(tmp_path / "a1"),
+            keys=files[1],
+            **common,
+        ),
+    ]
     for i, cfg in enumerate(cfgs):
         (tmp_path / f"c{i}").mkdir()
         procs.append(_start(cfg, tmp_path / f"c{i}"))
@@ -199,12 +259,20 @@ def test_agents_with_keyfiles_and_encryption_exchange(tmp_path, free_udp_port, m
         out, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
     for i in range(2):
-        stop = [r for r in read(tmp_path / f"a{i}" / "metrics.jsonl") if r.get("event") == "stop"][-1]
+        stop = [r for r in read(tmp_path / f"a{i}" / "metrics.jsonl") if r.get("event") == "stop"][
+            -1
+        ]
         assert stop["exchanges"].get("completed", 0) >= 5, stop["exchanges"]
         assert stop["datagrams_dropped"] == 0, stop["drops"]
 
-    wrong = AgentConfig(id=0, listen=f"127.0.0.1:{p0}", peers=(Peer(1, "127.0.0.1", p1),),
-                        output=str(tmp_path / "w"), keys=files[1], **common)
+    wrong = AgentConfig(
+        id=0,
+        listen=f"127.0.0.1:{p0}",
+        peers=(Peer(1, "127.0.0.1", p1),),
+        output=str(tmp_path / "w"),
+        keys=files[1],
+        **common,
+    )
     (tmp_path / "cw").mkdir()
     p = _start(wrong, tmp_path / "cw")
     out, err = p.communicate(timeout=60)

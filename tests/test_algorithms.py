@@ -1,5 +1,6 @@
 """Each rule on small vectors with partial masks, against values worked out by hand.
 Chunks of 2 elements: a mask [1, 0] means the first two elements arrived, the last two did not."""
+
 import numpy as np
 import pytest
 
@@ -11,7 +12,7 @@ f32 = lambda *v: np.array(v, np.float32)  # noqa: E731
 
 def test_elastic_gossip_two_peers_partial_mask():
     pre = f32(1, 1, 1, 1)
-    x = f32(0.9, 0.9, 0.9, 0.9)            # step(pre)
+    x = f32(0.9, 0.9, 0.9, 0.9)  # step(pre)
     y1, m1 = f32(3, 3, 3, 3), np.array([1, 0], np.uint8)
     y2, m2 = f32(-1, -1, 5, 5), np.array([1, 1], np.uint8)
     elastic_gossip.apply(x, pre, [(y1, m1), (y2, m2)], 0.5, 2)
@@ -87,8 +88,10 @@ def test_gossip_push_gives_exactly_what_float16_carries():
 
 def test_rps_reduce_divides_by_copies_that_arrived():
     own = f32(1, 1, 1, 1)
-    received = [(f32(3, 3, 3, 3), np.array([1, 1], np.uint8)),
-                (f32(8, 8, 8, 8), np.array([0, 1], np.uint8))]
+    received = [
+        (f32(3, 3, 3, 3), np.array([1, 1], np.uint8)),
+        (f32(8, 8, 8, 8), np.array([0, 1], np.uint8)),
+    ]
     rps.reduce(own, received, 2)
     # chunk 0: (1 + 3) / 2 = 2; chunk 1: (1 + 3 + 8) / 3 = 4
     np.testing.assert_allclose(own, [2, 2, 4, 4])

@@ -3,6 +3,7 @@ the agent's two peers A and C (it holds the fleet secret, as a sniffing insider 
 outsider with captured traffic would need only the captures) and reads the agent's own metrics:
 every attack is dropped under its reason, and every legitimate datagram sent right after an
 attack is accepted."""
+
 import os
 import signal
 import subprocess
@@ -28,9 +29,13 @@ def _start(cfg: AgentConfig, folder):
     folder.mkdir(exist_ok=True)
     path = folder / "agent.toml"
     path.write_text(config.to_toml(cfg))
-    return subprocess.Popen([sys.executable, "-m", "edgegossip.cli.app", "agent", "--config",
-                             str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+    return subprocess.Popen(
+        [sys.executable, "-m", "edgegossip.cli.app", "agent", "--config", str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OPENBLAS_NUM_THREADS": "1"},
+    )
 
 
 def _stop(p) -> None:
@@ -46,10 +51,19 @@ def _final(out) -> dict:
 @pytest.mark.parametrize("kind", ["udp", "zmq"])
 def test_attacks_on_a_running_agent(tmp_path, free_udp_port, mnist_data, kind):
     ports = [free_udp_port() for _ in range(3)]
-    cfg = AgentConfig(id=B, listen=f"127.0.0.1:{ports[B]}", workers=3, model="logreg",
-                      peers=(Peer(A, "127.0.0.1", ports[A]), Peer(C, "127.0.0.1", ports[C])),
-                      key=SECRET, fleet=5, p=0.0, transport=kind, eval_every=50,
-                      output=str(tmp_path / "b"))
+    cfg = AgentConfig(
+        id=B,
+        listen=f"127.0.0.1:{ports[B]}",
+        workers=3,
+        model="logreg",
+        peers=(Peer(A, "127.0.0.1", ports[A]), Peer(C, "127.0.0.1", ports[C])),
+        key=SECRET,
+        fleet=5,
+        p=0.0,
+        transport=kind,
+        eval_every=50,
+        output=str(tmp_path / "b"),
+    )
     key = wire.derive_key(SECRET)
     plan = ChunkPlan(7850, cfg.chunk_bytes)  # logreg
     x = np.ones(plan.n_params, np.float32)
@@ -70,31 +84,35 @@ def test_attacks_on_a_running_agent(tmp_path, free_udp_port, mnist_data, kind):
     agent = _start(cfg, tmp_path / "run1")
     try:
         time.sleep(4)  # loaded MNIST, bound its socket
-        send(frames(a, 1, receiver=C) + frames(c, 1, receiver=A))   # 1: replay across destinations
-        send(frames(a, 1))                                            # A's real traffic to B
+        send(frames(a, 1, receiver=C) + frames(c, 1, receiver=A))  # 1: replay across destinations
+        send(frames(a, 1))  # A's real traffic to B
         send(frames(a, 2))
-        send(frames(a, 2**31)[:1] + frames(a, 2**32 - 1)[:1])        # 4: poisoned rounds
+        send(frames(a, 2**31)[:1] + frames(a, 2**32 - 1)[:1])  # 4: poisoned rounds
         send(frames(a, 3))
         honest = a._seq[B]
         a._seq[B] = 2**63 - 1
-        send(frames(a, 4)[:1])                                        # 5: poisoned sequence
+        send(frames(a, 4)[:1])  # 5: poisoned sequence
         a._seq[B] = honest
         send(frames(a, 4))
         old_session = frames(a, 5)
         send(old_session)
-        a = Encoder(plan, key, 5, A, session=8)                       # 3: A restarts, round 1
+        a = Encoder(plan, key, 5, A, session=8)  # 3: A restarts, round 1
         send(frames(a, 1))
-        send(old_session)                                             # its old session replayed
+        send(old_session)  # its old session replayed
         captured = frames(a, 2)
         send(captured)
     finally:
         _stop(agent)
     first = _final(tmp_path / "b")
-    assert first["drops"] == {"wrong_receiver": 2 * n, "round_jump": 2, "seq_jump": 1,
-                              "old_session": n}, first["drops"]
+    assert first["drops"] == {
+        "wrong_receiver": 2 * n,
+        "round_jump": 2,
+        "seq_jump": 1,
+        "old_session": n,
+    }, first["drops"]
     assert first["datagrams_received"] == 7 * n
 
-    agent = _start(cfg, tmp_path / "run2")                            # 2: B restarts
+    agent = _start(cfg, tmp_path / "run2")  # 2: B restarts
     try:
         time.sleep(4)
         send(captured + frames(a, 3))

@@ -1,5 +1,6 @@
 """Checkpoints: what np.load reads back is what was saved (the file is an ordinary .npz), saving
 does not copy the model, and a save cut short leaves the previous checkpoint."""
+
 import tracemalloc
 
 import numpy as np
@@ -8,9 +9,13 @@ from edgegossip import checkpoint
 
 
 def test_round_trip_is_an_ordinary_npz(tmp_path):
-    arrays = {"params": np.random.default_rng(0).standard_normal(1000, dtype=np.float32),
-              "step": 12345, "replay": np.zeros((0, 3), np.int64),
-              "fortran": np.arange(12.0).reshape(3, 4).T, "mask": np.array([1, 0, 1], np.uint8)}
+    arrays = {
+        "params": np.random.default_rng(0).standard_normal(1000, dtype=np.float32),
+        "step": 12345,
+        "replay": np.zeros((0, 3), np.int64),
+        "fortran": np.arange(12.0).reshape(3, 4).T,
+        "mask": np.array([1, 0, 1], np.uint8),
+    }
     checkpoint.save(tmp_path, **arrays)
     with np.load(tmp_path / checkpoint.NAME) as z:  # numpy's own reader
         assert sorted(z.files) == sorted(arrays)

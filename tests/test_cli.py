@@ -1,4 +1,5 @@
 """Commands in-process with click's CliRunner: --json shapes and one-line errors."""
+
 import json
 
 from click.testing import CliRunner
@@ -23,23 +24,59 @@ def test_bench_kernels_json():
 
 
 def test_bench_transport_json():
-    out = _json(["bench", "transport", "--json", "--transport", "raw", "--transport", "udp",
-                 "--datagrams", "3000", "--repeats", "1"])
+    out = _json(
+        [
+            "bench",
+            "transport",
+            "--json",
+            "--transport",
+            "raw",
+            "--transport",
+            "udp",
+            "--datagrams",
+            "3000",
+            "--repeats",
+            "1",
+        ]
+    )
     rows = out["results"]
     assert {r["transport"] for r in rows} == {"raw", "udp"}
     assert {r["chunk_bytes"] for r in rows} == {wire.default_chunk_bytes(), wire.max_chunk_bytes()}
     for r in rows:
-        assert {"transport", "chunk_bytes", "goodput_mbps", "datagrams_per_s", "delivered"} <= set(r)
+        assert {"transport", "chunk_bytes", "goodput_mbps", "datagrams_per_s", "delivered"} <= set(
+            r
+        )
         if r["transport"] == "udp":
             assert r["delivered"] >= 0.999
 
 
 def test_simulate_json_and_determinism(mnist_data):
-    args = ["simulate", "--algorithm", "elastic-gossip", "--model", "logreg", "--p", "1/2",
-            "--loss", "0.3", "--epochs", "0.2", "--seed", "5", "--json"]
+    args = [
+        "simulate",
+        "--algorithm",
+        "elastic-gossip",
+        "--model",
+        "logreg",
+        "--p",
+        "1/2",
+        "--loss",
+        "0.3",
+        "--epochs",
+        "0.2",
+        "--seed",
+        "5",
+        "--json",
+    ]
     a, b = _json(args), _json(args)
-    for key in ("algorithm", "workers", "loss", "epochs", "acc_worker0", "acc_average",
-                "bytes_sent_per_worker"):
+    for key in (
+        "algorithm",
+        "workers",
+        "loss",
+        "epochs",
+        "acc_worker0",
+        "acc_average",
+        "bytes_sent_per_worker",
+    ):
         assert key in a
     assert a["acc_worker0"] == b["acc_worker0"] and a["datagrams_lost"] == b["datagrams_lost"]
     assert 0.25 < a["datagrams_lost"] / a["datagrams_sent"] < 0.35
@@ -48,15 +85,42 @@ def test_simulate_json_and_determinism(mnist_data):
 
 def test_simulate_every_algorithm_learns(mnist_data):
     for alg in ("elastic-gossip", "gossip-pull", "gossip-push", "rps", "allreduce", "local"):
-        out = _json(["simulate", "--algorithm", alg, "--model", "logreg", "--p", "1/4",
-                     "--loss", "0.1", "--epochs", "0.1", "--json"])
+        out = _json(
+            [
+                "simulate",
+                "--algorithm",
+                alg,
+                "--model",
+                "logreg",
+                "--p",
+                "1/4",
+                "--loss",
+                "0.1",
+                "--epochs",
+                "0.1",
+                "--json",
+            ]
+        )
         assert out["acc_worker0"] > 0.7, (alg, out)  # chance is 0.1
         if alg == "gossip-push":  # push-sum: no weight is made or lost, even at 10% loss
             assert out["push_weight_sum"] == 4.0, out
-    eg = _json(["simulate", "--algorithm", "elastic-gossip", "--model", "logreg", "--p", "1/32",
-                "--epochs", "0.2", "--json"])
-    ar = _json(["simulate", "--algorithm", "allreduce", "--model", "logreg", "--epochs", "0.2",
-                "--json"])
+    eg = _json(
+        [
+            "simulate",
+            "--algorithm",
+            "elastic-gossip",
+            "--model",
+            "logreg",
+            "--p",
+            "1/32",
+            "--epochs",
+            "0.2",
+            "--json",
+        ]
+    )
+    ar = _json(
+        ["simulate", "--algorithm", "allreduce", "--model", "logreg", "--epochs", "0.2", "--json"]
+    )
     # expected ratio 1.5 / (2p) = 24 at p=1/32; 80 steps of random picks leave it noisy
     assert ar["bytes_sent_per_worker"] > 12 * eg["bytes_sent_per_worker"]
 
@@ -73,6 +137,7 @@ def test_errors_are_one_line():
 
 def test_emulate_without_root_says_so(monkeypatch, mnist_data):
     from edgegossip.emulate import netns
+
     monkeypatch.setattr(netns, "is_root", lambda: False)
     res = CliRunner().invoke(cli, ["emulate", "--backend", "netns", "--duration", "1"])
     assert res.exit_code == 3
@@ -82,8 +147,20 @@ def test_emulate_without_root_says_so(monkeypatch, mnist_data):
 def test_simulate_history_rows_match_shorter_runs(mnist_data, tmp_path):
     """A row checkpointed at epoch E of a longer run is the row a run of E epochs gives (the
     learning rate is constant), so a long run cut short still yields a table."""
-    base = ["simulate", "--algorithm", "elastic-gossip", "--model", "logreg", "--p", "1/4",
-            "--loss", "0.1", "--seed", "3", "--json"]
+    base = [
+        "simulate",
+        "--algorithm",
+        "elastic-gossip",
+        "--model",
+        "logreg",
+        "--p",
+        "1/4",
+        "--loss",
+        "0.1",
+        "--seed",
+        "3",
+        "--json",
+    ]
     hist = tmp_path / "h.jsonl"
     final = _json([*base, "--epochs", "0.2", "--eval-every", "0.1", "--history", str(hist)])
     rows = [json.loads(line) for line in hist.read_text().splitlines()]

@@ -2,6 +2,7 @@
 3 logreg agents, 10% loss applied inside each container, one minute. The agents must learn and
 the receivers must observe the configured loss within 2 points. No registry: the base image is
 the lab's Debian root, imported locally."""
+
 import json
 import os
 import shutil
@@ -25,58 +26,131 @@ def podman_env(tmp_path, root_only):
     conf = tmp_path / "containers.conf"
     # runc: crun fails on this host's hybrid cgroups; ulimits within the host's hard limits
     # netavark + aardvark-dns: the services find each other by name (CNI here has no DNS plugin)
-    conf.write_text('[engine]\nruntime = "runc"\n[containers]\n'
-                    'default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]\n'
-                    '[network]\nnetwork_backend = "netavark"\n')
+    conf.write_text(
+        '[engine]\nruntime = "runc"\n[containers]\n'
+        'default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]\n'
+        '[network]\nnetwork_backend = "netavark"\n'
+    )
     env = {**os.environ, "CONTAINERS_CONF": str(conf)}
     from edgegossip.lab import root
+
     r = root.ensure(progress=lambda m: None)
     tar = subprocess.Popen(["tar", "-C", str(r), "-c", "."], stdout=subprocess.PIPE)
-    subprocess.run(["podman", "import", "-", BASE], stdin=tar.stdout, env=env, check=True,
-                   capture_output=True, timeout=300)
+    subprocess.run(
+        ["podman", "import", "-", BASE],
+        stdin=tar.stdout,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     tar.wait()
     yield env
-    subprocess.run(["podman", "rmi", "-f", BASE, "localhost/edgegossip-agent:latest"], env=env,
-                   capture_output=True, timeout=120)
+    subprocess.run(
+        ["podman", "rmi", "-f", BASE, "localhost/edgegossip-agent:latest"],
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )
 
 
 def test_compose_fleet_learns_under_loss_in_podman(tmp_path, podman_env, mnist_data):
     out = tmp_path / "compose"
-    p = subprocess.run([sys.executable, "-m", "edgegossip.cli.app", "emulate", "--export", "compose",
-                        "--out", str(out), "--nodes", "3", "--model", "logreg", "--loss", "0.1",
-                        "--rate", "none", "--p", "1/4", "--duration", "60", "--base", BASE, "--json"],
-                       capture_output=True, text=True, timeout=600)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "edgegossip.cli.app",
+            "emulate",
+            "--export",
+            "compose",
+            "--out",
+            str(out),
+            "--nodes",
+            "3",
+            "--model",
+            "logreg",
+            "--loss",
+            "0.1",
+            "--rate",
+            "none",
+            "--p",
+            "1/4",
+            "--duration",
+            "60",
+            "--base",
+            BASE,
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["services"] == ["node0", "node1", "node2"]
     compose = ["podman-compose", "-p", f"egtest{os.getpid()}", "-f", str(out / "compose.yaml")]
     t0 = time.monotonic()
     try:
-        up = subprocess.run(compose + ["up", "-d"], env=podman_env, capture_output=True, text=True,
-                            timeout=600, cwd=out)
+        up = subprocess.run(
+            compose + ["up", "-d"],
+            env=podman_env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            cwd=out,
+        )
         assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-2000:]
         # podman-compose exits 0 even when podman failed to build or create a container
         # (netavark without iptables did exactly that): every service must have one
-        made = subprocess.run(["podman", "ps", "-a", "--format", "{{.Names}}", "--filter",
-                               f"label=io.podman.compose.project=egtest{os.getpid()}"],
-                              env=podman_env, capture_output=True, text=True)
+        made = subprocess.run(
+            [
+                "podman",
+                "ps",
+                "-a",
+                "--format",
+                "{{.Names}}",
+                "--filter",
+                f"label=io.podman.compose.project=egtest{os.getpid()}",
+            ],
+            env=podman_env,
+            capture_output=True,
+            text=True,
+        )
         names = made.stdout.split()
-        assert len(names) == 3 and all(any(s in n for n in names) for s in ("node0", "node1", "node2")), \
-            f"containers {names}; podman said:\n{(up.stdout + up.stderr)[-3000:]}"
+        assert len(names) == 3 and all(
+            any(s in n for n in names) for s in ("node0", "node1", "node2")
+        ), f"containers {names}; podman said:\n{(up.stdout + up.stderr)[-3000:]}"
         started = time.monotonic()
         while time.monotonic() - started < 150:  # the agents stop themselves after 60 s
-            ps = subprocess.run(["podman", "ps", "-q", "--filter", f"label=io.podman.compose.project=egtest{os.getpid()}"],
-                                env=podman_env, capture_output=True, text=True)
+            ps = subprocess.run(
+                [
+                    "podman",
+                    "ps",
+                    "-q",
+                    "--filter",
+                    f"label=io.podman.compose.project=egtest{os.getpid()}",
+                ],
+                env=podman_env,
+                capture_output=True,
+                text=True,
+            )
             if not ps.stdout.strip():
                 break
             time.sleep(3)
-        logs = subprocess.run(compose + ["logs"], env=podman_env, capture_output=True, text=True, cwd=out)
+        logs = subprocess.run(
+            compose + ["logs"], env=podman_env, capture_output=True, text=True, cwd=out
+        )
     finally:
-        subprocess.run(compose + ["down"], env=podman_env, capture_output=True, timeout=300, cwd=out)
+        subprocess.run(
+            compose + ["down"], env=podman_env, capture_output=True, timeout=300, cwd=out
+        )
     print(f"compose: build + up + 60 s run took {time.monotonic() - t0:.0f} s")
     assert "loss 10% by" in logs.stdout + logs.stderr, logs.stdout[-2000:]
     s = summarize(out, 3, "logreg", 0.1, "compose", 60.0, None, mnist_data)
     print(json.dumps({k: s[k] for k in ("observed_loss", "average_model_accuracy")}))
-    assert all(a["steps"] > 0 and a["datagrams_received"] > 100 for a in s["agents"]), \
-        (s["agents"], (logs.stdout + logs.stderr)[-4000:])
+    assert all(a["steps"] > 0 and a["datagrams_received"] > 100 for a in s["agents"]), (
+        s["agents"],
+        (logs.stdout + logs.stderr)[-4000:],
+    )
     assert s["average_model_accuracy"] > 0.85
     assert abs(s["observed_loss"] - 0.1) <= 0.02, s["observed_loss"]

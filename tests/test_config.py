@@ -3,8 +3,13 @@ import pytest
 from edgegossip import config
 from edgegossip.config import ConfigError
 
-BASE = {"agent": {"id": 0, "listen": "127.0.0.1:9000",
-                  "peers": ["1@127.0.0.1:9001", "2@127.0.0.1:9002", "3@127.0.0.1:9003"]}}
+BASE = {
+    "agent": {
+        "id": 0,
+        "listen": "127.0.0.1:9000",
+        "peers": ["1@127.0.0.1:9001", "2@127.0.0.1:9002", "3@127.0.0.1:9003"],
+    }
+}
 
 
 def _with(section, key, value):
@@ -21,19 +26,22 @@ def test_defaults_and_roundtrip(tmp_path):
     assert config.load(path) == c
 
 
-@pytest.mark.parametrize("doc,needle", [
-    (_with("train", "lrr", 0.1), "train.lrr: unknown key"),
-    (_with("train", "algorithm", "sgd"), "train.algorithm"),
-    (_with("train", "lr", "fast"), "train.lr: expected float"),
-    (_with("net", "chunk_bytes", 9000), "net.chunk_bytes"),
-    (_with("net", "transport", "tcp"), "net.transport"),
-    (_with("agent", "listen", "nowhere"), "agent.listen"),
-    (_with("agent", "peers", ["x@1.2.3.4:5"]), "agent.peers"),
-    (_with("agent", "id", 7), "agent.id"),
-    (_with("train", "p", 2.0), "train.p"),
-    ({"agent": {"listen": "127.0.0.1:1"}}, "agent.id: missing"),
-    ({"bogus": {}}, "bogus: unknown section"),
-])
+@pytest.mark.parametrize(
+    "doc,needle",
+    [
+        (_with("train", "lrr", 0.1), "train.lrr: unknown key"),
+        (_with("train", "algorithm", "sgd"), "train.algorithm"),
+        (_with("train", "lr", "fast"), "train.lr: expected float"),
+        (_with("net", "chunk_bytes", 9000), "net.chunk_bytes"),
+        (_with("net", "transport", "tcp"), "net.transport"),
+        (_with("agent", "listen", "nowhere"), "agent.listen"),
+        (_with("agent", "peers", ["x@1.2.3.4:5"]), "agent.peers"),
+        (_with("agent", "id", 7), "agent.id"),
+        (_with("train", "p", 2.0), "train.p"),
+        ({"agent": {"listen": "127.0.0.1:1"}}, "agent.id: missing"),
+        ({"bogus": {}}, "bogus: unknown section"),
+    ],
+)
 def test_bad_config_names_the_key(doc, needle):
     with pytest.raises(ConfigError) as e:
         config.from_dict(doc)
@@ -44,6 +52,7 @@ def test_cli_bad_config_is_one_line(tmp_path):
     from click.testing import CliRunner
 
     from edgegossip.cli.app import cli
+
     p = tmp_path / "a.toml"
     p.write_text("[train]\nlrr = 1\n")
     res = CliRunner().invoke(cli, ["agent", "--config", str(p)])
@@ -56,18 +65,35 @@ def test_cli_bad_config_is_one_line(tmp_path):
     assert res.exit_code == 2 and "not valid TOML" in res.output
 
 
-@pytest.mark.parametrize("extra,needle", [
-    ({"data": {"path": "device-0.npz"}}, "data.path given but data.source is 'mnist'"),
-    ({"data": {"label_column": "y"}}, "data.label_column given but data.source is 'mnist'"),
-    ({"data": {"source": "file", "path": "d.npz"}, "train": {"partition": "dirichlet"}},
-     "train.partition given but data.source is 'file'"),
-    ({"train": {"algorithm": "rps", "alpha": 0.3}}, "train.alpha given but train.algorithm is 'rps'"),
-    ({"train": {"algorithm": "local", "p": 0.5}}, "train.p given but train.algorithm is 'local'"),
-    ({"train": {"rps_period": 4}}, "train.rps_period given but train.algorithm is 'elastic-gossip'"),
-    ({"net": {"deadline_max_s": 30.0}}, "net.deadline_max_s given but net.deadline is 'fixed'"),
-    ({"net": {"transport": "zmq", "gso": False}}, "net.gso given but net.transport is 'zmq'"),
-    ({"agent": {"key": "k" * 32, "keys": "links.keys"}}, "agent.key given but agent.keys is set"),
-])
+@pytest.mark.parametrize(
+    "extra,needle",
+    [
+        ({"data": {"path": "device-0.npz"}}, "data.path given but data.source is 'mnist'"),
+        ({"data": {"label_column": "y"}}, "data.label_column given but data.source is 'mnist'"),
+        (
+            {"data": {"source": "file", "path": "d.npz"}, "train": {"partition": "dirichlet"}},
+            "train.partition given but data.source is 'file'",
+        ),
+        (
+            {"train": {"algorithm": "rps", "alpha": 0.3}},
+            "train.alpha given but train.algorithm is 'rps'",
+        ),
+        (
+            {"train": {"algorithm": "local", "p": 0.5}},
+            "train.p given but train.algorithm is 'local'",
+        ),
+        (
+            {"train": {"rps_period": 4}},
+            "train.rps_period given but train.algorithm is 'elastic-gossip'",
+        ),
+        ({"net": {"deadline_max_s": 30.0}}, "net.deadline_max_s given but net.deadline is 'fixed'"),
+        ({"net": {"transport": "zmq", "gso": False}}, "net.gso given but net.transport is 'zmq'"),
+        (
+            {"agent": {"key": "k" * 32, "keys": "links.keys"}},
+            "agent.key given but agent.keys is set",
+        ),
+    ],
+)
 def test_a_key_without_effect_is_refused_naming_both_keys(extra, needle):
     doc = {k: dict(v) for k, v in BASE.items()}
     for section, body in extra.items():

@@ -1,5 +1,6 @@
 """The agent's control endpoint as a real process on loopback: CURVE, allow-listed keys only,
 status/pause/resume/checkpoint/stop, and requests that must change nothing."""
+
 import time
 
 import pytest
@@ -24,6 +25,7 @@ def certs(tmp_path):
 
 def _port(free_udp_port):
     import socket
+
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
@@ -32,12 +34,19 @@ def _port(free_udp_port):
 
 
 def _ask(port, op, certs, who="operator", timeout_s=3.0):
-    return client.request("127.0.0.1", port, op, str(certs / f"{who}.key_secret"),
-                          str(certs / "server.key"), timeout_s)
+    return client.request(
+        "127.0.0.1",
+        port,
+        op,
+        str(certs / f"{who}.key_secret"),
+        str(certs / "server.key"),
+        timeout_s,
+    )
 
 
 def _raw(port, certs, body: bytes) -> dict:
     import json
+
     c_pub, c_sec = zmq.auth.load_certificate(str(certs / "operator.key_secret"))
     s_pub, _ = zmq.auth.load_certificate(str(certs / "server.key"))
     sock = zmq.Context.instance().socket(zmq.REQ)
@@ -53,9 +62,17 @@ def _raw(port, certs, body: bytes) -> dict:
 
 def test_control_endpoint(tmp_path, free_udp_port, mnist_data, procs, certs):  # noqa: F811
     port = _port(free_udp_port)
-    cfg = _cfg(tmp_path, free_udp_port, algorithm="local", peers=(), workers=1, eval_every=50,
-               endpoint=f"127.0.0.1:{port}", server_key=str(certs / "server.key_secret"),
-               client_keys=str(certs / "allowed"))
+    cfg = _cfg(
+        tmp_path,
+        free_udp_port,
+        algorithm="local",
+        peers=(),
+        workers=1,
+        eval_every=50,
+        endpoint=f"127.0.0.1:{port}",
+        server_key=str(certs / "server.key_secret"),
+        client_keys=str(certs / "allowed"),
+    )
     p = _start(cfg, tmp_path)
     procs.append(p)
     st = until(lambda: _try(port, certs))
@@ -99,8 +116,14 @@ def _try(port, certs):
 
 def test_control_endpoint_config_errors():
     from edgegossip import config
-    base = {"agent": {"id": 0, "listen": "127.0.0.1:5000"}, "train": {"algorithm": "local", "workers": 1}}
+
+    base = {
+        "agent": {"id": 0, "listen": "127.0.0.1:5000"},
+        "train": {"algorithm": "local", "workers": 1},
+    }
     with pytest.raises(config.ConfigError, match="control.server_key: needed"):
         config.from_dict({**base, "control": {"endpoint": "127.0.0.1:5001"}})
     with pytest.raises(config.ConfigError, match="control.endpoint"):
-        config.from_dict({**base, "control": {"endpoint": "nope", "server_key": "a", "client_keys": "b"}})
+        config.from_dict(
+            {**base, "control": {"endpoint": "nope", "server_key": "a", "client_keys": "b"}}
+        )

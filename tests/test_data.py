@@ -1,4 +1,5 @@
 """MNIST loading from IDX files and from a pickle, the safe unpickler, the CLI's errors."""
+
 import gzip
 import pickle
 import struct
@@ -20,10 +21,12 @@ def _write_idx(path, arr):
 
 def _small(tmp_path):
     rng = np.random.default_rng(0)
-    a = {"x_train": rng.integers(0, 256, (60, 784), dtype=np.uint8),
-         "y_train": rng.integers(0, 10, 60, dtype=np.uint8),
-         "x_test": rng.integers(0, 256, (20, 784), dtype=np.uint8),
-         "y_test": rng.integers(0, 10, 20, dtype=np.uint8)}
+    a = {
+        "x_train": rng.integers(0, 256, (60, 784), dtype=np.uint8),
+        "y_train": rng.integers(0, 10, 60, dtype=np.uint8),
+        "x_test": rng.integers(0, 256, (20, 784), dtype=np.uint8),
+        "y_test": rng.integers(0, 10, 20, dtype=np.uint8),
+    }
     _write_idx(tmp_path / "train-images-idx3-ubyte.gz", a["x_train"].reshape(60, 28, 28))
     _write_idx(tmp_path / "train-labels-idx1-ubyte.gz", a["y_train"])
     _write_idx(tmp_path / "t10k-images-idx3-ubyte.gz", a["x_test"].reshape(20, 28, 28))
@@ -40,9 +43,16 @@ def test_idx_roundtrip(tmp_path):
 def test_pickle_source_matches_idx_bytes(tmp_path):
     a = _small(tmp_path)
     f = lambda x: x.astype(np.float32) / 256  # noqa: E731 - the classic pickle's scaling
-    blob = gzip.compress(pickle.dumps(((f(a["x_train"][:50]), a["y_train"][:50].astype(np.int64)),
-                                       (f(a["x_train"][50:]), a["y_train"][50:].astype(np.int64)),
-                                       (f(a["x_test"]), a["y_test"].astype(np.int64))), protocol=2))
+    blob = gzip.compress(
+        pickle.dumps(
+            (
+                (f(a["x_train"][:50]), a["y_train"][:50].astype(np.int64)),
+                (f(a["x_train"][50:]), a["y_train"][50:].astype(np.int64)),
+                (f(a["x_test"]), a["y_test"].astype(np.int64)),
+            ),
+            protocol=2,
+        )
+    )
     assert mnist.digest(mnist.from_pickle(blob)) == mnist.digest(a)
 
 
@@ -50,6 +60,7 @@ def test_unpickler_refuses_code():
     class Evil:
         def __reduce__(self):
             return (print, ("owned",))
+
     with pytest.raises(UnsafePickle):
         load_arrays(pickle.dumps(Evil()))
 

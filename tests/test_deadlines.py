@@ -1,11 +1,14 @@
 """Per-link exchange deadlines (protocol/deadlines.py), worked by hand."""
+
 import pytest
 
 from edgegossip.protocol.deadlines import Deadlines
 
 
 def _adaptive(**kw):
-    return Deadlines("adaptive", **{"initial_s": 10.0, "min_s": 0.2, "max_s": 120.0, "settle_s": 0.5, **kw})
+    return Deadlines(
+        "adaptive", **{"initial_s": 10.0, "min_s": 0.2, "max_s": 120.0, "settle_s": 0.5, **kw}
+    )
 
 
 def test_fixed_never_moves():
@@ -45,12 +48,12 @@ def test_nothing_arrived_tells_nothing_and_bounds_hold():
     d = _adaptive(max_s=4.0)
     for _ in range(3):
         d.observe(1, 0.0, None, 10.0, False)
-    assert d.for_peer(1) == 10.0                # still the first guess
+    assert d.for_peer(1) == 10.0  # still the first guess
     for _ in range(3):
         d.observe(1, 0.0, 7.0, 10.0, True)
-    assert d.for_peer(1) == 4.0                 # 1.5 * 7 + 0.5, capped
+    assert d.for_peer(1) == 4.0  # 1.5 * 7 + 0.5, capped
     fast = _adaptive(min_s=0.2, settle_s=0.0)
     for _ in range(3):
         fast.observe(1, 0.0, 0.001, 10.0, True)
-    assert fast.for_peer(1) == 0.2              # floored
+    assert fast.for_peer(1) == 0.2  # floored
     assert fast.snapshot() == {"1": 0.2}

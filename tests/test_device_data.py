@@ -1,5 +1,6 @@
 """A device's own data: the [data] table, the file formats, `data split`, and the one-line
 errors for data that does not fit the model."""
+
 import json
 import os
 import subprocess
@@ -22,6 +23,7 @@ def test_mnist_source_holds_only_the_shard_and_the_eval_slice(mnist_data):
     assert d.x_eval.shape == (500, 784) and d.x_eval.dtype == np.uint8
     full = mnist_data  # the same examples the whole-set loader gives for that shard
     from edgegossip.data import partition
+
     idx = partition.iid(len(full.y_train), 4, 0)[1]
     np.testing.assert_array_equal(d.x, full.x_train[idx])
     np.testing.assert_array_equal(device._ready(d.x_eval), full.x_val[:500])
@@ -49,7 +51,7 @@ def test_npz_and_csv_files(tmp_path):
     assert c2.x.shape == (40, 3)
     assert sorted(np.concatenate([c2.y, c2.y_eval]).tolist()) == sorted(y.tolist())
     with pytest.raises(device.DataMismatch, match="whole numbers"):
-        device.from_file(tmp_path / "s.csv", label_column="t")   # a column of real numbers
+        device.from_file(tmp_path / "s.csv", label_column="t")  # a column of real numbers
     (tmp_path / "bad.csv").write_text("1,2,3\n3,x,5\n")
     with pytest.raises(device.DataMismatch, match="not a number"):
         device.from_file(tmp_path / "bad.csv")
@@ -59,21 +61,47 @@ def test_npz_and_csv_files(tmp_path):
 
 
 def _agent(tmp_path, **kw):
-    cfg = AgentConfig(id=0, listen="127.0.0.1:1", workers=1, algorithm="local", model="logreg",
-                      output=str(tmp_path / "out"), eval_every=100, **kw)
+    cfg = AgentConfig(
+        id=0,
+        listen="127.0.0.1:1",
+        workers=1,
+        algorithm="local",
+        model="logreg",
+        output=str(tmp_path / "out"),
+        eval_every=100,
+        **kw,
+    )
     path = tmp_path / "agent.toml"
     path.write_text(config.to_toml(cfg))
-    return subprocess.run([sys.executable, "-m", "edgegossip.cli.app", "agent", "--config",
-                           str(path), "--json"], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+    return subprocess.run(
+        [sys.executable, "-m", "edgegossip.cli.app", "agent", "--config", str(path), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OPENBLAS_NUM_THREADS": "1"},
+    )
 
 
 def test_split_then_an_agent_trains_on_its_own_file_only(tmp_path, mnist_data):
     def split(partition):
-        res = CliRunner().invoke(cli, ["data", "split", "mnist", "--workers", "4", "--partition",
-                                       partition, "--out", str(tmp_path / partition), "--json"])
+        res = CliRunner().invoke(
+            cli,
+            [
+                "data",
+                "split",
+                "mnist",
+                "--workers",
+                "4",
+                "--partition",
+                partition,
+                "--out",
+                str(tmp_path / partition),
+                "--json",
+            ],
+        )
         assert res.exit_code == 0, res.output
         return json.loads(res.output.strip().splitlines()[-1])["devices"]
+
     rows = split("classes")
     assert [r["device"] for r in rows] == [0, 1, 2, 3]
     assert all(r["classes"] == 2 for r in rows) and sum(r["eval"] for r in rows) == 8_800
@@ -93,6 +121,6 @@ def test_data_that_does_not_fit_the_model_is_one_line(tmp_path):
     p = _agent(tmp_path, source="file", path=str(tmp_path / "d.npz"), max_steps=10)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "12 features" in p.stderr
     p = _agent(tmp_path, source="file", path=str(tmp_path / "d.npz"), max_steps=10, inputs=12)
-    assert p.returncode == 0, p.stderr   # a 12-feature logistic regression trains on it
+    assert p.returncode == 0, p.stderr  # a 12-feature logistic regression trains on it
     p = _agent(tmp_path, source="file", path=str(tmp_path / "none.npz"), max_steps=10)
     assert p.returncode == 4 and "does not exist" in p.stderr

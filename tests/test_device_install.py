@@ -41,27 +41,45 @@ mkdir "$T/r/harness"
 cp {stage}/* "$T/r/harness/"
 chroot "$T/r" /usr/bin/python3 /harness/stages.py /harness/user-data
 """
-    p = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
 def test_cloud_init_writes_agent_files_after_the_user_exists(tmp_path, root_only):
     _need_cloud_init()
-    schema = subprocess.run(["cloud-init", "schema", "--config-file", str(USER_DATA)],
-                            capture_output=True, text=True, timeout=60)
+    schema = subprocess.run(
+        ["cloud-init", "schema", "--config-file", str(USER_DATA)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert schema.returncode == 0, schema.stdout + schema.stderr
     out = _cloud_init_stages(tmp_path, USER_DATA.read_text())
-    assert out["ran"].index("write-files") < out["ran"].index("users-groups") \
+    assert (
+        out["ran"].index("write-files")
+        < out["ran"].index("users-groups")
         < out["ran"].index("write-files-deferred")
+    )
     assert out["errors"] == {}
     assert out["files"]["/etc/edgegossip/agent.toml"] == {
-        "owner": "root", "group": "edgegossip", "mode": "0o640"}
+        "owner": "root",
+        "group": "edgegossip",
+        "mode": "0o640",
+    }
     assert out["files"]["/etc/sysctl.d/60-edgegossip.conf"] == {
-        "owner": "root", "group": "root", "mode": "0o644"}
-    assert subprocess.run(["id", "edgegossip"], capture_output=True).returncode != 0, \
+        "owner": "root",
+        "group": "root",
+        "mode": "0o644",
+    }
+    assert subprocess.run(["id", "edgegossip"], capture_output=True).returncode != 0, (
         "the harness must not create the user on the host"
+    )
 
 
 def test_cloud_init_harness_catches_an_owner_written_too_early(tmp_path, root_only):
@@ -73,8 +91,12 @@ def test_cloud_init_harness_catches_an_owner_written_too_early(tmp_path, root_on
 
 
 def _source_copy(dest: Path) -> None:
-    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                           cwd=REPO, capture_output=True, check=True).stdout.split(b"\0")
+    files = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+    ).stdout.split(b"\0")
     for f in filter(None, files):
         src = REPO / f.decode()
         if src.is_file():
@@ -85,39 +107,75 @@ def _source_copy(dest: Path) -> None:
 @pytest.mark.timeout(900)
 def test_installed_copy_runs_without_source_tree_or_onnx(tmp_path, mnist_data, free_udp_port):
     from edgegossip import paths
+
     src, prefix = tmp_path / "edgegossip-src", tmp_path / "opt" / "edgegossip"
     _source_copy(src)
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
     env["EDGEGOSSIP_BUILD_CACHE"] = str(paths.cache_dir() / "pyzmq")  # the wheel make built
-    env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep)
-                                  if not p.startswith(sys.prefix))
-    p = subprocess.run(["bash", str(src / "scripts" / "install-device.sh"), str(prefix)],
-                       capture_output=True, text=True, env=env, timeout=840, cwd=tmp_path)
+    env["PATH"] = os.pathsep.join(
+        p for p in env["PATH"].split(os.pathsep) if not p.startswith(sys.prefix)
+    )
+    p = subprocess.run(
+        ["bash", str(src / "scripts" / "install-device.sh"), str(prefix)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=840,
+        cwd=tmp_path,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     shutil.rmtree(src)
 
     bin_ = prefix / "venv" / "bin"
-    where = subprocess.run([bin_ / "python", "-c", "import edgegossip, edgegossip.kernels as k, "
-                            "zmq; print(edgegossip.__file__, k.IMPLEMENTATION, zmq.has('draft'))"],
-                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+    where = subprocess.run(
+        [
+            bin_ / "python",
+            "-c",
+            "import edgegossip, edgegossip.kernels as k, "
+            "zmq; print(edgegossip.__file__, k.IMPLEMENTATION, zmq.has('draft'))",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
     path, impl, draft = where.stdout.split()
     assert Path(path).is_relative_to(prefix) and impl == "cython" and draft == "True"
-    assert subprocess.run([bin_ / "python", "-c", "import onnxruntime"], env=env,
-                          capture_output=True, timeout=60).returncode != 0
+    assert (
+        subprocess.run(
+            [bin_ / "python", "-c", "import onnxruntime"], env=env, capture_output=True, timeout=60
+        ).returncode
+        != 0
+    )
 
     env["EDGEGOSSIP_CACHE"] = str(paths.cache_dir())
     conf = tmp_path / "agent.toml"
-    base = (f'[agent]\nid = 0\nlisten = "127.0.0.1:{free_udp_port()}"\noutput = "{tmp_path}/out"\n'
-            '[train]\nalgorithm = "local"\nworkers = 1\nmodel = "logreg"\nmax_steps = 60\n'
-            'eval_every = 30\n')
+    base = (
+        f'[agent]\nid = 0\nlisten = "127.0.0.1:{free_udp_port()}"\noutput = "{tmp_path}/out"\n'
+        '[train]\nalgorithm = "local"\nworkers = 1\nmodel = "logreg"\nmax_steps = 60\n'
+        "eval_every = 30\n"
+    )
     conf.write_text(base)
-    run = subprocess.run([bin_ / "edgegossip", "agent", "--config", str(conf), "--json"],
-                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    run = subprocess.run(
+        [bin_ / "edgegossip", "agent", "--config", str(conf), "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["step"] == 60
 
     conf.write_text(base + 'backend = "onnx"\n')
-    onnx = subprocess.run([bin_ / "edgegossip", "agent", "--config", str(conf)],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    onnx = subprocess.run(
+        [bin_ / "edgegossip", "agent", "--config", str(conf)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert onnx.returncode == 2
     assert onnx.stderr.count("\n") == 1 and "edgegossip[onnx]" in onnx.stderr

@@ -1,5 +1,6 @@
 """Emulated fleets in network namespaces (root; must run in CI): real kernel loss, agents killed
 and restarted, a link cut and healed, leftovers cleaned. logreg on real MNIST keeps runs short."""
+
 import json
 import subprocess
 import time
@@ -10,19 +11,25 @@ from click.testing import CliRunner
 from edgegossip.cli.app import cli
 from edgegossip.emulate import netns
 from edgegossip.emulate.fleet import Fleet, FleetSpec
-from edgegossip.report.summary import summarize
 from edgegossip.metrics import read
+from edgegossip.report.summary import summarize
 
 
 def _no_leftovers(run_ids=None):
     """No namespace or bridge of ours (of the given runs, or of any run) is left."""
     names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-    prefixes = [f"{netns.PREFIX}{r}{k}" for r in run_ids for k in ("n", "sw")] if run_ids else [netns.PREFIX]
+    prefixes = (
+        [f"{netns.PREFIX}{r}{k}" for r in run_ids for k in ("n", "sw")]
+        if run_ids
+        else [netns.PREFIX]
+    )
     bridges = [f": {netns.PREFIX}br{r}" for r in run_ids] if run_ids else [f": {netns.PREFIX}br"]
-    return (not any(n.startswith(p) and n[len(netns.PREFIX):len(netns.PREFIX) + 1].isdigit()
-                    for n in names for p in prefixes)
-            and not any(b in links for b in bridges))
+    return not any(
+        n.startswith(p) and n[len(netns.PREFIX) : len(netns.PREFIX) + 1].isdigit()
+        for n in names
+        for p in prefixes
+    ) and not any(b in links for b in bridges)
 
 
 @pytest.fixture
@@ -30,10 +37,22 @@ def fleet_factory(root_only, tmp_path):
     made = []
 
     def make(**kw):
-        spec = FleetSpec(**{"nodes": 3, "algorithm": "elastic-gossip", "loss": 0.0, "rate": None,
-                            "backend": "netns", "out": tmp_path / f"f{len(made)}", "model": "logreg",
-                            "p": 0.1, "duration_s": 20, "deadline_s": 1.0, "checkpoint_every": 100,
-                            **kw})
+        spec = FleetSpec(
+            **{
+                "nodes": 3,
+                "algorithm": "elastic-gossip",
+                "loss": 0.0,
+                "rate": None,
+                "backend": "netns",
+                "out": tmp_path / f"f{len(made)}",
+                "model": "logreg",
+                "p": 0.1,
+                "duration_s": 20,
+                "deadline_s": 1.0,
+                "checkpoint_every": 100,
+                **kw,
+            }
+        )
         f = Fleet(spec)
         made.append(f)
         f.up()
@@ -53,16 +72,46 @@ def _wait_done(fleet, timeout=90):
 
 
 def test_emulate_cli_json_observed_loss(root_only, tmp_path, mnist_data):
-    res = CliRunner().invoke(cli, ["emulate", "--nodes", "3", "--model", "logreg", "--duration", "15",
-                                   "--loss", "0.2", "--p", "1/4", "--rate", "50mbit",
-                                   "--out", str(tmp_path / "run"), "--json"])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "emulate",
+            "--nodes",
+            "3",
+            "--model",
+            "logreg",
+            "--duration",
+            "15",
+            "--loss",
+            "0.2",
+            "--p",
+            "1/4",
+            "--rate",
+            "50mbit",
+            "--out",
+            str(tmp_path / "run"),
+            "--json",
+        ],
+    )
     assert res.exit_code == 0, res.output
     out = json.loads(res.output.strip().splitlines()[-1])
-    for key in ("configured_loss", "observed_loss", "average_model_accuracy", "elapsed_s", "agents"):
+    for key in (
+        "configured_loss",
+        "observed_loss",
+        "average_model_accuracy",
+        "elapsed_s",
+        "agents",
+    ):
         assert key in out
     for a in out["agents"]:
-        assert {"accuracy", "steps", "bytes_sent", "datagrams_sent", "datagrams_received",
-                "datagrams_dropped"} <= set(a)
+        assert {
+            "accuracy",
+            "steps",
+            "bytes_sent",
+            "datagrams_sent",
+            "datagrams_received",
+            "datagrams_dropped",
+        } <= set(a)
         assert a["steps"] > 0 and a["datagrams_sent"] > 100
     assert out["loss_kind"] == "kernel (nftables)" and sum(out["kernel_dropped_packets"]) > 0
     # nftables sees a UDP GSO buffer as one packet: per-datagram loss needs GSO off
@@ -82,22 +131,27 @@ def _settled(fleet, i: int, last: int = 100) -> float:
     Not one final figure: logistic regression with momentum 0.99 swings (about 2% of single
     evaluations fall below 0.85 even in an undisturbed fleet, 0.60 at worst, measured on v1 and v2
     alike), and the mean of the last 10 evaluations, a tenth of a second, still dips to 0.80."""
-    accs = [r["accuracy"] for r in read(fleet.spec.out / f"agent{i}" / "metrics.jsonl")
-            if r.get("event") is None and r.get("accuracy") is not None]
+    accs = [
+        r["accuracy"]
+        for r in read(fleet.spec.out / f"agent{i}" / "metrics.jsonl")
+        if r.get("event") is None and r.get("accuracy") is not None
+    ]
     return sum(accs[-last:]) / max(1, len(accs[-last:]))
 
 
 def test_killed_agent_resumes_while_others_train(fleet_factory, mnist_data):
     fleet = fleet_factory(duration_s=25)
     time.sleep(8)
-    fleet.kill_agent(1)                  # SIGKILL mid-run
+    fleet.kill_agent(1)  # SIGKILL mid-run
     steps_then = [r["step"] if r else 0 for r in fleet.latest()]
     time.sleep(3)
     steps_later = [r["step"] if r else 0 for r in fleet.latest()]
     assert steps_later[0] > steps_then[0] and steps_later[2] > steps_then[2]  # others go on
     fleet.start_agent(1)
     _wait_done(fleet)
-    starts = [r for r in read(fleet.spec.out / "agent1" / "metrics.jsonl") if r.get("event") == "start"]
+    starts = [
+        r for r in read(fleet.spec.out / "agent1" / "metrics.jsonl") if r.get("event") == "start"
+    ]
     assert len(starts) == 2 and starts[1]["resumed"] and starts[1]["step"] > 0
     s = summarize(fleet.spec.out, 3, "logreg", 0.0, "kernel", 0, None, mnist_data)
     assert all(_settled(fleet, i) > 0.85 for i in range(3)), [_settled(fleet, i) for i in range(3)]
@@ -106,13 +160,13 @@ def test_killed_agent_resumes_while_others_train(fleet_factory, mnist_data):
 
 def test_cut_link_then_heal_still_converges(fleet_factory, mnist_data):
     fleet = fleet_factory(duration_s=30)
-    fleet.set_loss(2, 1.0)               # node 2 hears nothing from anyone
+    fleet.set_loss(2, 1.0)  # node 2 hears nothing from anyone
     time.sleep(10)
     fleet.set_loss(2, 0.0)
     _wait_done(fleet)
     s = summarize(fleet.spec.out, 3, "logreg", 0.0, "kernel", 0, None, mnist_data)
     ex = s["agents"][2]["exchanges"]
-    assert ex.get("timed_out", 0) >= 1                       # while cut
+    assert ex.get("timed_out", 0) >= 1  # while cut
     assert ex.get("completed", 0) + ex.get("partial", 0) >= 1  # after healing
     assert all(_settled(fleet, i) > 0.85 for i in range(3)), [_settled(fleet, i) for i in range(3)]
     assert s["average_model_accuracy"] > AVERAGE_MODEL_FLOOR, s["average_model_accuracy"]
@@ -120,15 +174,33 @@ def test_cut_link_then_heal_still_converges(fleet_factory, mnist_data):
 
 def test_cleanup_removes_leftovers(root_only):
     lan = netns.Lan(2, run_id=230).up()
-    lan.created.clear()                  # as if the run had crashed before its teardown
+    lan.created.clear()  # as if the run had crashed before its teardown
     removed = netns.cleanup()
     assert any(r.startswith("eg230") for r in removed) and _no_leftovers([230])
 
 
 def test_loopback_backend_labels_injected_loss(tmp_path, mnist_data):
-    res = CliRunner().invoke(cli, ["emulate", "--backend", "loopback", "--nodes", "2", "--model",
-                                   "logreg", "--duration", "6", "--loss", "0.3", "--p", "1/4",
-                                   "--out", str(tmp_path / "lb"), "--json"])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "emulate",
+            "--backend",
+            "loopback",
+            "--nodes",
+            "2",
+            "--model",
+            "logreg",
+            "--duration",
+            "6",
+            "--loss",
+            "0.3",
+            "--p",
+            "1/4",
+            "--out",
+            str(tmp_path / "lb"),
+            "--json",
+        ],
+    )
     assert res.exit_code == 0, res.output
     out = json.loads(res.output.strip().splitlines()[-1])
     assert out["loss_kind"] == "injected" and abs(out["observed_loss"] - 0.3) < 0.05
@@ -140,6 +212,7 @@ def test_allreduce_ring_over_tcp_under_loss(fleet_factory, mnist_data):
     replicas must stay bit-identical all the same. 30 s: under 10% TCP loss a retransmission
     timeout can hold a whole ring phase, and one CI run with 15 s saw every agent at step 1."""
     from edgegossip import checkpoint
+
     fleet = fleet_factory(algorithm="allreduce", model="mlp", loss=0.1, duration_s=30)
     _wait_done(fleet)
     assert not fleet.failed()
@@ -162,9 +235,27 @@ def test_allreduce_ring_over_tcp_under_loss(fleet_factory, mnist_data):
 def test_rps_reaches_every_agent(tmp_path, mnist_data):
     """Five agents: each RPS iteration goes to more peers than the sender has buffers; every
     agent must still receive gathers from every server (a bug once starved the high ids)."""
-    res = CliRunner().invoke(cli, ["emulate", "--backend", "loopback", "--nodes", "5", "--model",
-                                   "logreg", "--algorithm", "rps", "--loss", "0", "--duration", "10",
-                                   "--out", str(tmp_path / "rps"), "--json"])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "emulate",
+            "--backend",
+            "loopback",
+            "--nodes",
+            "5",
+            "--model",
+            "logreg",
+            "--algorithm",
+            "rps",
+            "--loss",
+            "0",
+            "--duration",
+            "10",
+            "--out",
+            str(tmp_path / "rps"),
+            "--json",
+        ],
+    )
     assert res.exit_code == 0, res.output
     out = json.loads(res.output.strip().splitlines()[-1])
     for a in out["agents"]:
@@ -177,6 +268,7 @@ def test_fleet_delivers_when_the_host_forward_policy_is_drop(root_only, tmp_path
     """What Docker's daemon leaves behind: FORWARD policy DROP on the host, bridged traffic passing
     FORWARD (br_netfilter). The fleet's bridge is in a namespace of its own, so nothing changes."""
     import subprocess
+
     rules = """table ip egtest_hostfw {
   chain forward { type filter hook forward priority -10; policy drop; }
 }
@@ -186,25 +278,47 @@ table inet egtest_hostfw {
 """
     subprocess.run(["nft", "-f", "-"], input=rules, text=True, check=True)
     try:
-        res = CliRunner().invoke(cli, ["emulate", "--nodes", "3", "--model", "logreg", "--duration", "15",
-                                       "--loss", "0.1", "--p", "1/4", "--out", str(tmp_path / "run"), "--json"])
+        res = CliRunner().invoke(
+            cli,
+            [
+                "emulate",
+                "--nodes",
+                "3",
+                "--model",
+                "logreg",
+                "--duration",
+                "15",
+                "--loss",
+                "0.1",
+                "--p",
+                "1/4",
+                "--out",
+                str(tmp_path / "run"),
+                "--json",
+            ],
+        )
     finally:
         for family in ("ip", "inet"):
             subprocess.run(["nft", "delete", "table", family, "egtest_hostfw"], capture_output=True)
-    assert "egtest_hostfw" not in subprocess.run(["nft", "list", "tables"], capture_output=True,
-                                                 text=True).stdout
+    assert (
+        "egtest_hostfw"
+        not in subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout
+    )
     assert res.exit_code == 0, res.output
     out = json.loads(res.output.strip().splitlines()[-1])
-    assert out["loss_alarm"] is None and abs(out["observed_loss"] - 0.1) <= 0.02, out["observed_loss"]
+    assert out["loss_alarm"] is None and abs(out["observed_loss"] - 0.1) <= 0.02, out[
+        "observed_loss"
+    ]
     assert all(a["datagrams_received"] > 100 for a in out["agents"])
 
 
 def test_loss_far_above_the_configured_is_an_alarm():
     from edgegossip.report.summary import loss_alarm
+
     assert loss_alarm(0.1, 0.11, 10_000) is None
     assert loss_alarm(0.1, 0.73, 10_000).startswith("receivers observed 73.0% loss where 10.0%")
-    assert loss_alarm(0.1, 0.73, 20) is None   # too few datagrams to judge
-    assert loss_alarm(0.0, None, 0) is None    # TCP (all-reduce): nothing numbered
+    assert loss_alarm(0.1, 0.73, 20) is None  # too few datagrams to judge
+    assert loss_alarm(0.0, None, 0) is None  # TCP (all-reduce): nothing numbered
 
 
 def test_an_emulated_agent_is_a_device_of_its_own(root_only, tmp_path):
@@ -213,7 +327,9 @@ def test_an_emulated_agent_is_a_device_of_its_own(root_only, tmp_path):
     import subprocess
     import sys
     import textwrap
+
     from edgegossip.emulate import device
+
     probe = textwrap.dedent("""
         import json, os, socket, subprocess, pathlib
         status = dict(l.split(":\\t", 1) for l in open("/proc/self/status").read().splitlines() if ":\\t" in l)
@@ -237,19 +353,28 @@ def test_an_emulated_agent_is_a_device_of_its_own(root_only, tmp_path):
         (cache / "data.npz").write_bytes(b"x")
         (tmp_path / "agent.toml").write_text("")
         env = {**__import__("os").environ, **device.prepare(state, 0)}
-        p = subprocess.run(device.argv(lan.ns(0), 0, state, tmp_path / "agent.toml", cache,
-                                       [sys.executable, "-c", probe]),
-                           capture_output=True, text=True, timeout=60, env=env)
-        rules = subprocess.run(["ip", "netns", "exec", lan.ns(0), "nft", "list", "tables"],
-                               capture_output=True, text=True).stdout
+        p = subprocess.run(
+            device.argv(
+                lan.ns(0), 0, state, tmp_path / "agent.toml", cache, [sys.executable, "-c", probe]
+            ),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+        rules = subprocess.run(
+            ["ip", "netns", "exec", lan.ns(0), "nft", "list", "tables"],
+            capture_output=True,
+            text=True,
+        ).stdout
     finally:
         lan.down()
     assert p.returncode == 0, p.stderr
     got = json.loads(p.stdout)
     assert got["host"] == "node0" and got["pid"] == 1 and got["uid"] == device.uid(0)
     assert int(got["cap_eff"], 16) == 0 and int(got["cap_bnd"], 16) == 0
-    assert got["nft"] != 0 and "mine" not in rules      # its loss rules are out of its reach
-    assert got["procs"] <= 3                             # it sees its own processes only
+    assert got["nft"] != 0 and "mine" not in rules  # its loss rules are out of its reach
+    assert got["procs"] <= 3  # it sees its own processes only
     assert got["state"] and not got["tmp_root"] and not got["etc"] and not got["cache"]
     assert got["sees_cache"] == ["data.npz"] and (state / "probe").is_file()
 
@@ -259,9 +384,31 @@ def test_adaptive_deadlines_follow_each_link(root_only, tmp_path):
     with adaptive deadlines every agent's deadline toward the slow node ends longer than toward
     the fast one, and the fast link's far below the fixed 5 s. (A fast link's transfer time
     includes the peer's queue: up to 0.6 s seen here, so a tenth would not separate them.)"""
-    res = CliRunner().invoke(cli, ["emulate", "--nodes", "3", "--model", "logreg", "--duration", "12",
-                                   "--loss", "0", "--p", "1/8", "--rate", "20mbit", "--slow", "2:200kbit",
-                                   "--deadline", "adaptive", "--out", str(tmp_path / "run"), "--json"])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "emulate",
+            "--nodes",
+            "3",
+            "--model",
+            "logreg",
+            "--duration",
+            "12",
+            "--loss",
+            "0",
+            "--p",
+            "1/8",
+            "--rate",
+            "20mbit",
+            "--slow",
+            "2:200kbit",
+            "--deadline",
+            "adaptive",
+            "--out",
+            str(tmp_path / "run"),
+            "--json",
+        ],
+    )
     assert res.exit_code == 0, res.output
     out = json.loads(res.output.strip().splitlines()[-1])
     assert "adaptive" in (tmp_path / "run" / "agent0.toml").read_text()
@@ -276,9 +423,29 @@ def test_adaptive_deadlines_follow_each_link(root_only, tmp_path):
 def test_compressed_payloads_between_real_agents(tmp_path, mnist_data, codec):
     """Agents sending float16 or int8 payloads over real sockets: every datagram they accept
     is compressed (nothing dropped for its encoding), and the models still mix and learn."""
-    res = CliRunner().invoke(cli, ["emulate", "--backend", "loopback", "--nodes", "3", "--model",
-                                   "logreg", "--duration", "8", "--loss", "0.1", "--p", "1/4",
-                                   "--payload", codec, "--out", str(tmp_path / codec), "--json"])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "emulate",
+            "--backend",
+            "loopback",
+            "--nodes",
+            "3",
+            "--model",
+            "logreg",
+            "--duration",
+            "8",
+            "--loss",
+            "0.1",
+            "--p",
+            "1/4",
+            "--payload",
+            codec,
+            "--out",
+            str(tmp_path / codec),
+            "--json",
+        ],
+    )
     assert res.exit_code == 0, res.output
     out = json.loads(res.output.strip().splitlines()[-1])
     per_datagram = {"float16": 2 * 702, "int8": 4 + 1400}[codec]  # payload bytes, full chunk

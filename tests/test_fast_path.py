@@ -1,13 +1,14 @@
 """The compiled wire path (edgegossip._wire_c) against the Python definition: the same AEAD, the
 same datagram bytes, and an inbox fed through the fast path ends in exactly the state of one fed
 datagram by datagram, for a stream mixing good datagrams with every kind of bad one."""
+
 import struct
 
 import numpy as np
 import pytest
+from helpers.datagrams import reseal
 
 from edgegossip.dataplane import payload, wire
-from helpers.datagrams import reseal
 from edgegossip.dataplane.chunking import ChunkPlan
 from edgegossip.dataplane.inbox import Inbox
 from edgegossip.dataplane.outbox import Encoder
@@ -26,6 +27,7 @@ LENGTHS = (0, 1, 15, 16, 17, 63, 64, 65, 255, 256, 1404, 1471, 8124, 8191)
 @pytest.mark.parametrize("aad_len", [0, 3, 51, 67])
 def test_openssl_aead_matches_the_python_reference(aad_len):
     from edgegossip.dataplane.aead import PyAead
+
     rng = np.random.default_rng(aad_len)
     key = rng.integers(0, 256, 32, dtype=np.uint8).tobytes()
     fast, ref = _wire_c.Aead(key), PyAead(key)
@@ -58,12 +60,14 @@ def test_batches_frame_the_same_bytes_as_chunks(chunks, batch, codec):
     x = np.random.default_rng(0).standard_normal(PLAN.n_params, dtype=np.float32)
     if codec != "float32" and chunks is not None and max(chunks) >= _plan(codec).n_chunks:
         chunks = range(2, _plan(codec).n_chunks)
-    one = [bytes(d) for d in _encoder(codec=codec).chunks(x, wire.MsgType.REDUCE, 9, chunks, 2, 1, 5)]
+    one = [
+        bytes(d) for d in _encoder(codec=codec).chunks(x, wire.MsgType.REDUCE, 9, chunks, 2, 1, 5)
+    ]
     enc = _encoder(codec=codec)
     many = []
     for n in enc.batches(x, wire.MsgType.REDUCE, 9, chunks, 2, 1, 5, batch):
         assert n <= batch
-        many += [enc.rows[i, :enc.lengths[i]].tobytes() for i in range(n)]
+        many += [enc.rows[i, : enc.lengths[i]].tobytes() for i in range(n)]
     assert many == one
     assert enc.datagrams == len(one) and enc.bytes == sum(map(len, one))
 
@@ -104,17 +108,19 @@ def _stream(codec="float32"):
     forged = bytearray(out[5])
     forged[60] ^= 1
     bad = [
-        bytes(forged),                                                       # bad_tag
-        out[6],                                                              # replayed
-        out[7][:30],                                                         # truncated
-        b"\x02xx" + out[8][3:],                                              # bad_group
-        b"\x80" + bytes(50),                                                 # libzmq's abort
-        bytes(next(Encoder(plan, KEY, fleet=8, sender=3, codec=c).chunks(zeros, 1, 0))),  # wrong_fleet
+        bytes(forged),  # bad_tag
+        out[6],  # replayed
+        out[7][:30],  # truncated
+        b"\x02xx" + out[8][3:],  # bad_group
+        b"\x80" + bytes(50),  # libzmq's abort
+        bytes(
+            next(Encoder(plan, KEY, fleet=8, sender=3, codec=c).chunks(zeros, 1, 0))
+        ),  # wrong_fleet
         bytes(next(Encoder(plan, KEY, fleet=7, sender=9, codec=c).chunks(zeros, 1, 0))),  # unknown
-        bytes(next(third.chunks(zeros, wire.MsgType.PARAMS, 1))),            # accepted
-        bytes(next(third.chunks(nan, wire.MsgType.PARAMS, 1))),              # non_finite
-        bytes(past_end),                                                     # out_of_bounds
-        bytes(next(third.chunks(zeros, wire.MsgType.PARAMS, 0))),            # old_round
+        bytes(next(third.chunks(zeros, wire.MsgType.PARAMS, 1))),  # accepted
+        bytes(next(third.chunks(nan, wire.MsgType.PARAMS, 1))),  # non_finite
+        bytes(past_end),  # out_of_bounds
+        bytes(next(third.chunks(zeros, wire.MsgType.PARAMS, 0))),  # old_round
     ]
     for k, d in enumerate(bad):
         out.insert(4 + 9 * k, d)
@@ -134,12 +140,19 @@ def _run(stream, fast, codec="float32"):
         inbox.ingest(body)
 
     for first in range(0, len(stream), 64):
-        part = stream[first:first + 64]
+        part = stream[first : first + 64]
         for i, d in enumerate(part):
-            bufs[i, :len(d)] = np.frombuffer(d, np.uint8)
+            bufs[i, : len(d)] = np.frombuffer(d, np.uint8)
             lengths[i] = len(d)
-        t.deliver(bufs, rows, lengths, len(part), handler, inbox.counter.drop,
-                  inbox.fast if fast else None)
+        t.deliver(
+            bufs,
+            rows,
+            lengths,
+            len(part),
+            handler,
+            inbox.counter.drop,
+            inbox.fast if fast else None,
+        )
     t.close()
     return inbox, len(slow)
 
@@ -153,12 +166,24 @@ def test_fast_path_leaves_the_inbox_as_the_python_path_does(codec):
     # the fast path took all but the 9 bad ones that reach a handler and the 4 round openings
     assert slow_b == 13
     assert a.counter.snapshot() == b.counter.snapshot()
-    assert a.counter.drops == {"bad_tag": 1, "replayed": 1, "truncated": 1, "bad_group": 2,
-                               "wrong_fleet": 1, "unknown_sender": 1, "non_finite": 1,
-                               "out_of_bounds": 1, "old_round": 1}
+    assert a.counter.drops == {
+        "bad_tag": 1,
+        "replayed": 1,
+        "truncated": 1,
+        "bad_group": 2,
+        "wrong_fleet": 1,
+        "unknown_sender": 1,
+        "non_finite": 1,
+        "out_of_bounds": 1,
+        "old_round": 1,
+    }
+
     def links(inbox):
-        return {s: (k.session, k.window.highest, k.window.bits, k.first, k.arrived, k.baseline)
-                for s, k in inbox.links.items()}
+        return {
+            s: (k.session, k.window.highest, k.window.bits, k.first, k.arrived, k.baseline)
+            for s, k in inbox.links.items()
+        }
+
     assert links(a) == links(b)
     assert a._slots.keys() == b._slots.keys()
     for key, sa in a._slots.items():

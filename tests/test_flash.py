@@ -1,6 +1,7 @@
 """`fleet flash` into real disk images (MBR + FAT, edited through mtools) for both first-boot
 formats, every file read back; user-data checked by cloud-init's own schema validator and
 network-config by cloud-init's own parser; firstrun.sh by bash -n and shellcheck."""
+
 import hashlib
 import json
 import shutil
@@ -10,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from edgegossip.fleet import create
 from edgegossip.flash import disk, partitions
 from edgegossip.flash.boot import FatBoot
+from edgegossip.fleet import create
 
 PASSPHRASE = "correct horse battery staple"
 CMDLINE = "console=serial0,115200 console=tty1 root=PARTUUID=4e639091-02 rootfstype=ext4 fsck.repair=yes rootwait quiet\n"
@@ -21,8 +22,11 @@ CMDLINE = "console=serial0,115200 console=tty1 root=PARTUUID=4e639091-02 rootfst
 def make_image(path: Path, files: dict[str, str], fat_mb: int = 48) -> Path:
     """A disk image as Raspberry Pi OS ships it: MBR, a FAT32 boot partition at 4 MiB, a root."""
     part = path.with_suffix(".fat")
-    subprocess.run(["mkfs.vfat", "-F", "32", "-n", "bootfs", "-C", str(part), str(fat_mb * 1024)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["mkfs.vfat", "-F", "32", "-n", "bootfs", "-C", str(part), str(fat_mb * 1024)],
+        check=True,
+        capture_output=True,
+    )
     start, sectors = 8192, fat_mb * 1024 * 2
     with open(path, "wb") as f:
         f.write(partitions.mbr([(0x0C, start, sectors), (0x83, start + sectors, 2048)]))
@@ -34,37 +38,73 @@ def make_image(path: Path, files: dict[str, str], fat_mb: int = 48) -> Path:
     for name, text in files.items():
         src = path.with_name("src-" + name)
         src.write_text(text)
-        subprocess.run(["mcopy", "-i", f"{path}@@{start * 512}", str(src), f"::/{name}"], check=True,
-                       env={"MTOOLS_SKIP_CHECK": "1", "PATH": "/usr/bin:/bin"})
+        subprocess.run(
+            ["mcopy", "-i", f"{path}@@{start * 512}", str(src), f"::/{name}"],
+            check=True,
+            env={"MTOOLS_SKIP_CHECK": "1", "PATH": "/usr/bin:/bin"},
+        )
     return path
 
 
-TRIXIE = {"cmdline.txt": CMDLINE, "config.txt": "arm_64bit=1\n", "issue.txt": "Raspberry Pi reference 2025-10-01\n",
-          "user-data": "#cloud-config\n", "meta-data": "instance-id: rpios-image\n",
-          "network-config": "network:\n  version: 2\n"}
-BOOKWORM = {"cmdline.txt": CMDLINE, "config.txt": "arm_64bit=1\n",
-            "issue.txt": "Raspberry Pi reference 2024-11-19\nGenerated using pi-gen, stage2, bookworm\n"}
+TRIXIE = {
+    "cmdline.txt": CMDLINE,
+    "config.txt": "arm_64bit=1\n",
+    "issue.txt": "Raspberry Pi reference 2025-10-01\n",
+    "user-data": "#cloud-config\n",
+    "meta-data": "instance-id: rpios-image\n",
+    "network-config": "network:\n  version: 2\n",
+}
+BOOKWORM = {
+    "cmdline.txt": CMDLINE,
+    "config.txt": "arm_64bit=1\n",
+    "issue.txt": "Raspberry Pi reference 2024-11-19\nGenerated using pi-gen, stage2, bookworm\n",
+}
 
 
 @pytest.fixture
 def fleet(tmp_path):
     hosts = [{"name": f"pi{i}", "address": f"192.0.2.{i + 1}", "user": "pi"} for i in range(3)]
-    f = create.create(tmp_path / "fleet", "flashme", hosts, {"train": {"model": "logreg"}},
-                      progress=lambda m: None)
+    f = create.create(
+        tmp_path / "fleet",
+        "flashme",
+        hosts,
+        {"train": {"model": "logreg"}},
+        progress=lambda m: None,
+    )
     wh = tmp_path / "fleet" / "wheelhouse"
     wh.mkdir()
     wheel = "edgegossip-0.1.0-cp311-cp311-linux_aarch64.whl"
     (wh / wheel).write_bytes(b"PK\x03\x04 wheel bytes")
-    (wh / "edgegossip-wheelhouse.json").write_text(json.dumps({
-        "release": "0123456789ab", "platform": {"machine": "aarch64", "python": "3.11"},
-        "wheels": [wheel], "extras": []}))
+    (wh / "edgegossip-wheelhouse.json").write_text(
+        json.dumps(
+            {
+                "release": "0123456789ab",
+                "platform": {"machine": "aarch64", "python": "3.11"},
+                "wheels": [wheel],
+                "extras": [],
+            }
+        )
+    )
     (tmp_path / "psk").write_text(PASSPHRASE + "\n")
     return f
 
 
 def flash(fleet, *args):
-    return subprocess.run([sys.executable, "-m", "edgegossip.cli.app", "fleet", "flash", "--fleet",
-                           str(fleet.root), *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "edgegossip.cli.app",
+            "fleet",
+            "flash",
+            "--fleet",
+            str(fleet.root),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def wifi(tmp_path):
@@ -79,12 +119,19 @@ def read_all(img: Path) -> dict[str, bytes]:
 def check_bundle(files: dict[str, bytes], fleet, name: str) -> None:
     d = fleet.device(name)
     import tomllib
+
     conf = tomllib.loads(files["edgegossip/agent.toml"].decode())
     assert conf["agent"]["id"] == d.id and conf["agent"]["fleet"] == fleet.id
     keys = json.loads(files["edgegossip/link.keys"])
     assert keys["device"] == d.id and all(str(d.id) in k.split(">") for k in keys["links"])
-    assert files["edgegossip/server.key_secret"].startswith(b"#") and b"secret-key" in files["edgegossip/server.key_secret"]
-    assert files["edgegossip/wheels/edgegossip-0.1.0-cp311-cp311-linux_aarch64.whl"] == b"PK\x03\x04 wheel bytes"
+    assert (
+        files["edgegossip/server.key_secret"].startswith(b"#")
+        and b"secret-key" in files["edgegossip/server.key_secret"]
+    )
+    assert (
+        files["edgegossip/wheels/edgegossip-0.1.0-cp311-cp311-linux_aarch64.whl"]
+        == b"PK\x03\x04 wheel bytes"
+    )
     assert b"EG_NO_START" in files["edgegossip/install.sh"]
     assert b"time-sync.target" in files["edgegossip/edgegossip-agent.service"]
 
@@ -104,7 +151,9 @@ def test_flash_trixie_image_with_cloud_init(fleet, tmp_path):
     assert f"instance-id: {row['instance_id']}" in files["meta-data"].decode()
     ud = tmp_path / "user-data"
     ud.write_bytes(files["user-data"])
-    v = subprocess.run(["cloud-init", "schema", "--config-file", str(ud)], capture_output=True, text=True)
+    v = subprocess.run(
+        ["cloud-init", "schema", "--config-file", str(ud)], capture_output=True, text=True
+    )
     assert v.returncode == 0 and "Valid cloud-config" in v.stdout, v.stdout + v.stderr
     doc = json.loads(files["user-data"].decode().split("\n", 1)[1])
     user = doc["users"][0]
@@ -116,10 +165,17 @@ def test_flash_trixie_image_with_cloud_init(fleet, tmp_path):
     ap = net["network"]["wifis"]["wlan0"]
     psk = hashlib.pbkdf2_hmac("sha1", PASSPHRASE.encode(), b"farm", 4096, 32).hex()
     assert ap["access-points"]["farm"]["password"] == psk and ap["regulatory-domain"] == "GB"
-    parsed = subprocess.run(["/usr/bin/python3", "-c",
-                             "import json,sys; from cloudinit.net.network_state import parse_net_config_data as p;"
-                             "s = p(json.load(sys.stdin)['network']); print(sorted(i['name'] for i in s.iter_interfaces()))"],
-                            input=files["network-config"].decode(), capture_output=True, text=True)
+    parsed = subprocess.run(
+        [
+            "/usr/bin/python3",
+            "-c",
+            "import json,sys; from cloudinit.net.network_state import parse_net_config_data as p;"
+            "s = p(json.load(sys.stdin)['network']); print(sorted(i['name'] for i in s.iter_interfaces()))",
+        ],
+        input=files["network-config"].decode(),
+        capture_output=True,
+        text=True,
+    )
     # Debian's cloud-init 22.4 parses netplan v2 (a malformed file raises) but keeps no Wi-Fi state
     assert parsed.returncode == 0 and "eth0" in parsed.stdout, parsed.stderr
     assert PASSPHRASE.encode() not in img.read_bytes()  # never in clear, anywhere on the card
@@ -141,7 +197,9 @@ def test_flash_bookworm_image_with_firstrun(fleet, tmp_path):
     script.write_bytes(files["firstrun.sh"])
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     if shutil.which("shellcheck"):
-        sc = subprocess.run(["shellcheck", "-S", "warning", str(script)], capture_output=True, text=True)
+        sc = subprocess.run(
+            ["shellcheck", "-S", "warning", str(script)], capture_output=True, text=True
+        )
         assert sc.returncode == 0, sc.stdout
     text = files["firstrun.sh"].decode()
     psk = hashlib.pbkdf2_hmac("sha1", PASSPHRASE.encode(), b"farm", 4096, 32).hex()
@@ -163,15 +221,23 @@ def test_flash_boot_folder_and_format_override(fleet, tmp_path):
     assert not (boot / "firstrun.sh").exists() and (boot / "edgegossip" / "link.keys").is_file()
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--image", "MISSING_CMDLINE"], "no cmdline.txt"),
-    (["--image", "TRUNCATED"], "runs past the end"),
-    (["--image", "GOOD", "--wifi-ssid", "farm"], "Wi-Fi needs --wifi-ssid, --wifi-country and --wifi-psk-file"),
-    (["--image", "GOOD", "--boot", "."], "exactly one of"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--image", "MISSING_CMDLINE"], "no cmdline.txt"),
+        (["--image", "TRUNCATED"], "runs past the end"),
+        (
+            ["--image", "GOOD", "--wifi-ssid", "farm"],
+            "Wi-Fi needs --wifi-ssid, --wifi-country and --wifi-psk-file",
+        ),
+        (["--image", "GOOD", "--boot", "."], "exactly one of"),
+    ],
+)
 def test_flash_bad_input_is_one_line(fleet, tmp_path, args, message):
-    images = {"MISSING_CMDLINE": make_image(tmp_path / "a.img", {"config.txt": "x\n"}),
-              "GOOD": make_image(tmp_path / "g.img", BOOKWORM)}
+    images = {
+        "MISSING_CMDLINE": make_image(tmp_path / "a.img", {"config.txt": "x\n"}),
+        "GOOD": make_image(tmp_path / "g.img", BOOKWORM),
+    }
     t = make_image(tmp_path / "t.img", BOOKWORM)
     with open(t, "r+b") as f:
         f.truncate(8192 * 512 + 1000)

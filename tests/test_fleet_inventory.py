@@ -1,5 +1,6 @@
 """The fleet inventory without devices: validation with one-line errors, Ansible import, device
 selection, `fleet set` parsing, rollout batches, rendering each device's agent config."""
+
 import json
 import stat
 import subprocess
@@ -14,10 +15,22 @@ from edgegossip.fleet.inventory import InventoryError
 
 
 def _fleet(tmp_path, n=3, **train):
-    hosts = [{"name": f"pi{i}", "address": f"192.0.2.{i + 1}", "user": "pi", "groups": ["a" if i else "b"]}
-             for i in range(n)]
-    return create.create(tmp_path / "f", "test", hosts, {"train": {"model": "logreg", **train}},
-                         progress=lambda m: None)
+    hosts = [
+        {
+            "name": f"pi{i}",
+            "address": f"192.0.2.{i + 1}",
+            "user": "pi",
+            "groups": ["a" if i else "b"],
+        }
+        for i in range(n)
+    ]
+    return create.create(
+        tmp_path / "f",
+        "test",
+        hosts,
+        {"train": {"model": "logreg", **train}},
+        progress=lambda m: None,
+    )
 
 
 def _edit(tmp_path, old, new):
@@ -40,20 +53,33 @@ def test_init_writes_inventory_and_private_secrets(tmp_path):
         _fleet(tmp_path)
 
 
-@pytest.mark.parametrize("old,new,message", [
-    ("id = 1\n", "id = 0\n", "devices.pi1.id: duplicate agent id 0"),
-    ('[train]\n', '[train]\nbogus = 1\n', "train.bogus: unknown key"),
-    ('[train]\n', '[train]\nkeys = "x"\n', "train.keys: unknown key (set by the fleet tooling)"),
-    ('user = "pi"\n', 'user = "pi"\ncolour = "red"\n', "devices[0].colour: unknown key"),
-    ('address = "192.0.2.2"', 'address = "192.0.2.1"', "192.0.2.1 is also pi0's address"),
-    ('model = "logreg"', 'model = "resnet"', "train.model: must be mlp, logreg or cnn"),
-    ('name = "pi2"', 'name = "pi 2"', "devices.pi 2.name"),
-    ("port = 22\n", "port = 99999\n", "devices.pi0.port: must be a port number"),
-    ('[train]\n', '[data]\nlabel_column = "y"\n[train]\n',
-     "data.label_column given but data.source is 'mnist'"),
-    ('[train]\n', '[train]\nrps_period = 4\n',
-     "train.rps_period given but train.algorithm is 'elastic-gossip'"),
-])
+@pytest.mark.parametrize(
+    "old,new,message",
+    [
+        ("id = 1\n", "id = 0\n", "devices.pi1.id: duplicate agent id 0"),
+        ("[train]\n", "[train]\nbogus = 1\n", "train.bogus: unknown key"),
+        (
+            "[train]\n",
+            '[train]\nkeys = "x"\n',
+            "train.keys: unknown key (set by the fleet tooling)",
+        ),
+        ('user = "pi"\n', 'user = "pi"\ncolour = "red"\n', "devices[0].colour: unknown key"),
+        ('address = "192.0.2.2"', 'address = "192.0.2.1"', "192.0.2.1 is also pi0's address"),
+        ('model = "logreg"', 'model = "resnet"', "train.model: must be mlp, logreg or cnn"),
+        ('name = "pi2"', 'name = "pi 2"', "devices.pi 2.name"),
+        ("port = 22\n", "port = 99999\n", "devices.pi0.port: must be a port number"),
+        (
+            "[train]\n",
+            '[data]\nlabel_column = "y"\n[train]\n',
+            "data.label_column given but data.source is 'mnist'",
+        ),
+        (
+            "[train]\n",
+            "[train]\nrps_period = 4\n",
+            "train.rps_period given but train.algorithm is 'elastic-gossip'",
+        ),
+    ],
+)
 def test_bad_inventory_is_one_line_naming_the_key(tmp_path, old, new, message):
     _fleet(tmp_path)
     _edit(tmp_path, old, new)
@@ -65,14 +91,27 @@ def test_bad_inventory_is_one_line_naming_the_key(tmp_path, old, new, message):
 def test_bad_inventory_from_the_cli_is_one_line_and_exit_2(tmp_path):
     _fleet(tmp_path)
     _edit(tmp_path, "id = 1\n", "id = 0\n")
-    p = subprocess.run([sys.executable, "-m", "edgegossip.cli.app", "fleet", "status", "--fleet",
-                        str(tmp_path / "f")], capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "edgegossip.cli.app",
+            "fleet",
+            "status",
+            "--fleet",
+            str(tmp_path / "f"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "duplicate agent id" in p.stderr
 
 
 def test_ids_stay_stable_when_devices_come_and_go(tmp_path):
     f = _fleet(tmp_path)
     from dataclasses import replace
+
     f = replace(f, devices=f.devices[:1] + f.devices[2:])  # pi1 (id 1) retired
     f = replace(f, devices=(*f.devices, inventory.Device("pi9", "192.0.2.9", inventory.next_id(f))))
     inventory.save(f)
@@ -88,11 +127,12 @@ def test_ids_stay_stable_when_devices_come_and_go(tmp_path):
 def test_rendered_config_layers_profile_fleet_and_overrides(tmp_path):
     f = _fleet(tmp_path)
     from dataclasses import replace
+
     pi = replace(f.devices[0], profile="raspberry-pi-zero-2w", overrides={"batch": 16})
     f = replace(f, devices=(pi, *f.devices[1:]))
     cfg = agentconf.render(f, pi)
     assert cfg.rate_mbps == 5 and cfg.batch == 16  # profile, then the device's override
-    assert cfg.model == "logreg"                   # the profile cannot change the fleet's model
+    assert cfg.model == "logreg"  # the profile cannot change the fleet's model
     assert cfg.keys == agentconf.KEYFILE and cfg.endpoint.endswith(":47100") and cfg.fleet == f.id
     assert config.from_dict(__import__("tomllib").loads(agentconf.toml(f, pi))) == cfg
     with pytest.raises(InventoryError, match="overrides.model: must be the same on every device"):
@@ -125,12 +165,24 @@ pis
     assert by["garage"]["port"] == 2222 and by["garage"]["user"] == "ops"
     assert set(by["garage"]["groups"]) == {"pis", "house"}
     yaml = pytest.importorskip("yaml")
-    doc = {"all": {"children": {"pis": {"vars": {"ansible_user": "pi"},
-                                        "hosts": {"a1": {"ansible_host": "192.0.2.20"},
-                                                  "a2": {"ansible_host": "192.0.2.21", "ansible_port": 22}}}}}}
+    doc = {
+        "all": {
+            "children": {
+                "pis": {
+                    "vars": {"ansible_user": "pi"},
+                    "hosts": {
+                        "a1": {"ansible_host": "192.0.2.20"},
+                        "a2": {"ansible_host": "192.0.2.21", "ansible_port": 22},
+                    },
+                }
+            }
+        }
+    }
     hosts = ansible.from_yaml(yaml.safe_dump(doc), "inv.yml")
     assert [(h["name"], h["address"], h["user"], "pis" in h["groups"]) for h in hosts] == [
-        ("a1", "192.0.2.20", "pi", True), ("a2", "192.0.2.21", "pi", True)]
+        ("a1", "192.0.2.20", "pi", True),
+        ("a2", "192.0.2.21", "pi", True),
+    ]
     with pytest.raises(InventoryError, match="expected KEY=VALUE"):
         ansible.from_ini("[g]\nhost oops\n", "inv")
 
@@ -138,13 +190,30 @@ pis
 def test_cli_init_from_ansible(tmp_path):
     inv = tmp_path / "hosts.ini"
     inv.write_text("[pis]\nk ansible_host=192.0.2.10\ng ansible_host=192.0.2.11\n")
-    p = subprocess.run([sys.executable, "-m", "edgegossip.cli.app", "fleet", "init", str(tmp_path / "f"),
-                        "--from-ansible", str(inv), "--model", "logreg", "--json"],
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "edgegossip.cli.app",
+            "fleet",
+            "init",
+            str(tmp_path / "f"),
+            "--from-ansible",
+            str(inv),
+            "--model",
+            "logreg",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
     assert [(d["name"], d["address"], d["id"]) for d in out["devices"]] == [
-        ("k", "192.0.2.10", 0), ("g", "192.0.2.11", 1)]
+        ("k", "192.0.2.10", 0),
+        ("g", "192.0.2.11", 1),
+    ]
 
 
 def test_set_parses_against_the_config_types(tmp_path):
@@ -152,8 +221,12 @@ def test_set_parses_against_the_config_types(tmp_path):
     assert settings.parse("p=1/16") == ("train", "p", 0.0625)
     assert settings.parse("net.rate_mbps=10") == ("net", "rate_mbps", 10.0)
     assert settings.parse("encrypt=true") == ("net", "encrypt", True)
-    for bad, msg in [("p", "expected KEY=VALUE"), ("batch=big", "is not a int"),
-                     ("keys=/x", "not a setting"), ("train.rate_mbps=3", "not a setting")]:
+    for bad, msg in [
+        ("p", "expected KEY=VALUE"),
+        ("batch=big", "is not a int"),
+        ("keys=/x", "not a setting"),
+        ("train.rate_mbps=3", "not a setting"),
+    ]:
         with pytest.raises(InventoryError, match=msg):
             settings.parse(bad)
     new = settings.apply(f, [settings.parse("p=1/16")], None)
@@ -163,13 +236,17 @@ def test_set_parses_against_the_config_types(tmp_path):
     with pytest.raises(InventoryError, match="same on every device"):
         settings.apply(f, [settings.parse("p=0.5")], [f.devices[0]])
     one = settings.apply(f, [settings.parse("batch=8")], [f.devices[0]])
-    assert agentconf.render(one, one.devices[0]).batch == 8 and agentconf.render(one, one.devices[1]).batch == 32
+    assert (
+        agentconf.render(one, one.devices[0]).batch == 8
+        and agentconf.render(one, one.devices[1]).batch == 32
+    )
 
 
 def test_rollout_batches_and_max_fail():
     class D:
         def __init__(self, name):
             self.name = name
+
     ds = [D(f"d{i}") for i in range(5)]
     assert [len(b) for b in batches(ds, "2")] == [2, 2, 1]
     assert [len(b) for b in batches(ds, "40%")] == [2, 2, 1]
@@ -178,6 +255,7 @@ def test_rollout_batches_and_max_fail():
     def run(group):
         seen.extend(d.name for d in group)
         return [{"name": d.name, "ok": d.name != "d0"} for d in group]
+
     rows = rollout(ds, "2", "0", run)
     assert seen == ["d0", "d1"] and [r.get("skipped") for r in rows[2:]] == [True, True, True]
     seen.clear()

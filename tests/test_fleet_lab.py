@@ -2,6 +2,7 @@
 deploy -> status -> set p=1/16 (rolling) -> an agent killed -> status shows it down -> start ->
 it resumes -> collect (average logreg >= 0.85 on the test set) -> lab down leaves nothing. And
 the ways it must fail: unreachable host, wrong SSH key, full disk, a control key not allowed."""
+
 import json
 import os
 import shutil
@@ -18,10 +19,17 @@ pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def eg(*args, timeout=600, check=True):
-    p = subprocess.run([sys.executable, "-m", "edgegossip.cli.app", *args], capture_output=True,
-                       text=True, timeout=timeout, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+    p = subprocess.run(
+        [sys.executable, "-m", "edgegossip.cli.app", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "OPENBLAS_NUM_THREADS": "1"},
+    )
     if check and p.returncode != 0:
-        raise AssertionError(f"edgegossip {' '.join(args)}: exit {p.returncode}\n{p.stderr[-3000:]}")
+        raise AssertionError(
+            f"edgegossip {' '.join(args)}: exit {p.returncode}\n{p.stderr[-3000:]}"
+        )
     return p
 
 
@@ -37,6 +45,7 @@ def status(lab, *extra):
 def on_device(lab, name, command, check=True):
     from edgegossip.fleet import inventory
     from edgegossip.fleet.ssh import Ssh
+
     f = inventory.load(lab)
     return Ssh(f, f.device(name)).run(command, check=check, timeout=60)
 
@@ -44,9 +53,12 @@ def on_device(lab, name, command, check=True):
 def leftovers():
     nets = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
-    procs = subprocess.run(["pgrep", "-f", "systemd-nspawn.*egl"], capture_output=True, text=True).stdout
+    procs = subprocess.run(
+        ["pgrep", "-f", "systemd-nspawn.*egl"], capture_output=True, text=True
+    ).stdout
     import re
-    return (re.findall(r"\begl\d+\w*", nets) + re.findall(r"\begl\d+h\b", links) + procs.split())
+
+    return re.findall(r"\begl\d+\w*", nets) + re.findall(r"\begl\d+h\b", links) + procs.split()
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +66,19 @@ def lab(tmp_path_factory, root_only_module):
     out = tmp_path_factory.mktemp("lab") / "fleet"
     before = set(leftovers())
     try:
-        up = js("lab", "up", "--devices", "3", "--loss", "0.1", "--model", "logreg", "--out", str(out),
-                timeout=600)
+        up = js(
+            "lab",
+            "up",
+            "--devices",
+            "3",
+            "--loss",
+            "0.1",
+            "--model",
+            "logreg",
+            "--out",
+            str(out),
+            timeout=600,
+        )
         assert len(up["devices"]) == 3
         yield out
     finally:
@@ -77,15 +100,29 @@ def test_fleet_end_to_end(lab, tmp_path):
     deploy_s = time.monotonic() - t0
     rows = dep["devices"]
     assert [r["ok"] for r in rows] == [True] * 3, rows
-    assert all(r["state"] == "training" and r["version_after"] and r["release_after"] == dep["release"]
-               for r in rows), rows
+    assert all(
+        r["state"] == "training" and r["version_after"] and r["release_after"] == dep["release"]
+        for r in rows
+    ), rows
     print(f"deploy of 3 lab devices took {deploy_s:.1f} s")
 
-    again = js("fleet", "deploy", "--fleet", str(lab), timeout=600)  # idempotent: nothing shipped twice
-    assert all(r["ok"] and r["changed"] is False and r["shipped_mb"] < 1 for r in again["devices"]), again
+    again = js(
+        "fleet", "deploy", "--fleet", str(lab), timeout=600
+    )  # idempotent: nothing shipped twice
+    assert all(
+        r["ok"] and r["changed"] is False and r["shipped_mb"] < 1 for r in again["devices"]
+    ), again
 
-    st = until(lambda: (s := status(lab)) and all(r["state"] == "training" and r["step"] for r in s.values()) and s,
-               timeout=90, what="three agents training", every=1)
+    st = until(
+        lambda: (
+            (s := status(lab))
+            and all(r["state"] == "training" and r["step"] for r in s.values())
+            and s
+        ),
+        timeout=90,
+        what="three agents training",
+        every=1,
+    )
     assert all(r["source"] == "control" and r["reachable"] for r in st.values())
 
     res = js("fleet", "set", "p=1/16", "--fleet", str(lab), timeout=600)
@@ -94,18 +131,33 @@ def test_fleet_end_to_end(lab, tmp_path):
     hashes = {r["name"]: r["config_hash"] for r in res["devices"]}
     st = status(lab)
     assert {n: r["config_hash"] for n, r in st.items()} == hashes
-    assert "p = 0.0625" in on_device(lab, "lab" + lab_id(lab) + "-0", "cat /etc/edgegossip/agent.toml").stdout.decode()
+    assert (
+        "p = 0.0625"
+        in on_device(
+            lab, "lab" + lab_id(lab) + "-0", "cat /etc/edgegossip/agent.toml"
+        ).stdout.decode()
+    )
 
     victim = sorted(st)[1]
     step_before = status(lab, "--only", victim)[victim]["step"]
-    on_device(lab, victim, "bash -c 'systemctl kill -s KILL edgegossip-agent; sleep 1; systemctl stop edgegossip-agent'",
-              check=False)
+    on_device(
+        lab,
+        victim,
+        "bash -c 'systemctl kill -s KILL edgegossip-agent; sleep 1; systemctl stop edgegossip-agent'",
+        check=False,
+    )
     st = status(lab)
-    assert st[victim]["state"] in ("stopped", "failed") and st[victim]["source"] == "ssh", st[victim]
+    assert st[victim]["state"] in ("stopped", "failed") and st[victim]["source"] == "ssh", st[
+        victim
+    ]
     assert all(st[n]["state"] == "training" for n in st if n != victim)
     assert js("fleet", "start", "--fleet", str(lab), "--only", victim)["devices"][0]["ok"]
-    back = until(lambda: (r := status(lab, "--only", victim)[victim])["state"] == "training" and r,
-                 timeout=90, what="the restarted agent", every=1)
+    back = until(
+        lambda: (r := status(lab, "--only", victim)[victim])["state"] == "training" and r,
+        timeout=90,
+        what="the restarted agent",
+        every=1,
+    )
     assert back["step"] >= step_before - 200, "the agent did not resume from its checkpoint"
 
     time.sleep(20)  # let the restarted one catch up with the fleet
@@ -113,9 +165,16 @@ def test_fleet_end_to_end(lab, tmp_path):
     col = js("fleet", "collect", "--fleet", str(lab), "--out", str(out), "--live", timeout=600)
     assert col["average_model_accuracy"] >= 0.85, col
     assert Path(col["onnx"]).is_file() and (out / "summary.json").is_file()
-    assert all(r["ok"] and r["accuracy"] > 0.8 and r["step"] > 0 for r in col["devices"]), col["devices"]
-    starts = [json.loads(line) for line in (out / f"agent{sorted(st).index(victim)}" / "metrics.jsonl")
-              .read_text().splitlines() if '"start"' in line]
+    assert all(r["ok"] and r["accuracy"] > 0.8 and r["step"] > 0 for r in col["devices"]), col[
+        "devices"
+    ]
+    starts = [
+        json.loads(line)
+        for line in (out / f"agent{sorted(st).index(victim)}" / "metrics.jsonl")
+        .read_text()
+        .splitlines()
+        if '"start"' in line
+    ]
     assert starts[-1]["resumed"] is True
 
     logs = eg("fleet", "logs", victim, "--fleet", str(lab), "--lines", "20").stdout
@@ -127,7 +186,9 @@ def lab_id(lab: Path) -> str:
 
 
 def _copy_fleet(lab: Path, dest: Path) -> Path:
-    shutil.copytree(lab, dest, ignore=shutil.ignore_patterns("wheelhouse", "data", "lab", "collected"))
+    shutil.copytree(
+        lab, dest, ignore=shutil.ignore_patterns("wheelhouse", "data", "lab", "collected")
+    )
     return dest
 
 
@@ -144,19 +205,28 @@ def test_unreachable_device_and_wrong_ssh_key_are_rows(lab, tmp_path):
     assert p.returncode == 1 and "ghost" in p.stdout and "unreachable" in p.stdout
 
     # a key the devices never authorised: every device is a one-line "SSH key refused" row
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "k")], check=True)
-    text = (f2 / "fleet.toml").read_text().replace('ssh_key = "secrets/ssh/id_ed25519"',
-                                                   f'ssh_key = "{tmp_path / "k"}"')
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "k")], check=True
+    )
+    text = (
+        (f2 / "fleet.toml")
+        .read_text()
+        .replace('ssh_key = "secrets/ssh/id_ed25519"', f'ssh_key = "{tmp_path / "k"}"')
+    )
     (f2 / "fleet.toml").write_text(text)
     p = eg("fleet", "restart", "--fleet", str(f2), "--only", "lab", "--json", check=False)
     assert p.returncode == 1
     rows = json.loads(p.stdout)["devices"]
-    assert all(not r["ok"] and r["error"].startswith("SSH key refused") and "\n" not in r["error"] for r in rows)
+    assert all(
+        not r["ok"] and r["error"].startswith("SSH key refused") and "\n" not in r["error"]
+        for r in rows
+    )
     assert all(r["state"] == "training" for r in status(lab).values())  # nothing was restarted
 
 
 def test_control_key_not_allowed_gets_no_answer(lab, tmp_path):
     import zmq.auth
+
     f3 = _copy_fleet(lab, tmp_path / "f3")
     ctl = f3 / "secrets" / "control"
     for name in ("client.key", "client.key_secret"):
@@ -189,6 +259,7 @@ def test_flashed_first_boot_provisions_a_fresh_device(tmp_path):
     /boot/firmware, the script run as systemd would run it: the agent comes up training, and the
     bundle with its secrets is gone from the boot partition."""
     from tests.test_flash import BOOKWORM
+
     out = tmp_path / "lab1"
     try:
         js("lab", "up", "--devices", "2", "--model", "logreg", "--split", "none", "--out", str(out))
@@ -198,24 +269,47 @@ def test_flashed_first_boot_provisions_a_fresh_device(tmp_path):
         boot.mkdir()
         for name, text in BOOKWORM.items():
             (boot / name).write_text(text)
-        row = js("fleet", "flash", names[0], "--fleet", str(out), "--boot", str(boot), "--format", "firstrun")
+        row = js(
+            "fleet",
+            "flash",
+            names[0],
+            "--fleet",
+            str(out),
+            "--boot",
+            str(boot),
+            "--format",
+            "firstrun",
+        )
         assert row["format"] == "firstrun"
         import io
         import tarfile
+
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w") as t:
             t.add(str(boot), arcname=".")
-        on_device_input(out, names[0], "bash -c 'mkdir -p /boot/firmware && tar -x -C /boot/firmware'",
-                        buf.getvalue())
+        on_device_input(
+            out,
+            names[0],
+            "bash -c 'mkdir -p /boot/firmware && tar -x -C /boot/firmware'",
+            buf.getvalue(),
+        )
         run = on_device(out, names[0], "bash /boot/firmware/firstrun.sh", check=False)
         assert run.returncode == 0, run.stderr.decode()[-2000:]
-        left = on_device(out, names[0], "bash -c 'ls /boot/firmware; cat /boot/firmware/cmdline.txt; "
-                         "cat /etc/hostname; systemctl is-enabled edgegossip-agent'").stdout.decode()
+        left = on_device(
+            out,
+            names[0],
+            "bash -c 'ls /boot/firmware; cat /boot/firmware/cmdline.txt; "
+            "cat /etc/hostname; systemctl is-enabled edgegossip-agent'",
+        ).stdout.decode()
         assert "edgegossip" not in left.split("\n")[:5] and "firstrun.sh" not in left
         assert "systemd.run" not in left and names[0] in left and "enabled" in left
         on_device(out, names[0], "systemctl start edgegossip-agent")  # what the reboot does
-        st = until(lambda: (r := status(out, "--only", names[0])[names[0]])["state"] == "training" and r,
-                   timeout=90, what="the flashed device's agent", every=1)
+        st = until(
+            lambda: (r := status(out, "--only", names[0])[names[0]])["state"] == "training" and r,
+            timeout=90,
+            what="the flashed device's agent",
+            every=1,
+        )
         assert st["source"] == "control"
     finally:
         eg("lab", "down", str(out), check=False)
@@ -224,5 +318,6 @@ def test_flashed_first_boot_provisions_a_fresh_device(tmp_path):
 def on_device_input(lab, name, command, data: bytes):
     from edgegossip.fleet import inventory
     from edgegossip.fleet.ssh import Ssh
+
     f = inventory.load(lab)
     return Ssh(f, f.device(name)).run(command, input=data, timeout=120)

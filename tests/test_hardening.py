@@ -1,6 +1,7 @@
 """The five attacks on the data plane, each sent over real sockets to a real receive path
 (transport, receive thread, inbox with its compiled fast path) on both transports; after each,
 the legitimate peer's next round is accepted whole. And a bounded fuzz of captured datagrams."""
+
 import time
 
 import numpy as np
@@ -48,8 +49,9 @@ class Receiver:
     def round_ok(self, sender: int, round: int) -> bool:
         out = np.zeros(PLAN.n_params, np.float32)
         mask = np.zeros(PLAN.n_chunks, np.uint8)
-        got = self.inbox.collect(sender, wire.MsgType.PARAMS, round, time.monotonic() + 3, out,
-                                 mask)
+        got = self.inbox.collect(
+            sender, wire.MsgType.PARAMS, round, time.monotonic() + 3, out, mask
+        )
         return got == PLAN.n_chunks
 
     def close(self) -> None:
@@ -66,6 +68,7 @@ def receivers(free_udp_port):
         r = Receiver(kind, free_udp_port(), inbox or Inbox(PLAN, KEY, 1, peers={A, C}, me=B))
         opened.append(r)
         return r
+
     yield start
     for r in opened:
         r.close()
@@ -79,12 +82,12 @@ def _drops(r: Receiver) -> dict:
 def test_replay_across_destinations_is_dropped(receivers, kind):
     b = receivers(kind)
     a, c = Encoder(PLAN, KEY, 1, A, session=1), Encoder(PLAN, KEY, 1, C, session=1)
-    a_to_c = _frames(a, 1, C)              # captured on their way to C
+    a_to_c = _frames(a, 1, C)  # captured on their way to C
     c_to_a = _frames(c, 1, A)
     b.send(a_to_c + c_to_a)
     assert b.inbox.counter.accepted == 0
     assert _drops(b) == {"wrong_receiver": len(a_to_c) + len(c_to_a)}
-    b.send(_frames(a, 2, B))               # A's own traffic to B, right after
+    b.send(_frames(a, 2, B))  # A's own traffic to B, right after
     assert b.round_ok(A, 2) and set(_drops(b)) == {"wrong_receiver"}
 
 
@@ -95,7 +98,7 @@ def test_replay_into_a_restarted_receiver_is_dropped(receivers, kind):
     captured = _frames(a, 1, B)
     first.send(captured)
     assert first.round_ok(A, 1)
-    state = first.inbox.replay_state()      # what the checkpoint keeps
+    state = first.inbox.replay_state()  # what the checkpoint keeps
     first.close()
     restarted = Inbox(PLAN, KEY, 1, peers={A, C}, me=B)
     restarted.restore_replay(state)
@@ -115,10 +118,10 @@ def test_a_restarted_peer_is_heard_at_once_and_its_old_session_dropped(receivers
     old = _frames(before, 900, B)
     b.send(old)
     assert b.round_ok(A, 900)
-    after = Encoder(PLAN, KEY, 1, A, session=5)   # A crashed and came back: round 1 again
+    after = Encoder(PLAN, KEY, 1, A, session=5)  # A crashed and came back: round 1 again
     b.send(_frames(after, 1, B))
     assert b.round_ok(A, 1) and "old_round" not in _drops(b)
-    b.send(old)                                   # the old session replayed
+    b.send(old)  # the old session replayed
     assert _drops(b) == {"old_session": len(old)}
     b.send(_frames(after, 2, B))
     assert b.round_ok(A, 2)
@@ -146,8 +149,9 @@ def test_one_tagged_datagram_far_ahead_in_sequence_cannot_lock_a_link(receivers,
     assert b.round_ok(A, 1)
     honest = a._seq[B]
     a._seq[B] = seq - 1
-    poisoned = bytes(next(a.chunks(np.ones(PLAN.n_params, np.float32), wire.MsgType.PARAMS, 2,
-                                   receiver=B)))
+    poisoned = bytes(
+        next(a.chunks(np.ones(PLAN.n_params, np.float32), wire.MsgType.PARAMS, 2, receiver=B))
+    )
     a._seq[B] = honest
     b.send([poisoned])
     assert _drops(b) == {"seq_jump": 1} and b.inbox.counter.accepted == PLAN.n_chunks
@@ -182,18 +186,18 @@ def test_fuzzed_captured_datagrams_are_never_accepted():
                 elif kind == 1:
                     d[rng.integers(len(d))] = int(rng.integers(256))
                 elif kind == 2:
-                    del d[int(rng.integers(len(d))):]
+                    del d[int(rng.integers(len(d))) :]
                 else:
                     d += bytes(rng.integers(0, 256, int(rng.integers(1, 32)), dtype=np.uint8))
             d = d[:width]
-            rows[i, :len(d)] = np.frombuffer(bytes(d), np.uint8)
+            rows[i, : len(d)] = np.frombuffer(bytes(d), np.uint8)
             lengths[i] = len(d)
         i = 0
         while i < n:  # as a batching transport delivers: the fast path first, then ingest()
             j = inbox.fast(rows, lengths, i, n, prefix)
             assert j == i, "the compiled path accepted a mutated datagram"
             if lengths[i] > 3 and rows[i, 0] == 2 and bytes(rows[i, 1:3]) == b"eg":
-                inbox.ingest(memoryview(rows[i, 3:lengths[i]]))
+                inbox.ingest(memoryview(rows[i, 3 : lengths[i]]))
             i += 1
         mutated += n
     assert mutated > 1000

@@ -1,11 +1,12 @@
 """Every kind of bad datagram is dropped and counted under its reason; the model is unchanged."""
+
 import time
 
 import numpy as np
 import pytest
+from helpers.datagrams import reseal
 
 from edgegossip.dataplane import wire
-from helpers.datagrams import reseal
 from edgegossip.dataplane.chunking import ChunkPlan
 from edgegossip.dataplane.inbox import Inbox
 from edgegossip.dataplane.outbox import Encoder
@@ -47,7 +48,7 @@ def _forge_payload(body, fn, key=KEY):
 
 
 def _nan(b, h):
-    b[wire.HEADER_SIZE:wire.HEADER_SIZE + 4] = np.array([np.nan], np.float32).tobytes()
+    b[wire.HEADER_SIZE : wire.HEADER_SIZE + 4] = np.array([np.nan], np.float32).tobytes()
 
 
 def _offset_past_end(b, h):
@@ -65,10 +66,17 @@ CASES = {
     "non_finite": lambda ds: _forge_payload(ds[0], _nan),
     "out_of_bounds": lambda ds: _forge_payload(ds[0], _offset_past_end),
 }
-EXPECTED = {"truncated": "truncated", "truncated_tail": "truncated", "random": None,
-            "oversized": "oversized", "bad_tag": "bad_tag", "wrong_key": "bad_tag",
-            "wrong_fleet": "wrong_fleet", "non_finite": "non_finite",
-            "out_of_bounds": "out_of_bounds"}
+EXPECTED = {
+    "truncated": "truncated",
+    "truncated_tail": "truncated",
+    "random": None,
+    "oversized": "oversized",
+    "bad_tag": "bad_tag",
+    "wrong_key": "bad_tag",
+    "wrong_fleet": "wrong_fleet",
+    "non_finite": "non_finite",
+    "out_of_bounds": "out_of_bounds",
+}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -144,8 +152,9 @@ def test_link_loss_counts_sequence_gaps():
 def test_rps_block_outside_the_fleet_is_out_of_bounds():
     inbox = Inbox(PLAN, KEY, 1, rps_blocks=4)
     enc = Encoder(PLAN, KEY, 1, 2)
-    d = bytes(next(enc.chunks(np.ones(1000, np.float32), wire.MsgType.REDUCE, 1, chunks=[0],
-                              block=9)))[3:]
+    d = bytes(
+        next(enc.chunks(np.ones(1000, np.float32), wire.MsgType.REDUCE, 1, chunks=[0], block=9))
+    )[3:]
     inbox.ingest(memoryview(d))  # tagged, but names a block no server holds: no exception
     assert inbox.counter.drops == {"out_of_bounds": 1}
 

@@ -32,8 +32,8 @@ def test_elastic_pull_matches_reference(impl, n, chunk, kind):
 
 
 def test_elastic_pull_with_separate_reference(impl):
-    x = np.array([10, 10, 10, 10], np.float32)   # post-step
-    pre = np.array([1, 2, 3, 4], np.float32)     # pre-step parameters
+    x = np.array([10, 10, 10, 10], np.float32)  # post-step
+    pre = np.array([1, 2, 3, 4], np.float32)  # pre-step parameters
     y = np.array([3, 2, 1, 0], np.float32)
     impl.elastic_pull(x, pre, y, np.array([1, 0], np.uint8), 2, 0.5)
     np.testing.assert_array_equal(x, [11, 10, 10, 10])
@@ -88,12 +88,12 @@ def test_scatter_chunk_bounds(impl):
     mask = np.zeros(4, np.uint8)
     assert impl.scatter_chunk(buf, mask, b"\x01\x02\x03\x04", 12, 3)
     assert buf[12:].tolist() == [1, 2, 3, 4] and mask.tolist() == [0, 0, 0, 1]
-    assert not impl.scatter_chunk(buf, mask, b"\x09" * 4, 13, 3)   # runs past the end
-    assert not impl.scatter_chunk(buf, mask, b"\x09" * 4, -4, 0)   # negative offset
-    assert not impl.scatter_chunk(buf, mask, b"\x09" * 4, 0, 4)    # chunk index past mask
-    assert not impl.scatter_chunk(buf, mask, b"\x09" * 20, 0, 0)   # longer than buffer
+    assert not impl.scatter_chunk(buf, mask, b"\x09" * 4, 13, 3)  # runs past the end
+    assert not impl.scatter_chunk(buf, mask, b"\x09" * 4, -4, 0)  # negative offset
+    assert not impl.scatter_chunk(buf, mask, b"\x09" * 4, 0, 4)  # chunk index past mask
+    assert not impl.scatter_chunk(buf, mask, b"\x09" * 20, 0, 0)  # longer than buffer
     assert buf[:12].tolist() == [0] * 12 and mask.tolist() == [0, 0, 0, 1]
-    assert impl.scatter_chunk(buf, mask, b"", 16, 0)               # empty payload at the end
+    assert impl.scatter_chunk(buf, mask, b"", 16, 0)  # empty payload at the end
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
@@ -128,9 +128,14 @@ def test_selector_env(monkeypatch):
     import importlib
     import subprocess
     import sys
-    out = subprocess.run([sys.executable, "-c", "import edgegossip.kernels as k; print(k.IMPLEMENTATION)"],
-                         env={**__import__("os").environ, "EDGEGOSSIP_NO_EXTENSIONS": "1"},
-                         capture_output=True, text=True, check=True)
+
+    out = subprocess.run(
+        [sys.executable, "-c", "import edgegossip.kernels as k; print(k.IMPLEMENTATION)"],
+        env={**__import__("os").environ, "EDGEGOSSIP_NO_EXTENSIONS": "1"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert out.stdout.strip() == "numpy"
     assert importlib.import_module("edgegossip.kernels").IMPLEMENTATION in ("cython", "numpy")
 
@@ -153,13 +158,34 @@ def _awkward_floats(n, rng):
     float16's subnormals and the ties between them, its largest value and beyond, bfloat16
     ties, and values far outside float16's range."""
     x = rng.standard_normal(n, dtype=np.float32) * np.float32(0.05)
-    edges = np.array([0.0, -0.0, 2.0**-24, 2.0**-25, 3 * 2.0**-25, 2.0**-14, 2.0**-14 - 2.0**-25,
-                      6.1e-5, 65504.0, 65519.0, 65520.0, 1e6, -1e6, 1e-30, 1.0 + 2.0**-11,
-                      1.0 + 3 * 2.0**-11, 1.0 + 2.0**-8, 1.0 + 3 * 2.0**-8, 3e38, -3e38],
-                     np.float32)
-    x[:min(n, len(edges))] = edges[:n]
-    tiny = rng.integers(-2**10, 2**10, n).astype(np.float32) * np.float32(2.0**-25)
-    x[len(edges):] += tiny[len(edges):]  # odd multiples of 2^-25 hit float16 subnormal ties
+    edges = np.array(
+        [
+            0.0,
+            -0.0,
+            2.0**-24,
+            2.0**-25,
+            3 * 2.0**-25,
+            2.0**-14,
+            2.0**-14 - 2.0**-25,
+            6.1e-5,
+            65504.0,
+            65519.0,
+            65520.0,
+            1e6,
+            -1e6,
+            1e-30,
+            1.0 + 2.0**-11,
+            1.0 + 3 * 2.0**-11,
+            1.0 + 2.0**-8,
+            1.0 + 3 * 2.0**-8,
+            3e38,
+            -3e38,
+        ],
+        np.float32,
+    )
+    x[: min(n, len(edges))] = edges[:n]
+    tiny = rng.integers(-(2**10), 2**10, n).astype(np.float32) * np.float32(2.0**-25)
+    x[len(edges) :] += tiny[len(edges) :]  # odd multiples of 2^-25 hit float16 subnormal ties
     return x
 
 
@@ -200,8 +226,8 @@ def test_i8_codec_matches_reference_bit_for_bit(impl, n, chunk):
     rng = np.random.default_rng(n + chunk)
     x = rng.standard_normal(n, dtype=np.float32) * np.float32(0.05)
     if n > 30:
-        x[10:10 + chunk] = 0.0          # an all-zero chunk: scale 0
-        x[25] = np.nan                  # a chunk that must arrive as non-finite
+        x[10 : 10 + chunk] = 0.0  # an all-zero chunk: scale 0
+        x[25] = np.nan  # a chunk that must arrive as non-finite
     size = n + 4 * (-(-n // chunk))
     got, want = np.zeros(size, np.uint8), np.zeros(size, np.uint8)
     impl.i8_encode(x, got, chunk)
@@ -220,5 +246,5 @@ def test_i8_error_is_at_most_half_a_step_of_its_chunk():
     ref.i8_decode(out, back, 4)
     for c, amax in ((0, 0.5), (1, 2.0)):
         step = amax / 127
-        assert np.abs(back[4 * c:4 * c + 4] - x[4 * c:4 * c + 4]).max() <= step / 2 * 1.0001
+        assert np.abs(back[4 * c : 4 * c + 4] - x[4 * c : 4 * c + 4]).max() <= step / 2 * 1.0001
     assert back[0] == 0.5 and back[5] == 2.0 and back[6] == -2.0  # the largest is exact

@@ -33,8 +33,10 @@ def test_mlp_gradient_matches_finite_differences(dropout):
         qp, qm = q.copy(), q.copy()
         qp[k] += eps
         qm[k] -= eps
-        fd = (m.loss_grad(qp, scratch, x, y, np.random.default_rng(5))
-              - m.loss_grad(qm, scratch, x, y, np.random.default_rng(5))) / (2 * eps)
+        fd = (
+            m.loss_grad(qp, scratch, x, y, np.random.default_rng(5))
+            - m.loss_grad(qm, scratch, x, y, np.random.default_rng(5))
+        ) / (2 * eps)
         assert abs(fd - g[k]) < 2e-3, (k, fd, g[k])
 
 
@@ -53,6 +55,7 @@ def test_logreg_learns_separable_data():
 
 def test_cnn_gradient_matches_finite_differences():
     from edgegossip.models.cnn import CNN
+
     m = CNN(channels=(2, 3), seed=0)
     q = m.init()
     v = m.layout.views(q)
@@ -69,7 +72,9 @@ def test_cnn_gradient_matches_finite_differences():
         qp, qm = q.copy(), q.copy()
         qp[k] += eps
         qm[k] -= eps
-        fd = (m.loss_grad(qp, scratch, x, y, None) - m.loss_grad(qm, scratch, x, y, None)) / (2 * eps)
+        fd = (m.loss_grad(qp, scratch, x, y, None) - m.loss_grad(qm, scratch, x, y, None)) / (
+            2 * eps
+        )
         if abs(fd - g[k]) > 2e-3 + 0.02 * abs(fd):
             bad.append((int(k), fd, float(g[k])))
     # a max-pool arg-max or a ReLU may flip inside +-eps for a handful of coordinates
@@ -90,6 +95,7 @@ def test_layer_by_layer_step_equals_the_whole_model_step(sizes):
     same shapes (the row blocks), and the optimiser's update is elementwise."""
     from edgegossip.models import mlp
     from edgegossip.models.optim import NesterovSGD
+
     m = mlp.MLP(sizes, 0.2, 0.5, seed=3)
     rng = np.random.default_rng(0)
     xb = rng.random((32, 784), dtype=np.float32)
@@ -101,8 +107,14 @@ def test_layer_by_layer_step_equals_the_whole_model_step(sizes):
     for step in range(3):
         l1 = m.loss_grad(x1, g, xb, yb, np.random.default_rng(step))
         o1.step(x1, g)
-        l2 = m.loss_grad(x2, scratch, xb, yb, np.random.default_rng(step),
-                         apply=lambda lo, hi, gs: o2.step_slice(x2, gs, lo, hi))
+        l2 = m.loss_grad(
+            x2,
+            scratch,
+            xb,
+            yb,
+            np.random.default_rng(step),
+            apply=lambda lo, hi, gs: o2.step_slice(x2, gs, lo, hi),
+        )
         assert l1 == l2
         np.testing.assert_array_equal(x1, x2)
         np.testing.assert_array_equal(o1.v, o2.v)

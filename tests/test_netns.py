@@ -1,4 +1,5 @@
 """Real kernel packet loss in network namespaces (root). In CI these must run, never skip."""
+
 import json
 import subprocess
 import sys
@@ -25,8 +26,13 @@ def lan_factory(root_only):
     yield make
     for lan in made:
         lan.down()
-    assert not [n for n in subprocess.run(["ip", "netns", "list"], capture_output=True,
-                                          text=True).stdout.split() if n.startswith("eg20")]
+    assert not [
+        n
+        for n in subprocess.run(
+            ["ip", "netns", "list"], capture_output=True, text=True
+        ).stdout.split()
+        if n.startswith("eg20")
+    ]
 
 
 def test_loss_rules_text():
@@ -40,9 +46,23 @@ def test_loss_rules_text():
 @pytest.mark.parametrize("transport", ["udp", "zmq"])
 def test_exchange_under_kernel_loss(lan_factory, transport):
     lan_factory(1, 0.0)  # proves root and gives the fixture's teardown check something to do
-    res = CliRunner().invoke(cli, ["exchange", "--backend", "netns", "--transport", transport,
-                                   "--loss", "0.2", "--params", "300000", "--rounds", "3",
-                                   "--json"])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "exchange",
+            "--backend",
+            "netns",
+            "--transport",
+            transport,
+            "--loss",
+            "0.2",
+            "--params",
+            "300000",
+            "--rounds",
+            "3",
+            "--json",
+        ],
+    )
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)["results"][0]
     assert out["loss_kind"] == "kernel (nftables)"
@@ -90,12 +110,18 @@ def test_forged_and_malformed_into_namespace(lan_factory, transport, tmp_path):
     lan = lan_factory(2, 0.0)
     (tmp_path / "r.py").write_text(RECEIVER)
     (tmp_path / "s.py").write_text(SENDER)
-    r = subprocess.Popen(lan.exec_args(1) + [sys.executable, str(tmp_path / "r.py"), transport,
-                                             lan.address(1)], stdout=subprocess.PIPE, text=True)
+    r = subprocess.Popen(
+        lan.exec_args(1) + [sys.executable, str(tmp_path / "r.py"), transport, lan.address(1)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert r.stdout.readline().strip() == "ready"
-        subprocess.run(lan.exec_args(0) + [sys.executable, str(tmp_path / "s.py"),
-                                           lan.address(1)], check=True, timeout=30)
+        subprocess.run(
+            lan.exec_args(0) + [sys.executable, str(tmp_path / "s.py"), lan.address(1)],
+            check=True,
+            timeout=30,
+        )
         out, _ = r.communicate(timeout=30)
         assert r.returncode == 0
         snap = json.loads(out)

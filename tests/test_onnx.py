@@ -1,5 +1,6 @@
 """ONNX: the exported file loads in stock onnxruntime and predicts as NumPy does; the gradient
 graph follows the NumPy backend step for step from the same start."""
+
 import numpy as np
 import onnx
 import pytest
@@ -37,7 +38,11 @@ def test_onnx_training_follows_numpy(mnist_data, name):
     g_ox = np.zeros_like(p_ox)
     opt_ox = NesterovSGD(m.n_params)
     trainer = OnnxTrainer(m)
-    r_np, r_ox, batches = np.random.default_rng(1), np.random.default_rng(1), np.random.default_rng(2)
+    r_np, r_ox, batches = (
+        np.random.default_rng(1),
+        np.random.default_rng(1),
+        np.random.default_rng(2),
+    )
     l_np, l_ox = [], []
     for step in range(100):
         idx = batches.integers(0, len(mnist_data.y_train), 32)

@@ -1,5 +1,5 @@
 """The operator's side under attack (issue 21): each proof fails on the code before the fix."""
-import json
+
 import os
 import stat
 
@@ -13,7 +13,7 @@ def test_a_deeply_nested_request_is_refused_not_fatal():
     deep = b"[" * 3000 + b"]" * 3000
     assert len(deep) < messages.MAX_REQUEST * 2
     with pytest.raises(messages.BadRequest):
-        messages.parse(deep[:messages.MAX_REQUEST])
+        messages.parse(deep[: messages.MAX_REQUEST])
     with pytest.raises(messages.BadRequest):
         messages.parse(b'{"op": ' + b"[" * 2000 + b"]" * 2000 + b"}")
 
@@ -27,6 +27,7 @@ def test_one_devices_garbage_is_one_failed_row():
         if device.name == "bad":
             return [].get("x")  # what a list reply once did: AttributeError
         return {"fine": True}
+
     rows = parallel.each([D("good"), D("bad"), D("also")], task, progress=False)
     assert [r["ok"] for r in rows] == [True, False, True]
     assert rows[1]["error"].startswith("AttributeError") and "\n" not in rows[1]["error"]
@@ -62,12 +63,18 @@ def test_private_runtime_dir_is_preferred(tmp_path, monkeypatch):
 
 def test_an_ssid_with_a_newline_is_refused():
     from edgegossip.flash import wifi
+
     with pytest.raises(ValueError, match="control characters"):
         wifi.psk("farm\nEOF\nreboot", "correct horse battery staple")
 
 
 def test_wifi_file_is_private_before_its_bytes_land():
     from edgegossip.flash import firstboot
-    text = firstboot.firstrun("pi0", "pi", "ssh-ed25519 AAAA k", "0123456789ab", "farm", "ab" * 32, "GB")
-    line = next(ln for ln in text.splitlines() if "edgegossip-wifi.nmconnection" in ln and "cat" in ln)
+
+    text = firstboot.firstrun(
+        "pi0", "pi", "ssh-ed25519 AAAA k", "0123456789ab", "farm", "ab" * 32, "GB"
+    )
+    line = next(
+        ln for ln in text.splitlines() if "edgegossip-wifi.nmconnection" in ln and "cat" in ln
+    )
     assert line.startswith("(umask 077;"), line

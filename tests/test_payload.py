@@ -1,14 +1,15 @@
 """Compressed payloads end to end through the data plane: encoded per datagram by the Encoder,
 checked and decoded by the Inbox, each chunk in as many datagram bytes as the codec says."""
+
 import time
 
 import numpy as np
 import pytest
+from helpers.datagrams import reseal
 
 from edgegossip.dataplane import payload, wire
 from edgegossip.dataplane.inbox import Inbox
 from edgegossip.dataplane.outbox import Encoder
-from helpers.datagrams import reseal
 
 KEY = b"k" * 32
 N = 10_000
@@ -50,7 +51,9 @@ def test_every_codec_arrives_as_the_simulators_roundtrip(name, encrypt):
 
 
 def test_datagram_counts_shrink_with_the_codec():
-    counts = {n: payload.codec(n).plan(N, wire.default_chunk_bytes()).n_chunks for n in payload.NAMES}
+    counts = {
+        n: payload.codec(n).plan(N, wire.default_chunk_bytes()).n_chunks for n in payload.NAMES
+    }
     assert counts["float16"] == counts["bfloat16"] == -(-counts["float32"] // 2)
     assert counts["int8"] <= -(-counts["float32"] // 4) + 1
 
@@ -75,8 +78,11 @@ def test_a_wrong_length_or_a_nan_scale_changes_nothing():
         fn(b, h)
         return bytes(reseal(b, KEY))
 
-    nan_scale = forged(lambda b, h: b.__setitem__(slice(wire.HEADER_SIZE, wire.HEADER_SIZE + 4),
-                                                  np.array([np.nan], "<f4").tobytes()))
+    nan_scale = forged(
+        lambda b, h: b.__setitem__(
+            slice(wire.HEADER_SIZE, wire.HEADER_SIZE + 4), np.array([np.nan], "<f4").tobytes()
+        )
+    )
     h = wire.unpack(memoryview(ds[0]))._replace(seq=101)
     short = bytearray(ds[0][:-4])  # one element fewer than the chunk holds, correctly tagged
     wire.pack_into(short, 0, h._replace(length=h.length - 4))

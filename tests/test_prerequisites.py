@@ -1,6 +1,7 @@
 """The one list of system packages (scripts/system-packages.sh), proven from scratch: its install
 step, run inside a bare Debian root, brings every command the demo and the tests call. A package
 installed by hand on a developer's machine cannot hide a gap here."""
+
 import subprocess
 from pathlib import Path
 
@@ -13,8 +14,9 @@ SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "system-packages.sh"
 
 
 def _table(group: str) -> list[list[str]]:
-    out = subprocess.run(["bash", str(SCRIPT), "list", group], capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        ["bash", str(SCRIPT), "list", group], capture_output=True, text=True, check=True
+    ).stdout
     return [ln.split(None, 3) for ln in out.splitlines() if ln.strip()]
 
 
@@ -33,7 +35,9 @@ def test_groups_include_each_other():
 
 def test_a_missing_tool_names_its_package(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
-    with pytest.raises(tools.MissingTool, match=r"nft not found .*install the Debian package nftables"):
+    with pytest.raises(
+        tools.MissingTool, match=r"nft not found .*install the Debian package nftables"
+    ):
         tools.require("nft", why="network emulation")
 
 
@@ -46,17 +50,27 @@ def test_install_step_brings_every_command_into_a_bare_debian_root(root_only, tm
         (top / "tmp/system-packages.sh").write_bytes(SCRIPT.read_bytes())
 
         def chroot(*cmd: str, timeout: float = 60) -> subprocess.CompletedProcess:
-            return subprocess.run(["chroot", str(top), *cmd], capture_output=True, text=True,
-                                  timeout=timeout, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
-                                                        "DEBIAN_FRONTEND": "noninteractive"})
+            return subprocess.run(
+                ["chroot", str(top), *cmd],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "DEBIAN_FRONTEND": "noninteractive"},
+            )
+
         before = chroot("bash", "/tmp/system-packages.sh", "missing", "test").stdout.split()
         assert {"nftables", "iptables", "podman"} <= set(before), before  # really bare
         inst = chroot("bash", "/tmp/system-packages.sh", "install", "test", timeout=1200)
         assert inst.returncode == 0, inst.stdout[-2000:] + inst.stderr[-2000:]
         after = chroot("bash", "/tmp/system-packages.sh", "missing", "test").stdout.split()
         assert after == [], after
-        commands = {*tools.PACKAGES, *chroot("bash", "/tmp/system-packages.sh", "commands",
-                                             "test").stdout.split()}
-        absent = [c for c in sorted(commands)
-                  if chroot("sh", "-c", f"command -v {c} || test -e {c}").returncode != 0]
+        commands = {
+            *tools.PACKAGES,
+            *chroot("bash", "/tmp/system-packages.sh", "commands", "test").stdout.split(),
+        }
+        absent = [
+            c
+            for c in sorted(commands)
+            if chroot("sh", "-c", f"command -v {c} || test -e {c}").returncode != 0
+        ]
         assert absent == [], f"not present after the install step: {absent}"

@@ -1,16 +1,17 @@
 """Protocols against a recording transport: who is sent what."""
+
 import threading
 import time
 
 import numpy as np
 
+from edgegossip.config import AgentConfig, Peer
 from edgegossip.dataplane import wire
 from edgegossip.dataplane.chunking import ChunkPlan
-from edgegossip.config import AgentConfig, Peer
 from edgegossip.dataplane.inbox import Inbox
 from edgegossip.dataplane.outbox import Encoder
-from edgegossip.protocol import Context, make_protocol
 from edgegossip.dataplane.sender import Sender, Snapshots
+from edgegossip.protocol import Context, make_protocol
 from edgegossip.transport.base import Transport
 from edgegossip.transport.peers import PeerBook
 
@@ -19,6 +20,7 @@ KEY = b"k" * 32
 
 class SlowRecorder(Transport):
     """Takes 1 ms per datagram, as a slow link would, and records (peer, msg_type, block)."""
+
     name = "recorder"
 
     def __init__(self):
@@ -43,8 +45,15 @@ class SlowRecorder(Transport):
 
 def test_rps_iteration_reaches_every_peer():
     W = 8
-    cfg = AgentConfig(id=0, listen="127.0.0.1:1", workers=W, algorithm="rps", model="logreg",
-                      rps_period=1, peers=tuple(Peer(i, "127.0.0.1", 1000 + i) for i in range(1, W)))
+    cfg = AgentConfig(
+        id=0,
+        listen="127.0.0.1:1",
+        workers=W,
+        algorithm="rps",
+        model="logreg",
+        rps_period=1,
+        peers=tuple(Peer(i, "127.0.0.1", 1000 + i) for i in range(1, W)),
+    )
     plan = ChunkPlan(7850, wire.default_chunk_bytes())
     t = SlowRecorder()
     endpoints = PeerBook({p.id: (p.host, p.port) for p in cfg.peers})
@@ -70,12 +79,12 @@ def test_a_snapshot_returns_to_the_pool_only_when_every_holder_is_done():
     pool = Snapshots(10, 2)
     x = np.arange(10, dtype=np.float32)
     a = pool.take(x)
-    a.hold()                      # the send thread's hold
+    a.hold()  # the send thread's hold
     b = pool.take(x + 1)
     assert pool.take(x) is None and pool.skipped == 1
-    a.release()                   # the protocol is done; the sender still reads a.vec
+    a.release()  # the protocol is done; the sender still reads a.vec
     assert pool.take(x) is None
-    a.release()                   # the sender is done
+    a.release()  # the sender is done
     c = pool.take(x * 0)
     assert c is a and (c.vec == 0).all() and (b.vec == x + 1).all()
 
@@ -84,19 +93,34 @@ def test_a_draw_is_never_thrown_away():
     """p = 1 with a slow sender: every step draws, the draws made while the link is busy are
     owed and start as soon as it frees, and beyond MAX_OWED they lapse, counted."""
     from edgegossip.protocol.gossip import MAX_OWED
-    cfg = AgentConfig(id=0, listen="127.0.0.1:1", workers=3, algorithm="elastic-gossip",
-                      model="logreg", p=1.0, deadline_s=0.2,
-                      peers=(Peer(1, "127.0.0.1", 1001), Peer(2, "127.0.0.1", 1002)))
+
+    cfg = AgentConfig(
+        id=0,
+        listen="127.0.0.1:1",
+        workers=3,
+        algorithm="elastic-gossip",
+        model="logreg",
+        p=1.0,
+        deadline_s=0.2,
+        peers=(Peer(1, "127.0.0.1", 1001), Peer(2, "127.0.0.1", 1002)),
+    )
     plan = ChunkPlan(7850, wire.default_chunk_bytes())
     t = SlowRecorder()
     endpoints = PeerBook({p.id: (p.host, p.port) for p in cfg.peers})
     sender = Sender(t, Encoder(plan, KEY, 1, 0), endpoints)
-    ctx = Context(cfg, plan, Inbox(plan, KEY, 1, receive_buffers=2), sender, endpoints,
-                  np.random.default_rng(0), Snapshots(plan.n_params, 2))
+    ctx = Context(
+        cfg,
+        plan,
+        Inbox(plan, KEY, 1, receive_buffers=2),
+        sender,
+        endpoints,
+        np.random.default_rng(0),
+        Snapshots(plan.n_params, 2),
+    )
     proto = make_protocol(ctx)
     x = np.ones(plan.n_params, np.float32)
     steps = 0
-    for steps in range(1, 41):   # quick steps: the link cannot keep up with p = 1
+    for steps in range(1, 41):  # quick steps: the link cannot keep up with p = 1
         proto.before_step(x, steps)
         proto.after_step(x, steps)
         time.sleep(0.005)
@@ -106,6 +130,7 @@ def test_a_draw_is_never_thrown_away():
     assert proto.owed <= MAX_OWED and ex["lapsed"] > 0 and ex["initiated"] >= 2
     started = ex["initiated"]
     from dataclasses import replace
+
     ctx.cfg = replace(cfg, p=0.0)  # no new draws: the owed ones start as the link frees
     end = time.monotonic() + 10
     while proto.owed and time.monotonic() < end:
@@ -119,6 +144,7 @@ def test_a_draw_is_never_thrown_away():
 
 class Direct(Transport):
     """Hands every datagram straight to one inbox, as a lossless link would."""
+
     name = "direct"
 
     def __init__(self, inbox):
@@ -128,7 +154,7 @@ class Direct(Transport):
         return endpoint
 
     def send(self, peer, datagram):
-        self.inbox.ingest(memoryview(bytes(datagram))[1 + len(wire.DEFAULT_GROUP):])
+        self.inbox.ingest(memoryview(bytes(datagram))[1 + len(wire.DEFAULT_GROUP) :])
 
     def recv_loop(self, handler, drop, stop, fast=None):
         stop.wait()
@@ -141,19 +167,40 @@ def test_gossip_push_agents_merge_by_push_sum_weights_over_the_wire():
     """Two workers (values 4 and 8) push to a third (0): the weights travel in the headers and
     the receiver ends at the weighted mean 3 with weight 2, the senders at weight 1/2 each."""
     plan = ChunkPlan(7850, wire.default_chunk_bytes())
-    cfg = AgentConfig(id=0, listen="127.0.0.1:1", workers=3, algorithm="gossip-push", model="logreg",
-                      p=0.0, peers=(Peer(1, "127.0.0.1", 1001), Peer(2, "127.0.0.1", 1002)))
+    cfg = AgentConfig(
+        id=0,
+        listen="127.0.0.1:1",
+        workers=3,
+        algorithm="gossip-push",
+        model="logreg",
+        p=0.0,
+        peers=(Peer(1, "127.0.0.1", 1001), Peer(2, "127.0.0.1", 1002)),
+    )
     inbox = Inbox(plan, KEY, 1, me=0)
     book = PeerBook({p.id: (p.host, p.port) for p in cfg.peers})
     receiver = make_protocol(Context(cfg, plan, inbox, None, book, np.random.default_rng(0)))
     pushers = []
     for me, value in ((1, 4.0), (2, 8.0)):
-        c = AgentConfig(id=me, listen="127.0.0.1:1", workers=3, algorithm="gossip-push",
-                        model="logreg", p=1.0, peers=(Peer(0, "127.0.0.1", 1000),))
+        c = AgentConfig(
+            id=me,
+            listen="127.0.0.1:1",
+            workers=3,
+            algorithm="gossip-push",
+            model="logreg",
+            p=1.0,
+            peers=(Peer(0, "127.0.0.1", 1000),),
+        )
         book_c = PeerBook({0: ("127.0.0.1", 1000)})
         sender = Sender(Direct(inbox), Encoder(plan, KEY, 1, me), book_c)
-        ctx = Context(c, plan, Inbox(plan, KEY, 1, me=me), sender, book_c,
-                      np.random.default_rng(me), Snapshots(plan.n_params, 2))
+        ctx = Context(
+            c,
+            plan,
+            Inbox(plan, KEY, 1, me=me),
+            sender,
+            book_c,
+            np.random.default_rng(me),
+            Snapshots(plan.n_params, 2),
+        )
         proto = make_protocol(ctx)
         proto.before_step(np.full(plan.n_params, value, np.float32), 0)
         pushers.append((ctx, sender))
@@ -164,8 +211,8 @@ def test_gossip_push_agents_merge_by_push_sum_weights_over_the_wire():
         sender.close()
         assert ctx.push_weight == 0.5 and ctx.exchanges["initiated"] == 1
     x = np.zeros(plan.n_params, np.float32)
-    receiver.before_step(x, 0)   # learns of both messages and their weights
-    receiver.after_step(x, 1)    # both complete: merged
+    receiver.before_step(x, 0)  # learns of both messages and their weights
+    receiver.after_step(x, 1)  # both complete: merged
     assert not receiver.pending
     np.testing.assert_allclose(x, 3.0, rtol=1e-6)
     assert receiver.ctx.push_weight == 2.0

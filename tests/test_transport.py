@@ -1,5 +1,6 @@
 """Both transports over real loopback sockets: delivery, interop with libzmq both ways, and bad
 datagrams sent at the socket. UDP tests assert fractions delivered, never exact counts."""
+
 import os
 import socket
 import subprocess
@@ -10,9 +11,9 @@ import time
 import numpy as np
 import pytest
 import zmq
+from helpers.datagrams import reseal
 
 from edgegossip.dataplane import wire
-from helpers.datagrams import reseal
 from edgegossip.dataplane.chunking import ChunkPlan
 from edgegossip.dataplane.inbox import Inbox
 from edgegossip.dataplane.outbox import Encoder
@@ -68,7 +69,7 @@ def test_model_crosses(receiver, tx, rx):
     _send_model(tx, peer, x, rate=20e6)
     got, out, mask = _collect(inbox)
     assert got >= 0.99 * PLAN.n_chunks, (got, inbox.counter.snapshot())
-    sel = np.repeat(mask.astype(bool), PLAN.chunk_elems)[:PLAN.n_params]
+    sel = np.repeat(mask.astype(bool), PLAN.chunk_elems)[: PLAN.n_params]
     np.testing.assert_array_equal(out[sel], x[sel])
     assert inbox.counter.dropped == 0
 
@@ -106,7 +107,7 @@ def _bad_datagrams():
     past[3:] = reseal(past[3:], KEY)
     return good[0], {
         "truncated": good[1][:25],
-        "random": bytes(np.random.default_rng(1).integers(0, 256, 500, dtype=np.uint8)) ,
+        "random": bytes(np.random.default_rng(1).integers(0, 256, 500, dtype=np.uint8)),
         "high_first_byte": b"\x80" + good[1][1:],
         "oversized": b"\x02eg" + b"\x00" * 8900,
         "bad_tag": forged,
@@ -167,8 +168,12 @@ def test_zmq_receiver_survives_high_first_byte(free_udp_port, tmp_path):
     port = free_udp_port()
     script = tmp_path / "recv.py"
     script.write_text(RECEIVER)
-    p = subprocess.Popen([sys.executable, str(script), str(port), "1.5"], stdout=subprocess.PIPE,
-                         text=True, env=os.environ.copy())
+    p = subprocess.Popen(
+        [sys.executable, str(script), str(port), "1.5"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=os.environ.copy(),
+    )
     try:
         assert p.stdout.readline().strip() == "ready"
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -199,6 +204,7 @@ def test_zmq_refuses_oversized_body():
 def test_udp_fallback_without_recvmmsg(receiver, monkeypatch):
     """Where the batched receive extension is not built, one recvmsg per datagram."""
     from edgegossip.transport import udp
+
     monkeypatch.setattr(udp, "recv_batch", None)
     peer, inbox = receiver("udp")
     time.sleep(0.05)
@@ -231,7 +237,7 @@ def test_send_batch_leaves_as_separate_datagrams(free_udp_port, gso):
         got = []
         for n in enc.batches(x, 1, 0):
             t.send_batch(rx.getsockname(), enc.rows, enc.lengths, n)
-            got += [enc.rows[i, :enc.lengths[i]].tobytes() for i in range(n)]
+            got += [enc.rows[i, : enc.lengths[i]].tobytes() for i in range(n)]
         arrived = [rx.recv(65536) for _ in got]
     finally:
         t.close()
@@ -247,6 +253,7 @@ def test_peer_names_that_resolve_late_are_retried_and_skipped_meanwhile(monkeypa
     datagrams go to the address it resolved to."""
     from edgegossip.dataplane.sender import Sender, Snapshots
     from edgegossip.transport import peers as peers_mod
+
     known: dict[str, str] = {}
     monkeypatch.setattr(peers_mod, "lookup", lambda host, port: known.get(host))
     monkeypatch.setattr(peers_mod, "RETRY_S", 0.05)
@@ -277,7 +284,7 @@ def test_peer_names_that_resolve_late_are_retried_and_skipped_meanwhile(monkeypa
         snap.release()
         got, out, mask = _collect(inbox, round=1)
         assert got >= 0.99 * PLAN.n_chunks, (got, inbox.counter.snapshot())
-        sel = np.repeat(mask.astype(bool), PLAN.chunk_elems)[:PLAN.n_params]
+        sel = np.repeat(mask.astype(bool), PLAN.chunk_elems)[: PLAN.n_params]
         np.testing.assert_array_equal(out[sel], x[sel])
     finally:
         sender.close()

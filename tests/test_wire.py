@@ -29,16 +29,19 @@ def test_chunk_sizes_fit_mtu_and_libzmq():
         wire.check_chunk_bytes(1413)
 
 
-@pytest.mark.parametrize("mutate,reason", [
-    (lambda b: b[:20], "truncated"),
-    (lambda b: b[:-1], "truncated"),
-    (lambda b: bytes([1]) + b[1:], "bad_version"),
-    (lambda b: b[:15] + bytes([0xBC]) + b[16:], "bad_weight"),  # push-sum weight -1.0
-    (lambda b: b[:15] + bytes([0x7C]) + b[16:], "bad_weight"),  # +inf
-    (lambda b: b[:15] + bytes([0x7E]) + b[16:], "bad_weight"),  # NaN
-    (lambda b: b[:1] + bytes([9]) + b[2:], "bad_type"),
-    (lambda b: b[:2] + bytes([9]) + b[3:], "bad_dtype"),
-])
+@pytest.mark.parametrize(
+    "mutate,reason",
+    [
+        (lambda b: b[:20], "truncated"),
+        (lambda b: b[:-1], "truncated"),
+        (lambda b: bytes([1]) + b[1:], "bad_version"),
+        (lambda b: b[:15] + bytes([0xBC]) + b[16:], "bad_weight"),  # push-sum weight -1.0
+        (lambda b: b[:15] + bytes([0x7C]) + b[16:], "bad_weight"),  # +inf
+        (lambda b: b[:15] + bytes([0x7E]) + b[16:], "bad_weight"),  # NaN
+        (lambda b: b[:1] + bytes([9]) + b[2:], "bad_type"),
+        (lambda b: b[:2] + bytes([9]) + b[3:], "bad_dtype"),
+    ],
+)
 def test_unpack_rejects(mutate, reason):
     plan = ChunkPlan(1000, 400)
     enc = Encoder(plan, KEY, 1, 2)
@@ -71,6 +74,7 @@ def test_tag_covers_group_header_and_payload():
     def ok(b, key=KEY, group=wire.DEFAULT_GROUP, sender=2, receiver=0):
         aad = wire.frame_prefix(group) + bytes(b[:end])
         return LinkKeys.of(key).aead(sender, receiver).open(wire.nonce(h), aad, b[end:]) is not None
+
     assert ok(body)
     for pos in (6, 10, 16, 45, 53):  # sender, receiver, session, seq, a payload byte
         forged = bytearray(body)
@@ -78,7 +82,7 @@ def test_tag_covers_group_header_and_payload():
         assert not ok(forged)
     assert not ok(body, key=b"x" * 32)
     assert not ok(body, group=b"eh")
-    assert not ok(body, sender=1)       # another link's key
+    assert not ok(body, sender=1)  # another link's key
 
 
 def test_encrypted_payload_is_not_readable_and_opens_with_the_link_key():
@@ -89,8 +93,8 @@ def test_encrypted_payload_is_not_readable_and_opens_with_the_link_key():
     h = wire.unpack(memoryview(body))
     assert h.flags & wire.FLAG_ENCRYPTED
     assert x[:100].tobytes() not in body
-    aad = wire.frame_prefix(wire.DEFAULT_GROUP) + body[:wire.HEADER_SIZE]
-    opened = LinkKeys.of(KEY).aead(2, 3).open(wire.nonce(h), aad, body[wire.HEADER_SIZE:])
+    aad = wire.frame_prefix(wire.DEFAULT_GROUP) + body[: wire.HEADER_SIZE]
+    opened = LinkKeys.of(KEY).aead(2, 3).open(wire.nonce(h), aad, body[wire.HEADER_SIZE :])
     assert opened == x[:100].tobytes()
 
 
@@ -99,6 +103,7 @@ def test_compiled_and_python_framing_are_the_same_bytes(encrypt):
     """The C batch framer against the Python one, both with OpenSSL's AEAD; and the pure-Python
     ChaCha20-Poly1305 against OpenSSL's on every datagram."""
     from edgegossip.dataplane import aead
+
     if aead.IMPLEMENTATION != "openssl":
         pytest.skip("built without OpenSSL headers")
     plan = ChunkPlan(2000, 400)
@@ -107,25 +112,28 @@ def test_compiled_and_python_framing_are_the_same_bytes(encrypt):
     enc = Encoder(plan, KEY, 1, 2, encrypt=encrypt)
     many = []
     for n in enc.batches(x, 1, 4, receiver=1):
-        many += [enc.rows[i, :enc.lengths[i]].tobytes() for i in range(n)]
+        many += [enc.rows[i, : enc.lengths[i]].tobytes() for i in range(n)]
     assert many == one
     ref = aead.PyAead(LinkKeys.of(KEY).key(2, 1))
     raw = x.view(np.uint8)
     for d in one:
         body = d[3:]
         h = wire.unpack(memoryview(body))
-        pt = raw[h.byte_offset:h.byte_offset + h.length].tobytes()
+        pt = raw[h.byte_offset : h.byte_offset + h.length].tobytes()
         if encrypt:
-            sealed = ref.seal(wire.nonce(h), d[:3 + wire.HEADER_SIZE], pt)
+            sealed = ref.seal(wire.nonce(h), d[: 3 + wire.HEADER_SIZE], pt)
         else:
-            sealed = pt + ref.seal(wire.nonce(h), d[:-wire.TAG_SIZE])
-        assert sealed == body[wire.HEADER_SIZE:]
+            sealed = pt + ref.seal(wire.nonce(h), d[: -wire.TAG_SIZE])
+        assert sealed == body[wire.HEADER_SIZE :]
 
 
 def test_rfc8439_vector_both_implementations():
     from edgegossip.dataplane import aead
-    pt = (b"Ladies and Gentlemen of the class of '99: If I could offer you only one tip for "
-          b"the future, sunscreen would be it.")
+
+    pt = (
+        b"Ladies and Gentlemen of the class of '99: If I could offer you only one tip for "
+        b"the future, sunscreen would be it."
+    )
     aad = bytes.fromhex("50515253c0c1c2c3c4c5c6c7")
     key = bytes(range(0x80, 0xA0))
     iv = bytes.fromhex("070000004041424344454647")
@@ -141,12 +149,15 @@ def test_rfc8439_vector_both_implementations():
 
 def test_keyfiles_hold_only_a_devices_own_links(tmp_path):
     from edgegossip.dataplane import keys
+
     out = keys.write_fleet(tmp_path / "k", workers=3, fleet=9)
     assert (tmp_path / "k" / "master.key").stat().st_mode & 0o777 == 0o600
     master = bytes.fromhex((tmp_path / "k" / "master.key").read_text())
     one = LinkKeys.load(out["devices"][1], device=1, fleet=9)
-    assert one.key(0, 1) == keys.link_key(master, 0, 1) and one.key(1, 2) == keys.link_key(master, 1, 2)
-    assert one.key(0, 2) is None and one.aead(2, 0) is None   # not its links: nothing to forge with
+    assert one.key(0, 1) == keys.link_key(master, 0, 1) and one.key(1, 2) == keys.link_key(
+        master, 1, 2
+    )
+    assert one.key(0, 2) is None and one.aead(2, 0) is None  # not its links: nothing to forge with
     with pytest.raises(keys.KeyfileError):
         LinkKeys.load(out["devices"][1], device=2, fleet=9)
     with pytest.raises(FileExistsError):
@@ -157,13 +168,13 @@ def test_replay_window():
     w = ReplayWindow()
     assert w.check(100) is None
     assert w.check(100) == "replayed"
-    assert w.check(98) is None          # reordered but new
+    assert w.check(98) is None  # reordered but new
     assert w.check(98) == "replayed"
     assert w.check(100 + WINDOW) is None
     assert w.check(100) == "stale"
     assert w.check(10**15) is None
     assert w.reason(10**15 + 1) is None and w.reason(10**15) == "replayed"
-    assert w.highest == 10**15          # reason() records nothing
+    assert w.highest == 10**15  # reason() records nothing
 
 
 def test_chunk_plan_blocks_cover_model():

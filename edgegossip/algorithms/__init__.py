@@ -14,7 +14,8 @@ from edgegossip.algorithms.local import Local
 from edgegossip.algorithms.rps import Rps
 
 REGISTRY: dict[str, type[Algorithm]] = {
-    a.name: a for a in (ElasticGossip, GossipPull, GossipPush, Rps, AllReduce, Local)}
+    a.name: a for a in (ElasticGossip, GossipPull, GossipPush, Rps, AllReduce, Local)
+}
 NAMES = tuple(REGISTRY)
 DEFAULT = ElasticGossip.name
 

@@ -27,7 +27,7 @@ def ring_bytes_per_step(model_bytes: int, workers: int) -> float:
 
 class AllReduce(Algorithm):
     name = "allreduce"
-    datagrams = False   # a ZeroMQ TCP ring: retransmitting, no link keys, no inbox
+    datagrams = False  # a ZeroMQ TCP ring: retransmitting, no link keys, no inbox
     peers = "all"
     whole_gradient = True
     protocol = "edgegossip.protocol.allreduce:RingAllReduce"

@@ -21,20 +21,21 @@ class World:
     parameters, optimisers and gradients (computed for this step), their pre-step snapshots and
     what a peer receives of them, and the loss model (net.send(w, chunks) -> mask of what
     arrived, net.request(w), net.bytes_sent)."""
+
     xs: list[np.ndarray]
     opts: list[Any]
     grads: list[np.ndarray]
     pres: list[np.ndarray]
-    sent: list[np.ndarray]            # pres itself, or its encoded and decoded copy
+    sent: list[np.ndarray]  # pres itself, or its encoded and decoded copy
     net: Any
-    rng: np.random.Generator          # the peer picks
+    rng: np.random.Generator  # the peer picks
     plan: ChunkPlan
-    wire_copy: Any                    # payload.Roundtrip: a vector as the wire delivers it
+    wire_copy: Any  # payload.Roundtrip: a vector as the wire delivers it
     p: float
     alpha: float
     avg_grad: np.ndarray
     weights: list[float] = field(default_factory=list)  # push-sum weights
-    ring_bytes: float = 0.0           # all-reduce's traffic per worker so far
+    ring_bytes: float = 0.0  # all-reduce's traffic per worker so far
 
     @property
     def n(self) -> int:
@@ -65,9 +66,9 @@ class Algorithm:
     datagrams: ClassVar[bool] = True
     # "all": every other worker, with ids 0..W-1; "some": at least one peer; "none"
     peers: ClassVar[str] = "some"
-    receive_buffers: ClassVar[int] = 2     # the inbox's exchange buffers
-    rps_blocks: ClassVar[bool] = False     # the inbox keeps one buffer per RPS block instead
-    push_weight: ClassVar[bool] = False    # a push-sum weight in every header
+    receive_buffers: ClassVar[int] = 2  # the inbox's exchange buffers
+    rps_blocks: ClassVar[bool] = False  # the inbox keeps one buffer per RPS block instead
+    push_weight: ClassVar[bool] = False  # a push-sum weight in every header
     whole_gradient: ClassVar[bool] = False  # needs the whole gradient at once (no fused step)
     # the protocol class that drives it on an agent, "module:Class", imported when it runs
     protocol: ClassVar[str] = "edgegossip.protocol.base:Protocol"
@@ -91,14 +92,17 @@ class GossipAlgorithm(Algorithm):
     """Gossip: with probability p per step a worker picks one peer; the pickers' and the picked
     workers' pre-step parameters are snapshotted, every worker steps, then merge() applies."""
 
-    settings = ("p",)
+    settings: ClassVar[tuple[str, ...]] = ("p",)
     protocol = ""
 
     @classmethod
     def sim_step(cls, world: World) -> None:
         from edgegossip.algorithms.elastic_gossip import choose_peers
+
         picks = choose_peers(world.n, world.p, world.rng)
-        involved = {w for w, j in enumerate(picks) if j is not None} | {j for j in picks if j is not None}
+        involved = {w for w, j in enumerate(picks) if j is not None} | {
+            j for j in picks if j is not None
+        }
         for w in involved:
             world.snapshot(w)
         world.local_steps()

@@ -39,8 +39,13 @@ def exchange_sets(picks: list[int | None]) -> list[set[int]]:
     return sets
 
 
-def apply(x: np.ndarray, pre: np.ndarray, received: list[tuple[np.ndarray, np.ndarray]],
-          alpha: float, chunk_elems: int) -> None:
+def apply(
+    x: np.ndarray,
+    pre: np.ndarray,
+    received: list[tuple[np.ndarray, np.ndarray]],
+    alpha: float,
+    chunk_elems: int,
+) -> None:
     """x (already stepped) -= alpha * m_j * (pre - y_j) for each received (y_j, m_j)."""
     for y, mask in received:
         kernels.elastic_pull(x, pre, y, mask, chunk_elems, alpha)

@@ -18,7 +18,9 @@ from edgegossip.algorithms.elastic_gossip import choose_peers
 __all__ = ["choose_peers", "apply", "GossipPull"]
 
 
-def apply(x: np.ndarray, pre: np.ndarray, y: np.ndarray, mask: np.ndarray, chunk_elems: int) -> None:
+def apply(
+    x: np.ndarray, pre: np.ndarray, y: np.ndarray, mask: np.ndarray, chunk_elems: int
+) -> None:
     """Initiator only: x (already stepped) -= m * (pre - y) / 2."""
     kernels.elastic_pull(x, pre, y, mask, chunk_elems, 0.5)
 
@@ -32,5 +34,10 @@ class GossipPull(GossipAlgorithm):
         for i, j in enumerate(picks):
             if j is not None:
                 world.net.request(i)
-                apply(world.xs[i], world.pres[i], world.sent[j], world.net.send(j, world.whole),
-                      world.plan.chunk_elems)
+                apply(
+                    world.xs[i],
+                    world.pres[i],
+                    world.sent[j],
+                    world.net.send(j, world.whole),
+                    world.plan.chunk_elems,
+                )

@@ -43,8 +43,9 @@ def give(w: float) -> tuple[float, float]:
     return s, w - s
 
 
-def apply(x: np.ndarray, y: np.ndarray, mask: np.ndarray, chunk_elems: int, w: float,
-          s: float) -> float:
+def apply(
+    x: np.ndarray, y: np.ndarray, mask: np.ndarray, chunk_elems: int, w: float, s: float
+) -> float:
     """Receiver: merge y (arrived where mask is set), sent with weight s, into x, which has
     weight w; returns x's new weight."""
     if s > 0 and w + s > 0:
@@ -68,8 +69,14 @@ class GossipPush(GossipAlgorithm):
             if j is not None:
                 mask = world.net.send(i, world.whole)
                 if mask.any():  # else the receiver never learns of it: s is lost
-                    weights[j] = apply(world.xs[j], world.sent[i], mask, world.plan.chunk_elems,
-                                       weights[j], given[i])
+                    weights[j] = apply(
+                        world.xs[j],
+                        world.sent[i],
+                        mask,
+                        world.plan.chunk_elems,
+                        weights[j],
+                        given[i],
+                    )
 
     @classmethod
     def sim_report(cls, world: World) -> dict:

@@ -26,8 +26,13 @@ def block_slice(plan: ChunkPlan, block: int, n_blocks: int) -> tuple[slice, rang
     return slice(a, b), chunks
 
 
-def reduce(own_block: np.ndarray, received: list[tuple[np.ndarray, np.ndarray]], chunk_elems: int,
-           acc: np.ndarray | None = None, count: np.ndarray | None = None) -> None:
+def reduce(
+    own_block: np.ndarray,
+    received: list[tuple[np.ndarray, np.ndarray]],
+    chunk_elems: int,
+    acc: np.ndarray | None = None,
+    count: np.ndarray | None = None,
+) -> None:
     """Server side: own_block <- per-chunk average of itself and the copies that arrived.
     Masks are per chunk of the block. acc and count may be passed in to avoid allocation."""
     n = own_block.shape[0]
@@ -69,7 +74,7 @@ class Rps(Algorithm):
             received = []
             for w in range(W):
                 if w != k:
-                    mask = net.send(w, chunks)[chunks.start:chunks.stop]
+                    mask = net.send(w, chunks)[chunks.start : chunks.stop]
                     y = xs[w][sl]
                     received.append((wire_copy(y, np.empty_like(y)) if fresh else y, mask))
             reduce(xs[k][sl], received, ce)
@@ -78,5 +83,5 @@ class Rps(Algorithm):
             served = wire_copy(xs[k][sl])  # the averaged block as it goes out
             for w in range(W):
                 if w != k:
-                    mask = net.send(k, chunks)[chunks.start:chunks.stop]
+                    mask = net.send(k, chunks)[chunks.start : chunks.stop]
                     gather(xs[w][sl], served, mask, ce)

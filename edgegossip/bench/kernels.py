@@ -9,11 +9,13 @@ Masks are 90% set (10% of chunks lost), at the default chunk size.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from edgegossip import _kernels_py, kernels
-from edgegossip.dataplane import wire
 from edgegossip.bench.timing import best_time
+from edgegossip.dataplane import wire
 
 SIZES = (2_913_290, 25_000_000)
 
@@ -29,7 +31,7 @@ def _cases(n: int, impl, rng: np.random.Generator):
     ybytes = y.view(np.uint8)
     xbytes = x.view(np.uint8)
     cb = chunk * 4
-    payloads = [memoryview(ybytes[c * cb:(c + 1) * cb]) for c in range(nchunks)]
+    payloads = [memoryview(ybytes[c * cb : (c + 1) * cb]) for c in range(nchunks)]
 
     def scatter():
         for c, p in enumerate(payloads):
@@ -51,20 +53,23 @@ def run(sizes=SIZES, repeat: int = 5) -> dict:
     for n in sizes:
         src = rng.standard_normal(n, dtype=np.float32)
         dst = np.empty_like(src)
-        copy_gbps = 8 * n / best_time(lambda d=dst, s=src: np.copyto(d, s), repeat) / 1e9
+        copy_gbps = 8 * n / best_time(functools.partial(np.copyto, dst, src), repeat) / 1e9
         native = _cases(n, kernels, rng)
         ref = _cases(n, _kernels_py, rng)
         for name, (per_elem, fn) in native.items():
             t_native = best_time(fn, repeat)
             t_numpy = best_time(ref[name][1], repeat)
-            rows.append({
-                "kernel": name, "n": n,
-                "native_gbps": round(per_elem * n / t_native / 1e9, 2),
-                "numpy_gbps": round(per_elem * n / t_numpy / 1e9, 2),
-                "copy_gbps": round(copy_gbps, 2),
-                "native_ms": round(t_native * 1e3, 3),
-                "numpy_ms": round(t_numpy * 1e3, 3),
-                "ratio_to_copy": round(per_elem * n / t_native / 1e9 / copy_gbps, 2),
-                "speedup_vs_numpy": round(t_numpy / t_native, 1),
-            })
+            rows.append(
+                {
+                    "kernel": name,
+                    "n": n,
+                    "native_gbps": round(per_elem * n / t_native / 1e9, 2),
+                    "numpy_gbps": round(per_elem * n / t_numpy / 1e9, 2),
+                    "copy_gbps": round(copy_gbps, 2),
+                    "native_ms": round(t_native * 1e3, 3),
+                    "numpy_ms": round(t_numpy * 1e3, 3),
+                    "ratio_to_copy": round(per_elem * n / t_native / 1e9 / copy_gbps, 2),
+                    "speedup_vs_numpy": round(t_numpy / t_native, 1),
+                }
+            )
     return {"benchmark": "kernels", "implementation": kernels.IMPLEMENTATION, "results": rows}

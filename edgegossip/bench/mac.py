@@ -17,7 +17,8 @@ SIZES = (1471, 8191)  # whole datagrams at the default and the largest chunk
 
 
 def _timed_c(kind: str, n: int, seconds: float) -> float:
-    from edgegossip import _wire_c
+    from edgegossip import _wire_c  # type: ignore[attr-defined]  # compiled, no stub
+
     count = 256
     while True:
         t = _wire_c.mac_speed(kind, n, count)
@@ -41,14 +42,21 @@ def _candidates():
     rows = []
     try:
         from edgegossip import _wire_c  # noqa: F401
-        rows += [("hmac-sha256", "openssl", "c"), ("chacha20-poly1305", "openssl", "c"),
-                 ("chacha20-poly1305-enc", "openssl", "c")]
+
+        rows += [
+            ("hmac-sha256", "openssl", "c"),
+            ("chacha20-poly1305", "openssl", "c"),
+            ("chacha20-poly1305-enc", "openssl", "c"),
+        ]
     except ImportError:
-        rows.append(("hmac-sha256", "hashlib", lambda m: __import__("hmac").digest(key, m, "sha256")))
+        rows.append(
+            ("hmac-sha256", "hashlib", lambda m: __import__("hmac").digest(key, m, "sha256"))
+        )
     rows.append(("blake2s-keyed", "hashlib", lambda m: hashlib.blake2s(m, key=key).digest()))
     rows.append(("blake2b-keyed", "hashlib", lambda m: hashlib.blake2b(m, key=key).digest()))
     try:
         import blake3
+
         rows.append(("blake3-keyed", "blake3", lambda m: blake3.blake3(m, key=key).digest()))
     except ImportError:
         pass
@@ -63,7 +71,14 @@ def run(seconds: float = 0.5, sizes=SIZES) -> dict:
             per = _timed_c(name, n, seconds) if how == "c" else _timed_py(how, n, seconds)
             if name == "hmac-sha256":
                 base = per
-            out.append({"mac": name, "impl": impl, "datagram_bytes": n,
-                        "gbps": round(n / per / 1e9, 3), "us_per_datagram": round(per * 1e6, 3),
-                        "vs_hmac_sha256": round(base / per, 2) if base else None})
+            out.append(
+                {
+                    "mac": name,
+                    "impl": impl,
+                    "datagram_bytes": n,
+                    "gbps": round(n / per / 1e9, 3),
+                    "us_per_datagram": round(per * 1e6, 3),
+                    "vs_hmac_sha256": round(base / per, 2) if base else None,
+                }
+            )
     return {"benchmark": "mac", "results": out}

@@ -9,7 +9,13 @@ import json
 import subprocess
 import sys
 
-CASES = [("logreg", "numpy"), ("logreg", "onnx"), ("mlp", "numpy"), ("mlp", "onnx"), ("cnn", "numpy")]
+CASES = [
+    ("logreg", "numpy"),
+    ("logreg", "onnx"),
+    ("mlp", "numpy"),
+    ("mlp", "onnx"),
+    ("cnn", "numpy"),
+]
 BATCHES = (32, 128)
 
 _CHILD = r"""
@@ -45,14 +51,19 @@ print(json.dumps({"model": name, "backend": backend, "batch": batch,
 
 def run(cases=CASES, batches=BATCHES, steps: int = 60) -> dict:
     from edgegossip.models import onnx_available
+
     rows = []
     if not onnx_available():  # a NumPy-only install: measure what it can run
         cases = [c for c in cases if c[1] != "onnx"]
     for model, backend in cases:
         for batch in batches:
             n = steps * (10 if model == "logreg" else 1)
-            p = subprocess.run([sys.executable, "-c", _CHILD, model, backend, str(batch), str(n)],
-                               capture_output=True, text=True, timeout=600)
+            p = subprocess.run(
+                [sys.executable, "-c", _CHILD, model, backend, str(batch), str(n)],
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
             if p.returncode != 0:
                 raise RuntimeError(f"{model}/{backend}: {p.stderr.strip().splitlines()[-1]}")
             rows.append(json.loads(p.stdout))

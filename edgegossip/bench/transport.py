@@ -63,7 +63,7 @@ def _receiver(kind: str, chunk_bytes: int, conn, ready) -> None:
         while time.monotonic() < deadline:
             try:
                 n = s.recv_into(buf)
-            except socket.timeout:
+            except TimeoutError:
                 if count and time.perf_counter() - last > IDLE_S:
                     break
                 continue
@@ -112,8 +112,9 @@ def rounds_for(chunk_bytes: int, datagrams: int = DATAGRAMS, kind: str = "udp") 
     return max(1, -(-datagrams // _plan(kind, chunk_bytes).n_chunks))
 
 
-def _send(kind: str, chunk_bytes: int, port: int, rate: float | None, x: np.ndarray,
-          datagrams: int) -> tuple[int, float]:
+def _send(
+    kind: str, chunk_bytes: int, port: int, rate: float | None, x: np.ndarray, datagrams: int
+) -> tuple[int, float]:
     from edgegossip.dataplane.outbox import Encoder
     from edgegossip.dataplane.sender import send_vector
     from edgegossip.transport import make_transport
@@ -138,7 +139,7 @@ def _send(kind: str, chunk_bytes: int, port: int, rate: float | None, x: np.ndar
     enc = Encoder(plan, KEY, FLEET, sender=2, encrypt=encrypt, codec=codec)
     if kind == "zmq":
         time.sleep(0.2)  # let the RADIO's connect complete before the burst
-        t._radio(peer)
+        t._radio(peer)  # type: ignore[attr-defined]  # the zmq transport's RADIO, connected early
         time.sleep(0.2)
         t0 = time.perf_counter()
     for r in range(rounds):
@@ -149,8 +150,9 @@ def _send(kind: str, chunk_bytes: int, port: int, rate: float | None, x: np.ndar
     return enc.datagrams, elapsed
 
 
-def measure(kind: str, chunk_bytes: int, rate: float | None, x: np.ndarray,
-            datagrams: int = DATAGRAMS) -> dict:
+def measure(
+    kind: str, chunk_bytes: int, rate: float | None, x: np.ndarray, datagrams: int = DATAGRAMS
+) -> dict:
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
     ready_r, ready_w = ctx.Pipe()
@@ -171,19 +173,27 @@ def measure(kind: str, chunk_bytes: int, rate: float | None, x: np.ndarray,
             p.kill()
     elapsed = max(elapsed, 1e-9)
     return {
-        "transport": kind, "chunk_bytes": chunk_bytes,
+        "transport": kind,
+        "chunk_bytes": chunk_bytes,
         "goodput_mbps": round(nbytes / elapsed / 1e6, 1),
         "datagrams_per_s": round(got / elapsed),
         "params_per_s": round(got * _plan(kind, chunk_bytes).chunk_elems / elapsed),
         "delivered": round(got / sent, 5) if sent else 0.0,
         "pace_mbps": round(rate / 1e6, 1) if rate else None,
-        "sent": sent, "received": got, "receiver_drops": drops,
+        "sent": sent,
+        "received": got,
+        "receiver_drops": drops,
         "sender_s": round(send_s, 3),
     }
 
 
-def run(transports=("raw", "udp", "udp-enc", "zmq"), chunk_sizes=None, tries: int = 8,
-        datagrams: int = DATAGRAMS, repeats: int = 3) -> dict:
+def run(
+    transports=("raw", "udp", "udp-enc", "zmq"),
+    chunk_sizes=None,
+    tries: int = 8,
+    datagrams: int = DATAGRAMS,
+    repeats: int = 3,
+) -> dict:
     """Each row is the best of `repeats` trials, the raw loop's included: on a 2-core machine
     the sender, the receiver and the kernel share the cores, and a trial the scheduler disturbed
     says nothing about either. For our transports only trials that delivered at least 99.9%
@@ -201,8 +211,12 @@ def run(transports=("raw", "udp", "udp-enc", "zmq"), chunk_sizes=None, tries: in
                 for _ in range(tries if not good else 0):
                     # pace just under what the receiver sustained, then lower further if needed
                     wire_bytes = _kind(kind)[1].encoded_len(_plan(kind, cb).chunk_elems)
-                    sustained = (last["goodput_mbps"] * 1e6 * (wire.framing_overhead() + wire_bytes)
-                                 / wire_bytes)
+                    sustained = (
+                        last["goodput_mbps"]
+                        * 1e6
+                        * (wire.framing_overhead() + wire_bytes)
+                        / wire_bytes
+                    )
                     rate = 0.9 * min(sustained, rate or sustained)
                     last = measure(kind, cb, rate, x, datagrams)
                     trials.append(last)
@@ -215,6 +229,11 @@ def run(transports=("raw", "udp", "udp-enc", "zmq"), chunk_sizes=None, tries: in
             row = max(trials, key=lambda t: t["goodput_mbps"])
             row["trials"] = count
             rows.append(row)
-    return {"benchmark": "transport", "n_params": N_PARAMS,
-            "rounds": {cb: rounds_for(cb, datagrams) for cb in chunk_sizes},
-            "repeats": repeats, "authentication": "chacha20-poly1305", "results": rows}
+    return {
+        "benchmark": "transport",
+        "n_params": N_PARAMS,
+        "rounds": {cb: rounds_for(cb, datagrams) for cb in chunk_sizes},
+        "repeats": repeats,
+        "authentication": "chacha20-poly1305",
+        "results": rows,
+    }

@@ -11,8 +11,13 @@ from edgegossip.cli.render import fail
 
 
 @click.command()
-@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
-              help="The agent's TOML configuration.")
+@click.option(
+    "--config",
+    "config_path",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="The agent's TOML configuration.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the final record as JSON.")
 def agent(config_path: str, as_json: bool) -> None:
     """Train on this device's shard and gossip with peers until stopped (SIGTERM/SIGINT)."""
@@ -40,4 +45,6 @@ def agent(config_path: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(final))
     else:
-        click.echo(f"agent {cfg.id} stopped at step {final['step']}, accuracy {final['accuracy']:.4f}")
+        click.echo(
+            f"agent {cfg.id} stopped at step {final['step']}, accuracy {final['accuracy']:.4f}"
+        )

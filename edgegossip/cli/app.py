@@ -8,16 +8,27 @@ import sys
 
 import click
 
-from edgegossip import __version__
-from edgegossip import exit_codes
+from edgegossip import __version__, exit_codes
 from edgegossip.cli.render import fail
 from edgegossip.errors import EdgegossipError
 
 # name -> module:attribute; a command's module is imported only when that command runs, so the
 # agent on a device does not carry the fleet, lab, emulator and benchmark code (8 MB resident)
-COMMANDS = {name: f"edgegossip.cli.{name}:{name}" for name in
-            ("agent", "bench", "data", "emulate", "simulate", "exchange", "export", "keys",
-             "fleet", "lab")}
+COMMANDS = {
+    name: f"edgegossip.cli.{name}:{name}"
+    for name in (
+        "agent",
+        "bench",
+        "data",
+        "emulate",
+        "simulate",
+        "exchange",
+        "export",
+        "keys",
+        "fleet",
+        "lab",
+    )
+}
 
 
 class LazyGroup(click.Group):
@@ -43,8 +54,10 @@ class LazyGroup(click.Group):
 @click.option("-v", "--verbose", is_flag=True, help="Log at debug level.")
 def cli(verbose: bool) -> None:
     """Train one neural network across a fleet of small devices over lossy UDP gossip."""
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
 
 
 def main() -> None:

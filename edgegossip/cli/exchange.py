@@ -14,12 +14,17 @@ from edgegossip.cli.render import fail, table
 
 
 def _spawn(prefix: list[str], args: list[str]) -> subprocess.Popen:
-    return subprocess.Popen(prefix + [sys.executable, "-m", "edgegossip.exchange", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        prefix + [sys.executable, "-m", "edgegossip.exchange", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
-def _run_pair(backend: str, transport: str, loss: float, params: int, rounds: int,
-              rate_mbps: float) -> dict:
+def _run_pair(
+    backend: str, transport: str, loss: float, params: int, rounds: int, rate_mbps: float
+) -> dict:
     from edgegossip.emulate import netns
 
     lan = None
@@ -35,9 +40,23 @@ def _run_pair(backend: str, transport: str, loss: float, params: int, rounds: in
             prefixes = [[], []]
             inject = loss
         for i in range(2):
-            procs.append(_spawn(prefixes[i], [str(i), addrs[i], addrs[1 - i], transport,
-                                              str(params), str(rounds), "0.5", str(inject),
-                                              str(rate_mbps * 1e6), "3.0"]))
+            procs.append(
+                _spawn(
+                    prefixes[i],
+                    [
+                        str(i),
+                        addrs[i],
+                        addrs[1 - i],
+                        transport,
+                        str(params),
+                        str(rounds),
+                        "0.5",
+                        str(inject),
+                        str(rate_mbps * 1e6),
+                        "3.0",
+                    ],
+                )
+            )
         outs = [p.communicate(timeout=60 + rounds * 10) for p in procs]
         for p, (_, err) in zip(procs, outs):
             if p.returncode != 0:
@@ -55,26 +74,52 @@ def _run_pair(backend: str, transport: str, loss: float, params: int, rounds: in
     finals = {r["peer"]: r for r in lines if r.get("final")}
     arrived = sum(f["link_arrived"] for f in finals.values())
     expected = sum(f["link_expected"] for f in finals.values())
-    return {"transport": transport, "backend": backend,
-            "loss_kind": "kernel (nftables)" if backend == "netns" else "injected",
-            "configured_loss": loss,
-            "observed_loss": round(1 - arrived / expected, 4) if expected else None,
-            "kernel_dropped_packets": kernel_drops, "rounds": rounds_rows,
-            "peers": [finals[k] for k in sorted(finals)]}
+    return {
+        "transport": transport,
+        "backend": backend,
+        "loss_kind": "kernel (nftables)" if backend == "netns" else "injected",
+        "configured_loss": loss,
+        "observed_loss": round(1 - arrived / expected, 4) if expected else None,
+        "kernel_dropped_packets": kernel_drops,
+        "rounds": rounds_rows,
+        "peers": [finals[k] for k in sorted(finals)],
+    }
 
 
 @click.command()
-@click.option("--transport", type=click.Choice(["udp", "zmq", "both"]), default="both",
-              show_default=True)
-@click.option("--loss", type=click.FloatRange(0, 1), default=0.1, show_default=True,
-              help="Fraction of packets the network drops.")
-@click.option("--params", type=click.IntRange(1, 50_000_000), default=2_913_290,
-              show_default=True, help="Model size in float32 parameters.")
+@click.option(
+    "--transport", type=click.Choice(["udp", "zmq", "both"]), default="both", show_default=True
+)
+@click.option(
+    "--loss",
+    type=click.FloatRange(0, 1),
+    default=0.1,
+    show_default=True,
+    help="Fraction of packets the network drops.",
+)
+@click.option(
+    "--params",
+    type=click.IntRange(1, 50_000_000),
+    default=2_913_290,
+    show_default=True,
+    help="Model size in float32 parameters.",
+)
 @click.option("--rounds", type=click.IntRange(1, 1000), default=4, show_default=True)
-@click.option("--rate", "rate_mbps", type=float, default=40.0, show_default=True,
-              help="Send pacing per peer, MB/s.")
-@click.option("--backend", type=click.Choice(["auto", "netns", "loopback"]), default="auto",
-              show_default=True, help="netns: real kernel loss (root); loopback: injected loss.")
+@click.option(
+    "--rate",
+    "rate_mbps",
+    type=float,
+    default=40.0,
+    show_default=True,
+    help="Send pacing per peer, MB/s.",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(["auto", "netns", "loopback"]),
+    default="auto",
+    show_default=True,
+    help="netns: real kernel loss (root); loopback: injected loss.",
+)
 @click.option("--json", "as_json", is_flag=True)
 def exchange(transport, loss, params, rounds, rate_mbps, backend, as_json) -> None:
     """Two processes exchange a model for a few rounds; what arrived is merged by mask."""
@@ -83,10 +128,13 @@ def exchange(transport, loss, params, rounds, rate_mbps, backend, as_json) -> No
     if backend == "auto":
         backend = "netns" if is_root() else "loopback"
     if backend == "netns" and not is_root():
-        fail("--backend netns needs root; use --backend loopback (loss injected in the receive "
-             "path)", exit_codes.NEEDS_ROOT)
+        fail(
+            "--backend netns needs root; use --backend loopback (loss injected in the receive "
+            "path)",
+            exit_codes.NEEDS_ROOT,
+        )
     results = []
-    for name in (["udp", "zmq"] if transport == "both" else [transport]):
+    for name in ["udp", "zmq"] if transport == "both" else [transport]:
         t0 = time.monotonic()
         try:
             res = _run_pair(backend, name, loss, params, rounds, rate_mbps)
@@ -95,13 +143,29 @@ def exchange(transport, loss, params, rounds, rate_mbps, backend, as_json) -> No
         res["elapsed_s"] = round(time.monotonic() - t0, 2)
         results.append(res)
         if not as_json:
-            click.echo(f"\n{name}: {params} float32 per model, {loss:.0%} loss "
-                       f"({res['loss_kind']}), observed {res['observed_loss']:.1%} of datagrams lost")
-            rows = [{"round": r["round"], "peer": r["peer"], "arrived": f"{r['arrived']}/{r['chunks']}",
-                     "mean after merge": r["mean"]} for r in res["rounds"]]
+            click.echo(
+                f"\n{name}: {params} float32 per model, {loss:.0%} loss "
+                f"({res['loss_kind']}), observed {res['observed_loss']:.1%} of datagrams lost"
+            )
+            rows = [
+                {
+                    "round": r["round"],
+                    "peer": r["peer"],
+                    "arrived": f"{r['arrived']}/{r['chunks']}",
+                    "mean after merge": r["mean"],
+                }
+                for r in res["rounds"]
+            ]
             click.echo(table(rows, ["round", "peer", "arrived", "mean after merge"]))
-            click.echo(table([{k: p.get(k) for k in ("peer", "datagrams_sent", "accepted", "dropped")}
-                              | {"drops": p["drops"]} for p in res["peers"]],
-                             ["peer", "datagrams_sent", "accepted", "dropped", "drops"]))
+            click.echo(
+                table(
+                    [
+                        {k: p.get(k) for k in ("peer", "datagrams_sent", "accepted", "dropped")}
+                        | {"drops": p["drops"]}
+                        for p in res["peers"]
+                    ],
+                    ["peer", "datagrams_sent", "accepted", "dropped", "drops"],
+                )
+            )
     if as_json:
         click.echo(json.dumps({"results": results}))

@@ -15,8 +15,12 @@ from edgegossip.cli.render import fail
 @click.argument("checkpoint_dir", type=click.Path(file_okay=False, path_type=Path))
 @click.argument("output", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--model", type=click.Choice(["mlp", "logreg"]), default="mlp", show_default=True)
-@click.option("--check/--no-check", default=True, show_default=True,
-              help="Compare onnxruntime's predictions with NumPy's on the MNIST test set.")
+@click.option(
+    "--check/--no-check",
+    default=True,
+    show_default=True,
+    help="Compare onnxruntime's predictions with NumPy's on the MNIST test set.",
+)
 @click.option("--json", "as_json", is_flag=True)
 def export(checkpoint_dir: Path, output: Path, model: str, check: bool, as_json: bool) -> None:
     """Write the model in CHECKPOINT_DIR (an agent's output folder) to OUTPUT as ONNX."""
@@ -24,21 +28,26 @@ def export(checkpoint_dir: Path, output: Path, model: str, check: bool, as_json:
 
     from edgegossip import checkpoint
     from edgegossip.models import ONNX_MISSING, make_model, onnx_available
+
     if not onnx_available():
         fail(ONNX_MISSING, exit_codes.USAGE)
-    from edgegossip.models.onnx_backend import export as write, predict, softmax
+    from edgegossip.models.onnx_backend import export as write
+    from edgegossip.models.onnx_backend import predict, softmax
 
     state = checkpoint.load(checkpoint_dir)
     if state is None:
         fail(f"{checkpoint_dir}: no checkpoint there", exit_codes.USAGE)
     m = make_model(model)
     if state["params"].shape != (m.n_params,):
-        fail(f"{checkpoint_dir}: the checkpoint is not a {model} ({state['params'].size} params)",
-             exit_codes.USAGE)
+        fail(
+            f"{checkpoint_dir}: the checkpoint is not a {model} ({state['params'].size} params)",
+            exit_codes.USAGE,
+        )
     write(m, state["params"], output)
     result = {"output": str(output), "model": model, "n_params": m.n_params}
     if check:
         from edgegossip.data import mnist
+
         try:
             d = mnist.load()
         except mnist.DataError as e:
@@ -47,6 +56,13 @@ def export(checkpoint_dir: Path, output: Path, model: str, check: bool, as_json:
         got = predict(output, d.x_test)
         result["max_abs_diff"] = float(np.abs(ref - got).max())
         result["same_class"] = float((ref.argmax(1) == got.argmax(1)).mean())
-    click.echo(json.dumps(result) if as_json else
-               f"wrote {output}" + (f"; max |onnxruntime - numpy| = {result['max_abs_diff']:.2e} "
-                                    f"on the test set" if check else ""))
+    click.echo(
+        json.dumps(result)
+        if as_json
+        else f"wrote {output}"
+        + (
+            f"; max |onnxruntime - numpy| = {result['max_abs_diff']:.2e} on the test set"
+            if check
+            else ""
+        )
+    )

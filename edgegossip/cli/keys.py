@@ -16,18 +16,34 @@ def keys() -> None:
 
 
 @keys.command()
-@click.option("--workers", type=click.IntRange(2, 65535), required=True, help="Devices in the fleet.")
-@click.option("--fleet", type=click.IntRange(0, 2**32 - 1), default=1, show_default=True,
-              help="Fleet id (agent.fleet).")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Folder for master.key and device-ID.keys (created, mode 0700).")
-@click.option("--json", "as_json", is_flag=True,
-              help='Print {"master", "devices": [paths], "workers", "fleet"}.')
+@click.option(
+    "--workers", type=click.IntRange(2, 65535), required=True, help="Devices in the fleet."
+)
+@click.option(
+    "--fleet",
+    type=click.IntRange(0, 2**32 - 1),
+    default=1,
+    show_default=True,
+    help="Fleet id (agent.fleet).",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Folder for master.key and device-ID.keys (created, mode 0700).",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print {"master", "devices": [paths], "workers", "fleet"}.',
+)
 def init(workers: int, fleet: int, out: Path, as_json: bool) -> None:
     """Make the fleet's master secret (keep it off the devices) and give each device a keyfile
     with the keys of its own links only: copy device-ID.keys to device ID and point its
     agent.keys at it."""
     from edgegossip.dataplane.keys import write_fleet
+
     try:
         out.mkdir(parents=True, exist_ok=True)
         out.chmod(0o700)
@@ -39,5 +55,7 @@ def init(workers: int, fleet: int, out: Path, as_json: bool) -> None:
     if as_json:
         emit(result, True)
     else:
-        click.echo(f"master secret {result['master']} (keep it off the devices); "
-                   f"{workers} keyfiles in {out}")
+        click.echo(
+            f"master secret {result['master']} (keep it off the devices); "
+            f"{workers} keyfiles in {out}"
+        )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import NoReturn
 
 import click
 
@@ -32,7 +33,7 @@ def emit(obj: dict, as_json: bool, columns: list[str] | None = None, title: str 
         click.echo(table(obj["results"], columns))
 
 
-def fail(message: str, code: int) -> None:
+def fail(message: str, code: int) -> NoReturn:
     """One line on stderr and a non-zero exit: the form of every user-facing error."""
     click.echo(f"edgegossip: error: {message}", err=True)
     sys.exit(code)

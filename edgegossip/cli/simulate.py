@@ -8,14 +8,15 @@ from fractions import Fraction
 
 import click
 
-from edgegossip.algorithms import NAMES as ALGORITHMS
 from edgegossip import exit_codes
+from edgegossip.algorithms import NAMES as ALGORITHMS
 from edgegossip.cli import options
 from edgegossip.cli.render import fail, table
 
 
 class Probability(click.ParamType):
     """A probability written as 0.03125 or 1/32."""
+
     name = "probability"
 
     def convert(self, value, param, ctx):
@@ -32,33 +33,95 @@ class Probability(click.ParamType):
 @click.option("--algorithm", type=click.Choice(ALGORITHMS), required=True)
 @options.setting("--model", "model", help="The model.")
 @click.option("--workers", type=click.IntRange(1, 256), default=4, show_default=True)
-@click.option("--p", "p", type=Probability(), default="1/32", show_default=True,
-              help="Exchange probability per worker per step.")
+@click.option(
+    "--p",
+    "p",
+    type=Probability(),
+    default="1/32",
+    show_default=True,
+    help="Exchange probability per worker per step.",
+)
 @click.option("--alpha", type=click.FloatRange(0, 1), default=0.5, show_default=True)
-@click.option("--loss", type=Probability(), default="0", show_default=True,
-              help="Probability that a datagram is lost (fraction).")
-@click.option("--epochs", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True)
-@click.option("--batch", type=click.IntRange(1), default=128, show_default=True,
-              help="Examples per step, summed over workers.")
+@click.option(
+    "--loss",
+    type=Probability(),
+    default="0",
+    show_default=True,
+    help="Probability that a datagram is lost (fraction).",
+)
+@click.option(
+    "--epochs", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True
+)
+@click.option(
+    "--batch",
+    type=click.IntRange(1),
+    default=128,
+    show_default=True,
+    help="Examples per step, summed over workers.",
+)
 @click.option("--lr", type=float, default=0.001, show_default=True)
 @click.option("--momentum", type=float, default=0.99, show_default=True)
-@click.option("--partition", type=options.choice("partition"), default=options.default("partition"),
-              show_default=True)
-@click.option("--beta", type=click.FloatRange(min=0, min_open=True), default=0.5, show_default=True,
-              help="Dirichlet concentration (--partition dirichlet): small gives few classes a worker.")
-@click.option("--classes-per-worker", type=click.IntRange(1, 10), default=2, show_default=True,
-              help="Classes each worker holds (--partition classes).")
-@click.option("--payload", type=options.choice("payload"),
-              default="float32", show_default=True,
-              help="How parameters travel: int8 has a float32 scale per datagram.")
+@click.option(
+    "--partition",
+    type=options.choice("partition"),
+    default=options.default("partition"),
+    show_default=True,
+)
+@click.option(
+    "--beta",
+    type=click.FloatRange(min=0, min_open=True),
+    default=0.5,
+    show_default=True,
+    help="Dirichlet concentration (--partition dirichlet): small gives few classes a worker.",
+)
+@click.option(
+    "--classes-per-worker",
+    type=click.IntRange(1, 10),
+    default=2,
+    show_default=True,
+    help="Classes each worker holds (--partition classes).",
+)
+@click.option(
+    "--payload",
+    type=options.choice("payload"),
+    default="float32",
+    show_default=True,
+    help="How parameters travel: int8 has a float32 scale per datagram.",
+)
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--eval-every", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Also evaluate every this many epochs and append the row to --history.")
-@click.option("--history", type=click.Path(dir_okay=False, writable=True), default=None,
-              help="JSON-lines file receiving one result row per --eval-every.")
+@click.option(
+    "--eval-every",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Also evaluate every this many epochs and append the row to --history.",
+)
+@click.option(
+    "--history",
+    type=click.Path(dir_okay=False, writable=True),
+    default=None,
+    help="JSON-lines file receiving one result row per --eval-every.",
+)
 @click.option("--json", "as_json", is_flag=True)
-def simulate(algorithm, model, workers, p, alpha, loss, epochs, batch, lr, momentum, partition,
-             beta, classes_per_worker, payload, seed, eval_every, history, as_json) -> None:
+def simulate(
+    algorithm,
+    model,
+    workers,
+    p,
+    alpha,
+    loss,
+    epochs,
+    batch,
+    lr,
+    momentum,
+    partition,
+    beta,
+    classes_per_worker,
+    payload,
+    seed,
+    eval_every,
+    history,
+    as_json,
+) -> None:
     """Train W workers in one process; every datagram is lost with probability LOSS.
 
     --json prints one object: the settings (algorithm, model, workers, p, alpha, loss, seed,
@@ -70,10 +133,23 @@ def simulate(algorithm, model, workers, p, alpha, loss, epochs, batch, lr, momen
     from edgegossip.simulate import SimConfig
     from edgegossip.simulate import simulate as run
 
-    cfg = SimConfig(algorithm=algorithm, model=model, workers=workers, p=p, alpha=alpha, loss=loss,
-                    epochs=epochs, batch=batch, lr=lr, momentum=momentum, seed=seed,
-                    partition=partition, beta=beta, classes_per_worker=classes_per_worker,
-                    payload=payload)
+    cfg = SimConfig(
+        algorithm=algorithm,
+        model=model,
+        workers=workers,
+        p=p,
+        alpha=alpha,
+        loss=loss,
+        epochs=epochs,
+        batch=batch,
+        lr=lr,
+        momentum=momentum,
+        seed=seed,
+        partition=partition,
+        beta=beta,
+        classes_per_worker=classes_per_worker,
+        payload=payload,
+    )
     if (eval_every is None) != (history is None):
         fail("--eval-every and --history go together", exit_codes.USAGE)
     try:
@@ -83,15 +159,19 @@ def simulate(algorithm, model, workers, p, alpha, loss, epochs, batch, lr, momen
         fail(str(e), exit_codes.USAGE)
     except mnist.DataError as e:
         fail(str(e), exit_codes.MISSING_DATA)
-    with click.progressbar(length=1, label=f"{algorithm} W={workers}", show_pos=True,
-                           file=sys.stderr) as bar:
+    with click.progressbar(
+        length=1, label=f"{algorithm} W={workers}", show_pos=True, file=sys.stderr
+    ) as bar:
+
         def progress(step, total, info):
             bar.length = total
             bar.label = f"{algorithm} W={workers} epoch {info['epoch']:.2f} loss {info['loss']:.3f}"
             bar.update(1)
+
         def record(row):
             with open(history, "a") as f:
                 f.write(json.dumps(row) + "\n")
+
         try:
             result = run(cfg, data, progress, eval_every, record if history else None)
         except OSError as e:
@@ -101,8 +181,17 @@ def simulate(algorithm, model, workers, p, alpha, loss, epochs, batch, lr, momen
     if as_json:
         click.echo(json.dumps(result))
         return
-    rows = [{"algorithm": algorithm, "workers": workers, "p": p, "loss": loss, "epochs": epochs,
-             "acc worker 0": result["acc_worker0"], "acc average": result["acc_average"],
-             "MB sent/worker": result["bytes_sent_per_worker"] / 1e6,
-             "datagrams lost": result["datagrams_lost"]}]
+    rows = [
+        {
+            "algorithm": algorithm,
+            "workers": workers,
+            "p": p,
+            "loss": loss,
+            "epochs": epochs,
+            "acc worker 0": result["acc_worker0"],
+            "acc average": result["acc_average"],
+            "MB sent/worker": result["bytes_sent_per_worker"] / 1e6,
+            "datagrams lost": result["datagrams_lost"],
+        }
+    ]
     click.echo(table(rows, list(rows[0])))

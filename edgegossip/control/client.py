@@ -15,12 +15,13 @@ class ControlError(EdgegossipError, RuntimeError):
     pass
 
 
-def request(host: str, port: int, op: str, client_secret: str, server_public: str,
-            timeout_s: float = 3.0) -> dict:
+def request(
+    host: str, port: int, op: str, client_secret: str, server_public: str, timeout_s: float = 3.0
+) -> dict:
     """Send {"op": op}; the reply as a dict (ok true), or ControlError with one line."""
     c_pub, c_sec = zmq.auth.load_certificate(client_secret)
     s_pub, _ = zmq.auth.load_certificate(server_public)
-    ctx = zmq.Context.instance()
+    ctx: zmq.Context = zmq.Context.instance()
     sock = ctx.socket(zmq.REQ)
     try:
         sock.linger = 0
@@ -28,8 +29,10 @@ def request(host: str, port: int, op: str, client_secret: str, server_public: st
         sock.connect(f"tcp://{host}:{port}")
         sock.send(messages.encode({"op": op}))
         if not sock.poll(int(timeout_s * 1000)):
-            raise ControlError(f"no answer from {host}:{port} in {timeout_s:g} s (agent not running, "
-                               "or this operator's key is not allow-listed)")
+            raise ControlError(
+                f"no answer from {host}:{port} in {timeout_s:g} s (agent not running, "
+                "or this operator's key is not allow-listed)"
+            )
         raw = sock.recv()
     finally:
         sock.close(0)
@@ -38,7 +41,9 @@ def request(host: str, port: int, op: str, client_secret: str, server_public: st
     except (ValueError, RecursionError):
         reply = None
     if not isinstance(reply, dict):
-        raise ControlError(f"malformed reply from {host}:{port} ({len(raw)} bytes, not a JSON object)")
+        raise ControlError(
+            f"malformed reply from {host}:{port} ({len(raw)} bytes, not a JSON object)"
+        )
     if reply.get("ok") is not True:
         raise ControlError(str(reply.get("error", "error")).splitlines()[0][:300] or "error")
     return reply

@@ -9,6 +9,7 @@ checkpoint reply: path, step.   stop / pause / resume reply: state."""
 from __future__ import annotations
 
 import json
+
 from edgegossip.errors import UsageError
 
 OPS = ("status", "stop", "pause", "resume", "checkpoint")

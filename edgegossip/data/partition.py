@@ -17,7 +17,7 @@ def iid(n: int, workers: int, seed: int = 0) -> list[np.ndarray]:
     _check(n, workers)
     perm = np.random.default_rng(seed).permutation(n)
     size = n // workers
-    return [np.sort(perm[i * size:(i + 1) * size]) for i in range(workers)]
+    return [np.sort(perm[i * size : (i + 1) * size]) for i in range(workers)]
 
 
 def dirichlet(labels: np.ndarray, workers: int, beta: float, seed: int = 0) -> list[np.ndarray]:

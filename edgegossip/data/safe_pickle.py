@@ -8,12 +8,13 @@ import io
 import pickle
 
 import numpy as np
+
 from edgegossip.errors import EdgegossipError
 
 try:  # numpy 2 moved the reconstruct helper; pickles written by numpy 1 still name the old path
     from numpy._core.multiarray import _reconstruct
 except ImportError:  # pragma: no cover - numpy < 2
-    from numpy.core.multiarray import _reconstruct
+    from numpy.core.multiarray import _reconstruct  # type: ignore[no-redef]
 
 _ALLOWED = {
     ("numpy", "ndarray"): np.ndarray,
@@ -33,9 +34,11 @@ class _ArrayUnpickler(pickle.Unpickler):
         try:
             return _ALLOWED[(module, name)]
         except KeyError:
-            raise UnsafePickle(f"pickle refers to {module}.{name}; only numpy arrays are allowed") from None
+            raise UnsafePickle(
+                f"pickle refers to {module}.{name}; only numpy arrays are allowed"
+            ) from None
 
 
 def load_arrays(data: bytes):
-    """Unpickle data that holds only tuples, lists and numpy arrays (latin1 for Python 2 pickles)."""
+    """Unpickle data that holds only tuples, lists and numpy arrays (latin1: Python 2 pickles)."""
     return _ArrayUnpickler(io.BytesIO(data), encoding="latin1").load()

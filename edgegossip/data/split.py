@@ -16,12 +16,15 @@ import numpy as np
 from edgegossip.data import device, mnist
 
 
-def split_mnist(out: str | Path, workers: int, partition: str, seed: int = 0,
-                beta: float = 0.5, k: int = 2) -> Iterator[dict]:
+def split_mnist(
+    out: str | Path, workers: int, partition: str, seed: int = 0, beta: float = 0.5, k: int = 2
+) -> Iterator[dict]:
     """Write device-0.npz .. device-(workers-1).npz into out; yields one row per file."""
     path = mnist.cache_path()
     if not path.is_file():
-        raise mnist.DataError(f"MNIST is not in the cache ({path}); run `edgegossip data fetch mnist`")
+        raise mnist.DataError(
+            f"MNIST is not in the cache ({path}); run `edgegossip data fetch mnist`"
+        )
     with np.load(path) as z:
         x, y = z["x_train"], z["y_train"]
     n = len(y) - mnist.VALIDATION
@@ -36,9 +39,16 @@ def split_mnist(out: str | Path, workers: int, partition: str, seed: int = 0,
     out.mkdir(parents=True, exist_ok=True)
     for i, (idx, ev) in enumerate(zip(shards, held)):
         dest = out / f"device-{i}.npz"
-        _save(dest, x=x[idx], y=y[idx].astype(np.int64), x_eval=x[ev], y_eval=y[ev].astype(np.int64))
-        yield {"device": i, "path": str(dest), "train": int(len(idx)), "eval": int(len(ev)),
-               "classes": int(len(np.unique(y[idx])))}
+        _save(
+            dest, x=x[idx], y=y[idx].astype(np.int64), x_eval=x[ev], y_eval=y[ev].astype(np.int64)
+        )
+        yield {
+            "device": i,
+            "path": str(dest),
+            "train": int(len(idx)),
+            "eval": int(len(ev)),
+            "classes": int(len(np.unique(y[idx]))),
+        }
 
 
 def _save(dest: Path, **arrays) -> None:

@@ -46,8 +46,15 @@ def _quarter(s: list[int], a: int, b: int, c: int, d: int) -> None:
 
 def chacha20_block(key: bytes, counter: int, nonce12: bytes) -> bytes:
     """RFC 8439 2.3: 64 bytes of keystream."""
-    init = [0x61707865, 0x3320646E, 0x79622D32, 0x6B206574, *struct.unpack("<8I", key),
-            counter & 0xFFFFFFFF, *struct.unpack("<3I", nonce12)]
+    init = [
+        0x61707865,
+        0x3320646E,
+        0x79622D32,
+        0x6B206574,
+        *struct.unpack("<8I", key),
+        counter & 0xFFFFFFFF,
+        *struct.unpack("<3I", nonce12),
+    ]
     s = list(init)
     for _ in range(10):
         _quarter(s, 0, 4, 8, 12)
@@ -77,7 +84,7 @@ def poly1305(key: bytes, msg: bytes) -> bytes:
     p = (1 << 130) - 5
     acc = 0
     for i in range(0, len(msg), 16):
-        n = int.from_bytes(msg[i:i + 16] + b"\x01", "little")
+        n = int.from_bytes(msg[i : i + 16] + b"\x01", "little")
         acc = (acc + n) * r % p
     return ((acc + s) & ((1 << 128) - 1)).to_bytes(16, "little")
 
@@ -85,6 +92,7 @@ def poly1305(key: bytes, msg: bytes) -> bytes:
 def _mac_data(aad: bytes, ct: bytes) -> bytes:
     def pad(b: bytes) -> bytes:
         return b"\0" * (-len(b) % 16)
+
     return aad + pad(aad) + ct + pad(ct) + struct.pack("<QQ", len(aad), len(ct))
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class ChunkPlan:
-    n_params: int     # length of the flat float32 vector
+    n_params: int  # length of the flat float32 vector
     chunk_bytes: int  # payload bytes per datagram, a multiple of 4
 
     @property

@@ -31,10 +31,29 @@ from edgegossip.dataplane.replay import FIRST_ROUND_LIMIT, PeerLink, round_limit
 _wire_c = extensions.load("_wire_c")
 
 DROP_REASONS = (
-    "truncated", "oversized", "bad_group", "bad_version", "bad_type", "bad_dtype", "bad_weight", "wrong_fleet",
-    "wrong_receiver", "unknown_sender", "not_encrypted", "bad_tag", "old_session", "session_jump", "replayed",
-    "stale", "seq_jump", "out_of_bounds", "non_finite", "old_round", "round_jump",
-    "no_buffer", "collected",
+    "truncated",
+    "oversized",
+    "bad_group",
+    "bad_version",
+    "bad_type",
+    "bad_dtype",
+    "bad_weight",
+    "wrong_fleet",
+    "wrong_receiver",
+    "unknown_sender",
+    "not_encrypted",
+    "bad_tag",
+    "old_session",
+    "session_jump",
+    "replayed",
+    "stale",
+    "seq_jump",
+    "out_of_bounds",
+    "non_finite",
+    "old_round",
+    "round_jump",
+    "no_buffer",
+    "collected",
 )
 
 
@@ -54,13 +73,18 @@ class DropCounter:
         return sum(self.drops.values())
 
     def snapshot(self) -> dict:
-        return {"accepted": self.accepted, "accepted_bytes": self.accepted_bytes,
-                "dropped": self.dropped, "drops": dict(self.drops)}
+        return {
+            "accepted": self.accepted,
+            "accepted_bytes": self.accepted_bytes,
+            "dropped": self.dropped,
+            "drops": dict(self.drops),
+        }
 
 
 @dataclass
 class Event:
     """First datagram of a new round from a sender: lets the agent answer exchanges."""
+
     sender: int
     msg_type: int
     round: int
@@ -85,13 +109,14 @@ class Round:
         self.expected = 0
         self.updated = 0.0
         self.collected = False  # the agent has taken what arrived
-        self.borrowed = False   # the agent is reading buf in place
+        self.borrowed = False  # the agent is reading buf in place
 
     def attach(self, buf: np.ndarray) -> None:
         self.buf, self.bytes = buf, buf.view(np.uint8)
 
     def detach(self) -> np.ndarray:
         buf, self.buf, self.bytes = self.buf, None, None
+        assert buf is not None, "detached twice"
         return buf
 
 
@@ -146,11 +171,21 @@ class Slot:
 
 
 class Inbox:
-    def __init__(self, plan: ChunkPlan, keys: LinkKeys | bytes, fleet: int,
-                 peers: set[int] | None = None, rps_blocks: int = 0, max_events: int = 1024,
-                 me: int = 0, group: bytes = wire.DEFAULT_GROUP, require_encryption: bool = False,
-                 receive_buffers: int = 0, stale_s: float = 10.0,
-                 codec: Codec = CODECS["float32"]):
+    def __init__(
+        self,
+        plan: ChunkPlan,
+        keys: LinkKeys | bytes,
+        fleet: int,
+        peers: set[int] | None = None,
+        rps_blocks: int = 0,
+        max_events: int = 1024,
+        me: int = 0,
+        group: bytes = wire.DEFAULT_GROUP,
+        require_encryption: bool = False,
+        receive_buffers: int = 0,
+        stale_s: float = 10.0,
+        codec: Codec = CODECS["float32"],
+    ):
         """receive_buffers: 0 gives every (sender, message type) buffers of its own; N > 0 shares
         N among all senders (a round that finds none free is dropped as `no_buffer`; a round
         nobody collected for stale_s seconds gives its buffer up)."""
@@ -165,7 +200,7 @@ class Inbox:
         self._model_bytes = plan.model_bytes
         self.keys = LinkKeys.of(keys)
         self.fleet = fleet
-        self.me = me        # datagrams naming another receiver are dropped
+        self.me = me  # datagrams naming another receiver are dropped
         self.peers = peers  # None admits any sender id whose tag verifies
         self.require_encryption = require_encryption
         self.prefix = wire.frame_prefix(group)
@@ -175,8 +210,8 @@ class Inbox:
         self._slots: dict[tuple[int, int], Slot] = {}
         self._events: deque[Event] = deque(maxlen=max_events)
         self._cond = threading.Condition()
-        self._run = None          # _wire_c.Run over the transport's current batch arrays
-        self._run_target = None   # the Round it points at
+        self._run = None  # _wire_c.Run over the transport's current batch arrays
+        self._run_target: Round | None = None  # the Round it points at
 
     # -- receive thread ------------------------------------------------------------------------
     def ingest(self, body: memoryview) -> None:
@@ -208,10 +243,13 @@ class Inbox:
             return "not_encrypted"
         end = wire.HEADER_SIZE + h.length
         if encrypted:
-            payload = aead.open(wire.nonce(h), self.prefix + bytes(body[:wire.HEADER_SIZE]),
-                                body[wire.HEADER_SIZE:])
+            payload = aead.open(
+                wire.nonce(h),
+                self.prefix + bytes(body[: wire.HEADER_SIZE]),
+                body[wire.HEADER_SIZE :],
+            )
         else:
-            payload = body[wire.HEADER_SIZE:end]
+            payload = body[wire.HEADER_SIZE : end]
             if aead.open(wire.nonce(h), self.prefix + bytes(body[:end]), body[end:]) is None:
                 payload = None
         if payload is None:
@@ -232,10 +270,13 @@ class Inbox:
             return None
         c = h.chunk_index
         elems = min(self._chunk_bytes, self._model_bytes - h.byte_offset) // 4
-        if (h.chunk_count != self._n_chunks or c >= self._n_chunks
-                or h.byte_offset != c * self._chunk_bytes
-                or h.length != self.codec.encoded_len(elems)
-                or (self.rps_blocks and h.block >= self.rps_blocks)):
+        if (
+            h.chunk_count != self._n_chunks
+            or c >= self._n_chunks
+            or h.byte_offset != c * self._chunk_bytes
+            or h.length != self.codec.encoded_len(elems)
+            or (self.rps_blocks and h.block >= self.rps_blocks)
+        ):
             return "out_of_bounds"
         if self.codec.dtype != wire.DTYPE_F32:
             out = self._decoded[:elems]
@@ -288,17 +329,24 @@ class Inbox:
                 self._cond.notify_all()
         return None
 
-    def fast(self, rows: np.ndarray, lengths: np.ndarray, start: int, stop: int,
-             prefix: np.ndarray) -> int:
+    def fast(
+        self, rows: np.ndarray, lengths: np.ndarray, start: int, stop: int, prefix: np.ndarray
+    ) -> int:
         """Accept rows start.. (framed datagrams, rows[i, :lengths[i]]) while they continue a
         round ingest() already opened; returns the first row not taken (a FastPath)."""
         if _wire_c is None:
             return start
         run = self._run
         if run is None or run.rows_obj is not rows:
-            run = self._run = _wire_c.Run(rows, lengths, prefix, self._chunk_bytes,
-                                          self.max_body, np.zeros(len(rows), np.int64),
-                                          self.codec.dtype)
+            run = self._run = _wire_c.Run(
+                rows,
+                lengths,
+                prefix,
+                self._chunk_bytes,
+                self.max_body,
+                np.zeros(len(rows), np.int64),
+                self.codec.dtype,
+            )
             self._run_target = None
         head = run.peek(start)
         if head is None:
@@ -306,8 +354,14 @@ class Inbox:
         sender, msg_type, flags, session, rnd = head
         slot = self._slots.get((sender, msg_type))
         link = self.links.get(sender)
-        if (slot is None or link is None or link.session != session or not link.baseline
-                or slot.current.round != rnd or slot.current.buf is None):
+        if (
+            slot is None
+            or link is None
+            or link.session != session
+            or not link.baseline
+            or slot.current.round != rnd
+            or slot.current.buf is None
+        ):
             return start
         if self.peers is not None and sender not in self.peers:
             return start
@@ -322,8 +376,21 @@ class Inbox:
             if self._run_target is not cur:
                 run.target(cur.bytes, cur.mask)
                 self._run_target = cur
-            k = run.run(aead, start, stop, self.fleet, self.me, sender, msg_type, encrypted,
-                        session, rnd, link.window.highest, limit, self.rps_blocks)
+            k = run.run(
+                aead,
+                start,
+                stop,
+                self.fleet,
+                self.me,
+                sender,
+                msg_type,
+                encrypted,
+                session,
+                rnd,
+                link.window.highest,
+                limit,
+                self.rps_blocks,
+            )
             if not k:
                 return start
             link.commit_run(run.seqs[:k], now)
@@ -338,11 +405,18 @@ class Inbox:
     def _lend(self, r: Round, now: float) -> bool:
         """Give round r a pooled buffer (under self._cond): a free one, else the buffer of a
         round nobody collected for stale_s seconds. False if all are in use."""
+        assert self.pool is not None  # lending is for the gossip buffers
         buf = self.pool.take()
         if buf is None:
-            stale = [x for sl in self._slots.values() for x in (sl.current, sl.previous)
-                     if x.buf is not None and not x.borrowed and x is not r
-                     and (x.collected or now - x.updated > self.stale_s)]
+            stale = [
+                x
+                for sl in self._slots.values()
+                for x in (sl.current, sl.previous)
+                if x.buf is not None
+                and not x.borrowed
+                and x is not r
+                and (x.collected or now - x.updated > self.stale_s)
+            ]
             if not stale:
                 return False
             victim = min(stale, key=lambda x: x.updated)
@@ -413,8 +487,9 @@ class Inbox:
 
     def _event(self, h: wire.Header) -> None:
         with self._cond:
-            self._events.append(Event(h.sender, h.msg_type, h.round, h.flags, h.block,
-                                     wire.weight_value(h.weight)))
+            self._events.append(
+                Event(h.sender, h.msg_type, h.round, h.flags, h.block, wire.weight_value(h.weight))
+            )
             self._cond.notify_all()
 
     # -- agent thread --------------------------------------------------------------------------
@@ -437,11 +512,23 @@ class Inbox:
             found = slot.find(round) if slot is not None else None
             if found is None:
                 return False
-            return (found.received >= found.expected or slot.current.round > round
-                    or (found.received > 0 and time.monotonic() - found.updated > settle))
+            assert slot is not None  # found in it
+            return (
+                found.received >= found.expected
+                or slot.current.round > round
+                or (found.received > 0 and time.monotonic() - found.updated > settle)
+            )
 
-    def collect(self, sender: int, msg_type: int, round: int, deadline: float,
-                out: np.ndarray, out_mask: np.ndarray, settle: float = 0.0) -> int:
+    def collect(
+        self,
+        sender: int,
+        msg_type: int,
+        round: int,
+        deadline: float,
+        out: np.ndarray,
+        out_mask: np.ndarray,
+        settle: float = 0.0,
+    ) -> int:
         """Wait until `round` from (sender, msg_type) is complete, a later round from that
         sender has begun (this one is then final), no datagram of it came for `settle` seconds,
         or `deadline` (time.monotonic()) passes; copy what arrived into out/out_mask.
@@ -453,8 +540,12 @@ class Inbox:
                 found = slot.find(round) if slot is not None else None
                 now = time.monotonic()
                 if found is not None:
-                    if (found.received >= found.expected or slot.current.round > round
-                            or (settle and found.received and now - found.updated > settle)):
+                    assert slot is not None  # found in it
+                    if (
+                        found.received >= found.expected
+                        or slot.current.round > round
+                        or (settle and found.received and now - found.updated > settle)
+                    ):
                         break
                 if now >= deadline:
                     break

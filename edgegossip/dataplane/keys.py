@@ -39,13 +39,15 @@ class KeyfileError(UsageError, ValueError):
 class LinkKeys:
     """The keys one device uses: key(s, r) for a datagram from s to r, and an AEAD per key."""
 
-    def __init__(self, root: bytes | None = None, links: dict[tuple[int, int], bytes] | None = None):
+    def __init__(
+        self, root: bytes | None = None, links: dict[tuple[int, int], bytes] | None = None
+    ):
         self._root = root
         self._links = dict(links or {})
         self._aeads: dict[tuple[int, int], object] = {}
 
     @classmethod
-    def of(cls, key) -> "LinkKeys":
+    def of(cls, key) -> LinkKeys:
         """A LinkKeys as given, or one derived from a fleet key (bytes)."""
         return key if isinstance(key, LinkKeys) else cls(root=bytes(key))
 
@@ -66,19 +68,23 @@ class LinkKeys:
         return a
 
     @classmethod
-    def load(cls, path: str | Path, device: int, fleet: int) -> "LinkKeys":
+    def load(cls, path: str | Path, device: int, fleet: int) -> LinkKeys:
         try:
             doc = json.loads(Path(path).read_text())
-            links = {tuple(int(i) for i in k.split(">")): bytes.fromhex(v)
-                     for k, v in doc["links"].items()}
+            links: dict[tuple[int, int], bytes] = {}
+            for k, v in doc["links"].items():
+                a, b = (int(i) for i in k.split(">"))  # exactly two ids, else not a keyfile
+                links[(a, b)] = bytes.fromhex(v)
             owner, their_fleet = int(doc["device"]), int(doc["fleet"])
         except OSError as e:
             raise KeyfileError(f"{path}: {e.strerror}") from None
         except (ValueError, KeyError, TypeError, AttributeError):
             raise KeyfileError(f"{path}: not an edgegossip keyfile") from None
         if owner != device or their_fleet != fleet:
-            raise KeyfileError(f"{path}: keys of device {owner} in fleet {their_fleet}, "
-                            f"not of device {device} in fleet {fleet}")
+            raise KeyfileError(
+                f"{path}: keys of device {owner} in fleet {their_fleet}, "
+                f"not of device {device} in fleet {fleet}"
+            )
         if any(len(v) != aead.KEY_SIZE or device not in k for k, v in links.items()):
             raise KeyfileError(f"{path}: holds a key that is not one of device {device}'s links")
         return cls(links=links)
@@ -109,7 +115,10 @@ def keyfile_text(master: bytes, device: int, ids, fleet: int) -> str:
         if peer != device:
             links[f"{device}>{peer}"] = link_key(master, device, peer).hex()
             links[f"{peer}>{device}"] = link_key(master, peer, device).hex()
-    return json.dumps({"version": 1, "fleet": fleet, "device": device, "links": links}, indent=1) + "\n"
+    return (
+        json.dumps({"version": 1, "fleet": fleet, "device": device, "links": links}, indent=1)
+        + "\n"
+    )
 
 
 def _write_private(path: Path, text: str) -> None:

@@ -29,9 +29,17 @@ class Encoder:
     """Frames this device's datagrams. `keys` is a LinkKeys, or a fleet root key (bytes) to
     derive them from; with `encrypt` the payloads are encrypted, not only authenticated."""
 
-    def __init__(self, plan: ChunkPlan, keys: LinkKeys | bytes, fleet: int, sender: int,
-                 group: bytes = wire.DEFAULT_GROUP, session: int = 1, encrypt: bool = False,
-                 codec: Codec = CODECS["float32"]):
+    def __init__(
+        self,
+        plan: ChunkPlan,
+        keys: LinkKeys | bytes,
+        fleet: int,
+        sender: int,
+        group: bytes = wire.DEFAULT_GROUP,
+        session: int = 1,
+        encrypt: bool = False,
+        codec: Codec = CODECS["float32"],
+    ):
         """plan: chunks as codec.plan() cut them, so an encoded chunk fills one datagram."""
         encoded = codec.encoded_len(plan.chunk_elems)
         wire.check_chunk_bytes(-(-encoded // 4) * 4, group)
@@ -46,9 +54,8 @@ class Encoder:
             raise ValueError(f"session {session} outside 1 .. 2**32 - 1")
         self.session = session  # this process's incarnation (checkpoint.next_session)
         self.prefix = wire.frame_prefix(group)
-        self._buf = bytearray(len(self.prefix) + wire.HEADER_SIZE + max(encoded, 4)
-                              + wire.TAG_SIZE)
-        self._buf[:len(self.prefix)] = self.prefix
+        self._buf = bytearray(len(self.prefix) + wire.HEADER_SIZE + max(encoded, 4) + wire.TAG_SIZE)
+        self._buf[: len(self.prefix)] = self.prefix
         self._view = memoryview(self._buf)
         # one sequence per receiver, so it can count the gaps in what it was sent; each starts
         # at 1 in every session, and the session grows across restarts
@@ -70,16 +77,40 @@ class Encoder:
         self._seq[receiver] = seq
         return seq
 
-    def _frame(self, msg_type: int, round: int, block: int, flags: int, chunk: int,
-               payload: memoryview, receiver: int = 0, weight: int = 0) -> memoryview:
+    def _frame(
+        self,
+        msg_type: int,
+        round: int,
+        block: int,
+        flags: int,
+        chunk: int,
+        payload: memoryview,
+        receiver: int = 0,
+        weight: int = 0,
+    ) -> memoryview:
         p = len(self.prefix)
         n = len(payload)
         seq = self._next_seq(receiver)
         if self.encrypt:
             flags |= wire.FLAG_ENCRYPTED
-        h = wire.Header(wire.VERSION, msg_type, self.codec.dtype, flags, self.fleet, self.sender,
-                        receiver, block, weight, self.session, round, chunk, self.plan.n_chunks,
-                        chunk * self.plan.chunk_bytes, n, seq)
+        h = wire.Header(
+            wire.VERSION,
+            msg_type,
+            self.codec.dtype,
+            flags,
+            self.fleet,
+            self.sender,
+            receiver,
+            block,
+            weight,
+            self.session,
+            round,
+            chunk,
+            self.plan.n_chunks,
+            chunk * self.plan.chunk_bytes,
+            n,
+            seq,
+        )
         wire.pack_into(self._buf, p, h)
         body = p + wire.HEADER_SIZE
         end = body + n
@@ -90,38 +121,63 @@ class Encoder:
             self._view[body:end] = payload
             sealed = aead.seal(wire.nonce(h), self._view[:end])
         start = body if self.encrypt else end  # ciphertext and tag, or the tag alone
-        self._view[start:end + wire.TAG_SIZE] = sealed
+        self._view[start : end + wire.TAG_SIZE] = sealed
         self.datagrams += 1
         self.bytes += end + wire.TAG_SIZE
-        return self._view[:end + wire.TAG_SIZE]
+        return self._view[: end + wire.TAG_SIZE]
 
-    def chunks(self, vec: np.ndarray, msg_type: int, round: int, chunks: Iterable[int] | None = None,
-               block: int = 0, flags: int = 0, receiver: int = 0,
-               weight: int = 0) -> Iterator[memoryview]:
+    def chunks(
+        self,
+        vec: np.ndarray,
+        msg_type: int,
+        round: int,
+        chunks: Iterable[int] | None = None,
+        block: int = 0,
+        flags: int = 0,
+        receiver: int = 0,
+        weight: int = 0,
+    ) -> Iterator[memoryview]:
         """Framed datagrams of `vec` (the whole model, or the given chunk indices) for
         `receiver`, numbered in the sequence of that link."""
         raw = memoryview(vec.view(np.uint8))
         plan, codec = self.plan, self.codec
         enc = memoryview(self._encoded)
-        for c in (range(plan.n_chunks) if chunks is None else chunks):
+        for c in range(plan.n_chunks) if chunks is None else chunks:
             start, stop = plan.chunk_range(c)
             if codec.dtype == wire.DTYPE_F32:
                 payload = raw[start:stop]
             else:
-                payload = enc[:codec.encode(vec[start // 4:stop // 4], self._encoded, plan.chunk_elems)]
+                payload = enc[
+                    : codec.encode(vec[start // 4 : stop // 4], self._encoded, plan.chunk_elems)
+                ]
             yield self._frame(msg_type, round, block, flags, c, payload, receiver, weight)
 
-    def batches(self, vec: np.ndarray, msg_type: int, round: int, chunks: Iterable[int] | None = None,
-                block: int = 0, flags: int = 0, receiver: int = 0,
-                batch: int = BATCH, weight: int = 0) -> Iterator[int]:
+    def batches(
+        self,
+        vec: np.ndarray,
+        msg_type: int,
+        round: int,
+        chunks: Iterable[int] | None = None,
+        block: int = 0,
+        flags: int = 0,
+        receiver: int = 0,
+        batch: int = BATCH,
+        weight: int = 0,
+    ) -> Iterator[int]:
         """Frame the same datagrams as chunks(), up to `batch` at a time, into self.rows (row i
         is self.lengths[i] bytes); yields how many rows hold the current batch. The caller sends
         them before asking for the next."""
         batch = max(1, min(batch, BATCH))
         plan = self.plan
         span = range(plan.n_chunks) if chunks is None else chunks
-        if (_wire_c is not None and isinstance(span, range) and span.step == 1
-                and vec.dtype == np.float32 and vec.flags.c_contiguous and vec.size == plan.n_params):
+        if (
+            _wire_c is not None
+            and isinstance(span, range)
+            and span.step == 1
+            and vec.dtype == np.float32
+            and vec.flags.c_contiguous
+            and vec.size == plan.n_params
+        ):
             raw = vec.view(np.uint8)
             aead = self._aead(receiver)
             if self.encrypt:
@@ -129,10 +185,28 @@ class Encoder:
             for first in range(span.start, span.stop, batch):
                 stop = min(first + batch, span.stop)
                 seq0 = self._next_seq(receiver)
-                n = _wire_c.frame_batch(aead, raw, self.rows, self.lengths, self._prefix,
-                                        msg_type, flags, self.fleet, self.sender, receiver, block,
-                                        self.session, round, first, stop, plan.n_chunks,
-                                        plan.chunk_bytes, seq0, weight, self.codec.dtype)
+                n = _wire_c.frame_batch(
+                    aead,
+                    raw,
+                    self.rows,
+                    self.lengths,
+                    self._prefix,
+                    msg_type,
+                    flags,
+                    self.fleet,
+                    self.sender,
+                    receiver,
+                    block,
+                    self.session,
+                    round,
+                    first,
+                    stop,
+                    plan.n_chunks,
+                    plan.chunk_bytes,
+                    seq0,
+                    weight,
+                    self.codec.dtype,
+                )
                 self._seq[receiver] = seq0 + n - 1
                 self.datagrams += n
                 self.bytes += int(self.lengths[:n].sum())
@@ -140,7 +214,7 @@ class Encoder:
             return
         k = 0
         for d in self.chunks(vec, msg_type, round, span, block, flags, receiver, weight):
-            self.rows[k, :len(d)] = d
+            self.rows[k, : len(d)] = d
             self.lengths[k] = len(d)
             k += 1
             if k == batch:

@@ -33,9 +33,9 @@ NAMES = ("float32", "float16", "bfloat16", "int8")
 @dataclass(frozen=True)
 class Codec:
     name: str
-    dtype: int      # the header's dtype field
-    itemsize: int   # bytes an element
-    prefix: int     # bytes before the elements (int8's scale)
+    dtype: int  # the header's dtype field
+    itemsize: int  # bytes an element
+    prefix: int  # bytes before the elements (int8's scale)
 
     def encoded_len(self, elems: int) -> int:
         return self.prefix + self.itemsize * elems
@@ -52,7 +52,7 @@ class Codec:
         out; returns the bytes written."""
         n = x.shape[0]
         if self.name == "float32":
-            out[:4 * n] = x.view(np.uint8)
+            out[: 4 * n] = x.view(np.uint8)
         else:
             _KERNELS[self.name][0](x, out, chunk)
         return self.itemsize * n + self.prefix * (-(-n // chunk) if n else 0)
@@ -67,7 +67,10 @@ class Codec:
 
 _KERNELS = {  # name: (encode, decode), each taking (source, destination, chunk)
     "float16": (lambda x, o, c: kernels.f16_encode(x, o), lambda p, o, c: kernels.f16_decode(p, o)),
-    "bfloat16": (lambda x, o, c: kernels.bf16_encode(x, o), lambda p, o, c: kernels.bf16_decode(p, o)),
+    "bfloat16": (
+        lambda x, o, c: kernels.bf16_encode(x, o),
+        lambda p, o, c: kernels.bf16_decode(p, o),
+    ),
     "int8": (kernels.i8_encode, kernels.i8_decode),
 }
 
@@ -93,14 +96,15 @@ class Roundtrip:
     def __init__(self, c: Codec, n_params: int, chunk: int):
         self.codec, self.chunk = c, chunk
         if c.name != "float32":
-            self.raw = np.empty(c.encoded_len(n_params) + c.prefix * (-(-n_params // chunk)),
-                                np.uint8)
+            self.raw = np.empty(
+                c.encoded_len(n_params) + c.prefix * (-(-n_params // chunk)), np.uint8
+            )
             self.out = np.empty(n_params, np.float32)
 
     def __call__(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         if self.codec.name == "float32":
             return x
-        out = self.out[:x.shape[0]] if out is None else out
+        out = self.out[: x.shape[0]] if out is None else out
         n = self.codec.encode(x, self.raw, self.chunk)
         self.codec.decode(self.raw[:n], out, self.chunk)
         return out

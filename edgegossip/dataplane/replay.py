@@ -25,9 +25,9 @@ datagram it had accepted before a restart is accepted after it.
 from __future__ import annotations
 
 WINDOW = 4096
-JUMP = 1 << 16            # datagrams (or rounds) a link may skip with no time passing
-RATE = 1 << 17            # and per second of silence: above any sender's datagram rate
-SESSION_JUMP = 1 << 16    # restarts of a peer between two datagrams we accept from it
+JUMP = 1 << 16  # datagrams (or rounds) a link may skip with no time passing
+RATE = 1 << 17  # and per second of silence: above any sender's datagram rate
+SESSION_JUMP = 1 << 16  # restarts of a peer between two datagrams we accept from it
 FIRST_SEQ_LIMIT = 1 << 40
 
 
@@ -86,17 +86,25 @@ class ReplayWindow:
 class PeerLink:
     """One peer as this receiver sees it. Written by the receive thread only."""
 
-    __slots__ = ("session", "window", "last_accept", "baseline", "first", "arrived",
-                 "past_expected", "past_arrived")
+    __slots__ = (
+        "session",
+        "window",
+        "last_accept",
+        "baseline",
+        "first",
+        "arrived",
+        "past_expected",
+        "past_arrived",
+    )
 
     def __init__(self) -> None:
-        self.session = -1          # newest session accepted; -1: none yet
+        self.session = -1  # newest session accepted; -1: none yet
         self.window = ReplayWindow()
-        self.last_accept = 0.0     # time.monotonic() of the last accepted datagram
-        self.baseline = False      # False until a datagram is accepted in this process
-        self.first = -1            # loss accounting for the current session
+        self.last_accept = 0.0  # time.monotonic() of the last accepted datagram
+        self.baseline = False  # False until a datagram is accepted in this process
+        self.first = -1  # loss accounting for the current session
         self.arrived = 0
-        self.past_expected = 0     # and for the sessions before it
+        self.past_expected = 0  # and for the sessions before it
         self.past_arrived = 0
 
     def seq_limit(self, now: float) -> int:
@@ -156,7 +164,7 @@ class PeerLink:
         return self.session, self.window.highest
 
     @classmethod
-    def restored(cls, session: int, highest: int) -> "PeerLink":
+    def restored(cls, session: int, highest: int) -> PeerLink:
         """A link as persisted: everything at or below highest in that session counts as seen."""
         link = cls()
         link.session = session

@@ -26,13 +26,27 @@ from edgegossip.transport.peers import PeerBook
 log = logging.getLogger(__name__)
 
 
-def send_vector(transport: Transport, encoder: Encoder, endpoint: Endpoint, receiver: int,
-                vec: np.ndarray, msg_type: int, round: int, chunks: range | None = None,
-                block: int = 0, flags: int = 0, weight: int = 0) -> None:
+def send_vector(
+    transport: Transport,
+    encoder: Encoder,
+    endpoint: Endpoint,
+    receiver: int,
+    vec: np.ndarray,
+    msg_type: int,
+    round: int,
+    chunks: range | None = None,
+    block: int = 0,
+    flags: int = 0,
+    weight: int = 0,
+) -> None:
     """Frame vec (or its chunks) for worker `receiver` and send it to its endpoint, batched as
     the transport prefers."""
-    size = (len(encoder.prefix) + wire.HEADER_SIZE
-            + encoder.codec.encoded_len(encoder.plan.chunk_elems) + wire.TAG_SIZE)
+    size = (
+        len(encoder.prefix)
+        + wire.HEADER_SIZE
+        + encoder.codec.encoded_len(encoder.plan.chunk_elems)
+        + wire.TAG_SIZE
+    )
     batch = transport.batch_hint(size)
     for n in encoder.batches(vec, msg_type, round, chunks, block, flags, receiver, batch, weight):
         transport.send_batch(endpoint, encoder.rows, encoder.lengths, n)
@@ -110,13 +124,29 @@ class Sender:
         self._thread.start()
         self.errors = 0
 
-    def send(self, peer: int, snap: Snapshot, msg_type: int, round: int,
-             chunks: range | None = None, block: int = 0, flags: int = 0, weight: int = 0) -> None:
+    def send(
+        self,
+        peer: int,
+        snap: Snapshot,
+        msg_type: int,
+        round: int,
+        chunks: range | None = None,
+        block: int = 0,
+        flags: int = 0,
+        weight: int = 0,
+    ) -> None:
         """Queue snap's parameters (or their chunks) for peer; the snapshot is held until sent."""
         self.broadcast([(peer, chunks, block)], snap, msg_type, round, flags, weight)
 
-    def broadcast(self, targets: list[tuple[int, range | None, int]], snap: Snapshot,
-                  msg_type: int, round: int, flags: int = 0, weight: int = 0) -> None:
+    def broadcast(
+        self,
+        targets: list[tuple[int, range | None, int]],
+        snap: Snapshot,
+        msg_type: int,
+        round: int,
+        flags: int = 0,
+        weight: int = 0,
+    ) -> None:
         """Queue snap for every (peer, chunks, block) in targets."""
         for peer, chunks, block in targets:
             self._jobs.put(Job(peer, snap.hold(), msg_type, round, chunks, block, flags, weight))
@@ -139,10 +169,23 @@ class Sender:
                     self.peers.skipped += 1
                     continue
                 if job.snap is None:
-                    self.transport.send(endpoint, self.encoder.request(job.round, job.flags, job.peer))
+                    self.transport.send(
+                        endpoint, self.encoder.request(job.round, job.flags, job.peer)
+                    )
                     continue
-                send_vector(self.transport, self.encoder, endpoint, job.peer, job.snap.vec,
-                            job.msg_type, job.round, job.chunks, job.block, job.flags, job.weight)
+                send_vector(
+                    self.transport,
+                    self.encoder,
+                    endpoint,
+                    job.peer,
+                    job.snap.vec,
+                    job.msg_type,
+                    job.round,
+                    job.chunks,
+                    job.block,
+                    job.flags,
+                    job.weight,
+                )
             except OSError as e:  # unreachable peer, interface gone: the datagrams are lost
                 self.errors += 1
                 log.debug("send to %s failed: %s", job.peer, e)

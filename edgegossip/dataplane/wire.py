@@ -30,7 +30,8 @@ RADIO/DISH use over udp://, so a plain UDP socket and a DISH read the same bytes
                               nonce (session, seq), the rest of the datagram associated data
 
 All integers are little-endian. The tag covers the group framing, header and payload (aead.py);
-a receiver checks it before it trusts any field beyond the fleet, receiver and sender ids. (session, seq) only grows on a link,
+a receiver checks it before it trusts any field beyond the fleet, receiver and sender ids.
+(session, seq) only grows on a link,
 across restarts of either end: that, the receiver field and the tag are what make a captured
 datagram useless anywhere but once, at the receiver it was meant for.
 
@@ -48,8 +49,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from edgegossip.transport.base import ZMQ_MAX_DATAGRAM
 from edgegossip.errors import EdgegossipError
+from edgegossip.transport.base import ZMQ_MAX_DATAGRAM
 
 VERSION = 3
 DTYPE_F32 = 1
@@ -67,10 +68,10 @@ DEFAULT_GROUP = b"eg"
 
 
 class MsgType(IntEnum):
-    PARAMS = 1   # a (partial) model for a gossip exchange
+    PARAMS = 1  # a (partial) model for a gossip exchange
     REQUEST = 2  # "send me your parameters" (Gossiping SGD pull); no payload
-    REDUCE = 3   # RPS reduce-scatter: my copy of your block
-    GATHER = 4   # RPS all-gather: the averaged block I serve
+    REDUCE = 3  # RPS reduce-scatter: my copy of your block
+    GATHER = 4  # RPS all-gather: the averaged block I serve
 
 
 class Header(NamedTuple):
@@ -82,7 +83,7 @@ class Header(NamedTuple):
     sender: int
     receiver: int
     block: int
-    weight: int          # float16 bits (weight_value)
+    weight: int  # float16 bits (weight_value)
     session: int
     round: int
     chunk_index: int
@@ -119,8 +120,10 @@ def check_chunk_bytes(chunk_bytes: int, group: bytes = DEFAULT_GROUP) -> int:
     if chunk_bytes <= 0 or chunk_bytes % 4:
         raise ValueError(f"chunk size {chunk_bytes} must be a positive multiple of 4 bytes")
     if chunk_bytes > max_chunk_bytes(group):
-        raise ValueError(f"chunk size {chunk_bytes} exceeds the largest datagram libzmq carries "
-                         f"({max_chunk_bytes(group)} payload bytes)")
+        raise ValueError(
+            f"chunk size {chunk_bytes} exceeds the largest datagram libzmq carries "
+            f"({max_chunk_bytes(group)} payload bytes)"
+        )
     return chunk_bytes
 
 

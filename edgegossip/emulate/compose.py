@@ -93,17 +93,29 @@ def export(spec: FleetSpec, out: Path, base: str = DEFAULT_BASE, progress=print)
         (out / "config").mkdir(exist_ok=True)
         (out / "config" / f"agent{i}.toml").write_text(config.to_toml(cfg))
         env = {"EG_LOSS_PERCENT": f"{spec.loss * 100:g}"}
-        if rate_to_mbps(dict(spec.slow).get(i, spec.rate)):
-            env["EG_RATE"] = dict(spec.slow).get(i, spec.rate)
-        services[name] = {"build": {"context": ".", "dockerfile": "Containerfile", "args": {"BASE": base}},
-                          "image": IMAGE, "hostname": name, "cap_add": ["NET_ADMIN"],
-                          "networks": ["fleet"], "environment": env,
-                          "volumes": [f"./agent{i}:{STATE}/out:Z", "./data:/data:ro,Z",
-                                      f"./config/agent{i}.toml:/etc/edgegossip/agent.toml:ro,Z"]}
+        rate = dict(spec.slow).get(i, spec.rate)
+        if rate and rate_to_mbps(rate):
+            env["EG_RATE"] = rate
+        services[name] = {
+            "build": {"context": ".", "dockerfile": "Containerfile", "args": {"BASE": base}},
+            "image": IMAGE,
+            "hostname": name,
+            "cap_add": ["NET_ADMIN"],
+            "networks": ["fleet"],
+            "environment": env,
+            "volumes": [
+                f"./agent{i}:{STATE}/out:Z",
+                "./data:/data:ro,Z",
+                f"./config/agent{i}.toml:/etc/edgegossip/agent.toml:ro,Z",
+            ],
+        }
     doc = {"services": services, "networks": {"fleet": {"driver": "bridge"}}}
     (out / "compose.yaml").write_text(
         f"# {spec.nodes} edgegossip agents, {spec.algorithm}, {spec.loss:.0%} loss, links "
-        f"{spec.rate or 'uncapped'}: `podman-compose up` (or `docker compose up`)\n" + _yaml(doc) + "\n")
+        f"{spec.rate or 'uncapped'}: `podman-compose up` (or `docker compose up`)\n"
+        + _yaml(doc)
+        + "\n"
+    )
     (out / "Containerfile").write_text(CONTAINERFILE.format(base=base))
     (out / "entrypoint.sh").write_text(ENTRYPOINT)
     (out / "loss.nft").write_text(loss_rules(spec.loss))
@@ -112,5 +124,11 @@ def export(spec: FleetSpec, out: Path, base: str = DEFAULT_BASE, progress=print)
     shutil.copyfile(mnist.cache_path(), data / mnist.cache_path().name)
     (data / mnist.cache_path().name).chmod(0o444)
     manifest = bundle.build(out / "wheels", progress=progress)
-    return {"out": str(out), "compose": str(out / "compose.yaml"), "services": names,
-            "image": IMAGE, "base": base, "release": manifest["release"]}
+    return {
+        "out": str(out),
+        "compose": str(out / "compose.yaml"),
+        "services": names,
+        "image": IMAGE,
+        "base": base,
+        "release": manifest["release"],
+    }

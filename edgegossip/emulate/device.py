@@ -27,15 +27,15 @@ STATE = f"{HOME}/state"
 CONFIG = f"{HOME}/agent.toml"
 CACHE = f"{HOME}/cache"
 
-_SETUP = """set -e
+_SETUP = f"""set -e
 hostname "$1"; state="$2"; conf="$3"; cache="$4"; shift 4
 mount -t tmpfs -o mode=0755,size=4m tmpfs /run
-mkdir -p {home}/state {home}/cache
-mount --bind "$state" {state}
-mount --bind -o ro "$cache" {cache}
-cp "$conf" {config}
+mkdir -p {HOME}/state {HOME}/cache
+mount --bind "$state" {STATE}
+mount --bind -o ro "$cache" {CACHE}
+cp "$conf" {CONFIG}
 exec "$@"
-""".format(home=HOME, state=STATE, cache=CACHE, config=CONFIG)
+"""
 
 
 def prepare(state: Path, i: int) -> dict:
@@ -59,12 +59,41 @@ def share_read_only(src: Path, dest_dir: Path) -> Path:
     return dest
 
 
-def argv(netns: str, i: int, state: Path, config: Path, cache: Path, command: list[str]) -> list[str]:
+def argv(
+    netns: str, i: int, state: Path, config: Path, cache: Path, command: list[str]
+) -> list[str]:
     """Command line that runs `command` (which reads CONFIG) as device i in network namespace
     netns, with `state` as its STATE and `cache` read-only as its CACHE."""
-    return ["ip", "netns", "exec", netns,
-            "unshare", "--mount", "--propagation", "private", "--pid", "--uts", "--ipc", "--fork",
-            "--mount-proc", "--", "sh", "-c", _SETUP, "sh", f"node{i}", str(state), str(config),
-            str(cache),
-            "setpriv", f"--reuid={uid(i)}", f"--regid={uid(i)}", "--clear-groups",
-            "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--", *command]
+    return [
+        "ip",
+        "netns",
+        "exec",
+        netns,
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "--pid",
+        "--uts",
+        "--ipc",
+        "--fork",
+        "--mount-proc",
+        "--",
+        "sh",
+        "-c",
+        _SETUP,
+        "sh",
+        f"node{i}",
+        str(state),
+        str(config),
+        str(cache),
+        "setpriv",
+        f"--reuid={uid(i)}",
+        f"--regid={uid(i)}",
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+        "--no-new-privs",
+        "--",
+        *command,
+    ]

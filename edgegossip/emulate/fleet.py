@@ -34,9 +34,9 @@ PORT = 47000
 class FleetSpec:
     nodes: int
     algorithm: str
-    loss: float                 # fraction of packets dropped on arrival at each node
-    rate: str | None            # tbf link cap, e.g. "20mbit"
-    backend: str                # netns | loopback
+    loss: float  # fraction of packets dropped on arrival at each node
+    rate: str | None  # tbf link cap, e.g. "20mbit"
+    backend: str  # netns | loopback
     out: Path
     duration_s: float = 0.0
     epochs: float = 0.0
@@ -48,10 +48,12 @@ class FleetSpec:
     alpha: float = agent_config.default("alpha")
     batch: int = agent_config.default("batch")
     seed: int = agent_config.default("seed")
-    deadline_s: float = 0.0     # 0: three times one model's transfer time at the link rate, >= 5 s
+    deadline_s: float = 0.0  # 0: three times one model's transfer time at the link rate, >= 5 s
     deadline: str = agent_config.default("deadline")
     payload: str = agent_config.default("payload")
-    slow: tuple[tuple[int, str], ...] = ()  # (node, rate): these nodes' links capped at their own rate
+    slow: tuple[
+        tuple[int, str], ...
+    ] = ()  # (node, rate): these nodes' links capped at their own rate
     eval_every: int = 50
     checkpoint_every: int = 200
 
@@ -63,7 +65,7 @@ def rate_to_mbps(rate: str | None) -> float | None:
     for unit, mult in (("gbit", 1000.0), ("mbit", 1.0), ("kbit", 0.001)):
         if r.endswith(unit):
             try:
-                return float(r[:-len(unit)]) * mult
+                return float(r[: -len(unit)]) * mult
             except ValueError:
                 break
     raise ValueError(f"--rate {rate!r}: write it as e.g. 20mbit, 500kbit or 1gbit")
@@ -94,17 +96,32 @@ class Fleet:
         if s.epochs:
             steps = int(s.epochs * mnist.TRAIN_ROWS // s.nodes // s.batch)
         return AgentConfig(
-            id=i, listen=f"{addrs[i][0]}:{addrs[i][1]}",
+            id=i,
+            listen=f"{addrs[i][0]}:{addrs[i][1]}",
             peers=tuple(Peer(j, h, p) for j, (h, p) in enumerate(addrs) if j != i),
-            fleet=4242, key="edgegossip-emulated-fleet", output=str(s.out / f"agent{i}"),
-            algorithm=s.algorithm, model=s.model, backend=s.train_backend, workers=s.nodes,
-            seed=s.seed, batch=s.batch,
-            p=s.p, alpha=s.alpha, max_steps=steps, duration_s=s.duration_s,
-            eval_every=s.eval_every, checkpoint_every=s.checkpoint_every, transport=s.transport,
-            rate_mbps=0.9 * own if own else 200.0, deadline_s=deadline, deadline=s.deadline,
+            fleet=4242,
+            key="edgegossip-emulated-fleet",
+            output=str(s.out / f"agent{i}"),
+            algorithm=s.algorithm,
+            model=s.model,
+            backend=s.train_backend,
+            workers=s.nodes,
+            seed=s.seed,
+            batch=s.batch,
+            p=s.p,
+            alpha=s.alpha,
+            max_steps=steps,
+            duration_s=s.duration_s,
+            eval_every=s.eval_every,
+            checkpoint_every=s.checkpoint_every,
+            transport=s.transport,
+            rate_mbps=0.9 * own if own else 200.0,
+            deadline_s=deadline,
+            deadline=s.deadline,
             payload=s.payload,
             inject_loss=s.loss if s.backend == "loopback" else 0.0,
-            gso=s.backend != "netns")  # nftables must see, and drop, single datagrams
+            gso=s.backend != "netns",
+        )  # nftables must see, and drop, single datagrams
 
     def up(self) -> None:
         s = self.spec
@@ -124,14 +141,21 @@ class Fleet:
         if self.lan is not None:  # a device of its own: namespaces, its own unprivileged user
             path.write_text(agent_config.to_toml(replace(cfg, output=device.STATE)))
             env.update(device.prepare(Path(cfg.output), i))
-            command = device.argv(self.lan.ns(i), i, Path(cfg.output), path, self._shared_cache(),
-                                  self._agent_command(device.CONFIG))
+            command = device.argv(
+                self.lan.ns(i),
+                i,
+                Path(cfg.output),
+                path,
+                self._shared_cache(),
+                self._agent_command(device.CONFIG),
+            )
         else:
             path.write_text(agent_config.to_toml(cfg))
             command = self._agent_command(str(path))
         log_f = open(self.spec.out / f"agent{i}.log", "a")
-        self.procs[i] = subprocess.Popen(command, stdout=log_f, stderr=subprocess.STDOUT, env=env,
-                                         start_new_session=True)
+        self.procs[i] = subprocess.Popen(
+            command, stdout=log_f, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
         log_f.close()
 
     @staticmethod
@@ -175,8 +199,11 @@ class Fleet:
         return [p is not None and p.poll() is None for p in self.procs]
 
     def failed(self) -> list[int]:
-        return [i for i, p in enumerate(self.procs)
-                if p is not None and p.poll() not in (None, 0, -signal.SIGTERM, -signal.SIGKILL)]
+        return [
+            i
+            for i, p in enumerate(self.procs)
+            if p is not None and p.poll() not in (None, 0, -signal.SIGTERM, -signal.SIGKILL)
+        ]
 
     def stop(self, grace_s: float = 30.0) -> None:
         for p in self.procs:
@@ -195,7 +222,10 @@ class Fleet:
     def overdue(self, grace_s: float = 15.0) -> bool:
         """True once a duration-limited run is past its duration plus grace: agents still up
         then are waiting on peers that left (an all-reduce ring) and should be stopped."""
-        return bool(self.spec.duration_s) and time.monotonic() - self.t0 > self.spec.duration_s + grace_s
+        return (
+            bool(self.spec.duration_s)
+            and time.monotonic() - self.t0 > self.spec.duration_s + grace_s
+        )
 
     def wait(self, timeout_s: float, poll_s: float = 0.5) -> None:
         """Wait for the agents to finish (or be overdue), then stop whatever still runs."""

@@ -108,16 +108,46 @@ class Lan:
         ns, port, ns_end = self.ns(i), f"p{i}", f"{PREFIX}{self.run_id}v{i}"
         _run("ip", "netns", "add", ns)
         self.created.append(f"ns:{ns}")
-        _run("ip", "-n", self.switch, "link", "add", port, "type", "veth", "peer", "name", ns_end,
-             "netns", ns)
+        _run(
+            "ip",
+            "-n",
+            self.switch,
+            "link",
+            "add",
+            port,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            ns_end,
+            "netns",
+            ns,
+        )
         _run("ip", "-n", self.switch, "link", "set", port, "master", "br0", "up")
         _run("ip", "-n", ns, "addr", "add", f"{self.address(i)}/24", "dev", ns_end)
         _run("ip", "-n", ns, "link", "set", ns_end, "up")
         _run("ip", "-n", ns, "link", "set", "lo", "up")
         rate = self.rates.get(i, self.rate)
         if rate:
-            _run("ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", ns_end, "root", "tbf",
-                 "rate", rate, "burst", "32kbit", "latency", "50ms")
+            _run(
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                "tc",
+                "qdisc",
+                "add",
+                "dev",
+                ns_end,
+                "root",
+                "tbf",
+                "rate",
+                rate,
+                "burst",
+                "32kbit",
+                "latency",
+                "50ms",
+            )
         self.set_loss(i, self.loss)
 
     def set_loss(self, i: int, loss: float) -> None:
@@ -128,8 +158,18 @@ class Lan:
 
     def dropped_packets(self, i: int) -> int:
         """Packets node i's loss rule has dropped so far."""
-        out = _run("ip", "netns", "exec", self.ns(i), "nft", "list", "table", "inet",
-                   "edgegossip", check=False).stdout
+        out = _run(
+            "ip",
+            "netns",
+            "exec",
+            self.ns(i),
+            "nft",
+            "list",
+            "table",
+            "inet",
+            "edgegossip",
+            check=False,
+        ).stdout
         m = re.search(r"counter packets (\d+)", out)
         return int(m.group(1)) if m else 0
 

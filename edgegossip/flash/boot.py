@@ -15,8 +15,8 @@ import tempfile
 from pathlib import Path
 
 from edgegossip import tools
-from edgegossip.flash.partitions import boot_partition
 from edgegossip.errors import EdgegossipError
+from edgegossip.flash.partitions import boot_partition
 
 
 class BootError(EdgegossipError, RuntimeError):
@@ -63,12 +63,18 @@ class FatBoot:
         self.label = f"{path} (partition {part.number})"
         self.env = {**os.environ, "MTOOLS_SKIP_CHECK": "1", "MTOOLS_NO_VFAT": "0"}
         if self.read("cmdline.txt") is None:
-            raise BootError(f"{path}: no cmdline.txt on its FAT partition; not a Raspberry Pi image?")
+            raise BootError(
+                f"{path}: no cmdline.txt on its FAT partition; not a Raspberry Pi image?"
+            )
 
-    def _m(self, *args: str, check: bool = True, input: bytes | None = None) -> subprocess.CompletedProcess:
+    def _m(
+        self, *args: str, check: bool = True, input: bytes | None = None
+    ) -> subprocess.CompletedProcess:
         p = subprocess.run(args, capture_output=True, env=self.env, input=input)
         if check and p.returncode != 0:
-            raise BootError(f"{args[0]}: {p.stderr.decode(errors='replace').strip().splitlines()[-1:]}")
+            raise BootError(
+                f"{args[0]}: {p.stderr.decode(errors='replace').strip().splitlines()[-1:]}"
+            )
         return p
 
     def read(self, name: str) -> bytes | None:
@@ -90,5 +96,8 @@ class FatBoot:
     def names(self) -> list[str]:
         p = self._m("mdir", "-/", "-b", "-i", self.target, "::/")
         prefix = "::/"
-        return sorted(line[len(prefix):] for line in p.stdout.decode().splitlines()
-                      if line.startswith(prefix) and not line.endswith("/"))
+        return sorted(
+            line[len(prefix) :]
+            for line in p.stdout.decode().splitlines()
+            if line.startswith(prefix) and not line.endswith("/")
+        )

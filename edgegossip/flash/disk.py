@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+
 from edgegossip.errors import UsageError
 
 SYSTEM_MOUNTS = ("/", "/boot", "/boot/efi", "/boot/firmware", "/usr", "/var", "/home", "/etc")
@@ -19,7 +20,9 @@ def check(device: str, sys_root: Path = Path("/sys"), mounts: str | None = None)
     name = Path(real).name
     block = sys_root / "block" / name
     if not block.is_dir():
-        raise DiskError(f"{device}: not a whole disk (give the disk, e.g. /dev/sdb, not a partition)")
+        raise DiskError(
+            f"{device}: not a whole disk (give the disk, e.g. /dev/sdb, not a partition)"
+        )
     if (block / "removable").read_text().strip() != "1":
         raise DiskError(f"{device}: not a removable disk; refusing to write to it")
     parts = {name} | {p.name for p in block.iterdir() if p.name.startswith(name)}
@@ -29,7 +32,11 @@ def check(device: str, sys_root: Path = Path("/sys"), mounts: str | None = None)
         fields = line.split()
         if len(fields) >= 2 and Path(fields[0]).name in parts:
             if fields[1] in SYSTEM_MOUNTS:
-                raise DiskError(f"{device}: {fields[0]} is mounted at {fields[1]}, part of the running "
-                                "system; refusing to write to it")
-            raise DiskError(f"{device}: {fields[0]} is mounted at {fields[1]}; unmount it, or give "
-                            f"--boot {fields[1]}")
+                raise DiskError(
+                    f"{device}: {fields[0]} is mounted at {fields[1]}, part of the running "
+                    "system; refusing to write to it"
+                )
+            raise DiskError(
+                f"{device}: {fields[0]} is mounted at {fields[1]}; unmount it, or give "
+                f"--boot {fields[1]}"
+            )

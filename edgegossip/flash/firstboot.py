@@ -20,10 +20,12 @@ import json
 import shlex
 
 FORMATS = ("cloud-init", "firstrun")
-BUNDLE = "edgegossip"                      # folder on the boot partition
-FIRMWARE = "/boot/firmware"                # where Raspberry Pi OS mounts the boot partition
-RUN_ARGS = ("systemd.run=/boot/firmware/firstrun.sh systemd.run_success_action=reboot "
-            "systemd.unit=kernel-command-line.target")
+BUNDLE = "edgegossip"  # folder on the boot partition
+FIRMWARE = "/boot/firmware"  # where Raspberry Pi OS mounts the boot partition
+RUN_ARGS = (
+    "systemd.run=/boot/firmware/firstrun.sh systemd.run_success_action=reboot "
+    "systemd.unit=kernel-command-line.target"
+)
 
 
 def detect(files: list[str], issue: str) -> str:
@@ -58,10 +60,18 @@ def user_data(hostname: str, user: str, ssh_key: str, release: str) -> str:
         "hostname": hostname,
         "manage_etc_hosts": True,
         "ssh_pwauth": False,
-        "users": [{"name": user, "groups": "sudo", "shell": "/bin/bash", "lock_passwd": True,
-                   "sudo": "ALL=(ALL) NOPASSWD:ALL", "ssh_authorized_keys": [ssh_key.strip()]}],
-        "runcmd": [["systemctl", "enable", "--now", "ssh"]] +
-                  [["bash", "-c", c] for c in install_commands(release)],
+        "users": [
+            {
+                "name": user,
+                "groups": "sudo",
+                "shell": "/bin/bash",
+                "lock_passwd": True,
+                "sudo": "ALL=(ALL) NOPASSWD:ALL",
+                "ssh_authorized_keys": [ssh_key.strip()],
+            }
+        ],
+        "runcmd": [["systemctl", "enable", "--now", "ssh"]]
+        + [["bash", "-c", c] for c in install_commands(release)],
     }
     return "#cloud-config\n" + json.dumps(doc, indent=1) + "\n"  # JSON is YAML
 
@@ -71,17 +81,30 @@ def meta_data(instance: str, hostname: str) -> str:
 
 
 def network_config(ssid: str | None, psk_hex: str | None, country: str | None) -> str:
-    doc: dict = {"network": {"version": 2, "ethernets": {
-        "eth0": {"dhcp4": True, "optional": True}}}}
+    doc: dict = {
+        "network": {"version": 2, "ethernets": {"eth0": {"dhcp4": True, "optional": True}}}
+    }
     if ssid:
-        doc["network"]["wifis"] = {"wlan0": {
-            "dhcp4": True, "optional": True, "regulatory-domain": country,
-            "access-points": {ssid: {"password": psk_hex}}}}
+        doc["network"]["wifis"] = {
+            "wlan0": {
+                "dhcp4": True,
+                "optional": True,
+                "regulatory-domain": country,
+                "access-points": {ssid: {"password": psk_hex}},
+            }
+        }
     return json.dumps(doc, indent=1) + "\n"
 
 
-def firstrun(hostname: str, user: str, ssh_key: str, release: str, ssid: str | None,
-             psk_hex: str | None, country: str | None) -> str:
+def firstrun(
+    hostname: str,
+    user: str,
+    ssh_key: str,
+    release: str,
+    ssid: str | None,
+    psk_hex: str | None,
+    country: str | None,
+) -> str:
     q = shlex.quote
     lines = [
         "#!/bin/bash",
@@ -89,12 +112,12 @@ def firstrun(hostname: str, user: str, ssh_key: str, release: str, ssid: str | N
         "set -u",
         "old=$(tr -d ' \\t\\n\\r' < /etc/hostname)",
         f"echo {q(hostname)} > /etc/hostname",
-        f"sed -i \"s/127.0.1.1.*$old/127.0.1.1\\t{hostname}/\" /etc/hosts",
+        f'sed -i "s/127.0.1.1.*$old/127.0.1.1\\t{hostname}/" /etc/hosts',
         f"if ! id -u {q(user)} >/dev/null 2>&1; then",
         "  first=$(getent passwd 1000 | cut -d: -f1)",
-        "  if [ -n \"$first\" ]; then",
-        f"    usermod -l {q(user)} \"$first\" && usermod -m -d /home/{user} {q(user)} "
-        f"&& groupmod -n {q(user)} \"$first\"",
+        '  if [ -n "$first" ]; then',
+        f'    usermod -l {q(user)} "$first" && usermod -m -d /home/{user} {q(user)} '
+        f'&& groupmod -n {q(user)} "$first"',
         "  else",
         f"    useradd -m -s /bin/bash -G sudo {q(user)}",
         "  fi",
@@ -113,10 +136,24 @@ def firstrun(hostname: str, user: str, ssh_key: str, release: str, ssid: str | N
         nm = "/etc/NetworkManager/system-connections/edgegossip-wifi.nmconnection"
         lines += [
             f"(umask 077; cat > {nm}) <<'EOF'",
-            "[connection]", "id=edgegossip-wifi", "type=wifi", "autoconnect=true", "",
-            "[wifi]", "mode=infrastructure", f"ssid={ssid}", "",
-            "[wifi-security]", "key-mgmt=wpa-psk", f"psk={psk_hex}", "",
-            "[ipv4]", "method=auto", "", "[ipv6]", "method=auto",
+            "[connection]",
+            "id=edgegossip-wifi",
+            "type=wifi",
+            "autoconnect=true",
+            "",
+            "[wifi]",
+            "mode=infrastructure",
+            f"ssid={ssid}",
+            "",
+            "[wifi-security]",
+            "key-mgmt=wpa-psk",
+            f"psk={psk_hex}",
+            "",
+            "[ipv4]",
+            "method=auto",
+            "",
+            "[ipv6]",
+            "method=auto",
             "EOF",
             f"chmod 0600 {nm}",
             f"iw reg set {q(country or '')} 2>/dev/null || true",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+
 from edgegossip.errors import UsageError
 
 SECTOR = 512
@@ -19,8 +20,8 @@ class PartitionError(UsageError, ValueError):
 class Partition:
     number: int
     type: int
-    start: int   # bytes from the start of the disk
-    size: int    # bytes
+    start: int  # bytes from the start of the disk
+    size: int  # bytes
 
 
 def read_mbr(head: bytes) -> list[Partition]:
@@ -28,11 +29,13 @@ def read_mbr(head: bytes) -> list[Partition]:
         raise PartitionError("no MBR partition table (not a Raspberry Pi OS image?)")
     parts = []
     for n in range(4):
-        entry = head[446 + 16 * n: 446 + 16 * (n + 1)]
+        entry = head[446 + 16 * n : 446 + 16 * (n + 1)]
         ptype = entry[4]
         start, count = struct.unpack_from("<II", entry, 8)
         if ptype == 0xEE:
-            raise PartitionError("GPT disk: Raspberry Pi OS images use MBR; give --boot DIR instead")
+            raise PartitionError(
+                "GPT disk: Raspberry Pi OS images use MBR; give --boot DIR instead"
+            )
         if ptype and count:
             parts.append(Partition(n + 1, ptype, start * SECTOR, count * SECTOR))
     return parts
@@ -48,7 +51,9 @@ def boot_partition(path: str) -> Partition:
         raise PartitionError(f"{path}: no FAT partition in its partition table")
     p = fats[0]
     if end and p.start + p.size > end:
-        raise PartitionError(f"{path}: the boot partition runs past the end of the image (truncated?)")
+        raise PartitionError(
+            f"{path}: the boot partition runs past the end of the image (truncated?)"
+        )
     return p
 
 
@@ -59,6 +64,6 @@ def mbr(partitions: list[tuple[int, int, int]]) -> bytes:
         entry = bytearray(16)
         entry[4] = ptype
         struct.pack_into("<II", entry, 8, start, count)
-        sector[446 + 16 * n: 446 + 16 * (n + 1)] = entry
+        sector[446 + 16 * n : 446 + 16 * (n + 1)] = entry
     sector[510:512] = b"\x55\xaa"
     return bytes(sector)

@@ -6,12 +6,19 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
-from edgegossip.fleet.deploy import device_files
 from edgegossip.flash import firstboot
+from edgegossip.fleet.deploy import device_files
 
 
-def flash(fleet, device, boot, fmt: str | None, wifi: tuple[str, str, str] | None,
-          wheelhouse: Path, manifest: dict) -> dict:
+def flash(
+    fleet,
+    device,
+    boot,
+    fmt: str | None,
+    wifi: tuple[str, str, str] | None,
+    wheelhouse: Path,
+    manifest: dict,
+) -> dict:
     """wifi: (ssid, hashed psk, country) or None."""
     pub = fleet.ssh_key_path().with_name(fleet.ssh_key_path().name + ".pub")
     try:
@@ -27,17 +34,31 @@ def flash(fleet, device, boot, fmt: str | None, wifi: tuple[str, str, str] | Non
     ssid, psk_hex, country = wifi if wifi else (None, None, None)
     written = [f"{firstboot.BUNDLE}/{n}" for n in files]
     if found == "cloud-init":
-        out = {"user-data": firstboot.user_data(device.name, device.user, ssh_key, manifest["release"]),
-               "meta-data": firstboot.meta_data(instance, device.name),
-               "network-config": firstboot.network_config(ssid, psk_hex, country)}
+        out = {
+            "user-data": firstboot.user_data(
+                device.name, device.user, ssh_key, manifest["release"]
+            ),
+            "meta-data": firstboot.meta_data(instance, device.name),
+            "network-config": firstboot.network_config(ssid, psk_hex, country),
+        }
     else:
-        out = {"firstrun.sh": firstboot.firstrun(device.name, device.user, ssh_key, manifest["release"],
-                                                 ssid, psk_hex, country)}
+        out = {
+            "firstrun.sh": firstboot.firstrun(
+                device.name, device.user, ssh_key, manifest["release"], ssid, psk_hex, country
+            )
+        }
     old = (boot.read("cmdline.txt") or b"").decode().strip()
     out["cmdline.txt"] = firstboot.cmdline(old, found, instance)
     for name, text in out.items():
         boot.write(name, text.encode())
-    return {"name": device.name, "format": found, "detected": fmt is None, "target": boot.label,
-            "instance_id": instance if found == "cloud-init" else None, "wifi": ssid,
-            "files": written + list(out), "release": manifest["release"],
-            "platform": manifest["platform"]}
+    return {
+        "name": device.name,
+        "format": found,
+        "detected": fmt is None,
+        "target": boot.label,
+        "instance_id": instance if found == "cloud-init" else None,
+        "wifi": ssid,
+        "files": written + list(out),
+        "release": manifest["release"],
+        "platform": manifest["platform"],
+    }

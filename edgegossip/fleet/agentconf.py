@@ -27,10 +27,18 @@ def values(fleet, device) -> dict:
         v.update(fleet.settings.get(section, {}))
     v.update(device.overrides)
     workers = max(d.id for d in fleet.devices) + 1
-    v.update(id=device.id, workers=workers, fleet=fleet.id, keys=KEYFILE, output=OUTPUT,
-             listen=f"0.0.0.0:{fleet.data_port}",
-             peers=[f"{d.id}@{d.address}:{fleet.data_port}" for d in fleet.devices if d is not device],
-             endpoint=f"0.0.0.0:{fleet.control_port}", server_key=SERVER_KEY, client_keys=CLIENT_KEYS)
+    v.update(
+        id=device.id,
+        workers=workers,
+        fleet=fleet.id,
+        keys=KEYFILE,
+        output=OUTPUT,
+        listen=f"0.0.0.0:{fleet.data_port}",
+        peers=[f"{d.id}@{d.address}:{fleet.data_port}" for d in fleet.devices if d is not device],
+        endpoint=f"0.0.0.0:{fleet.control_port}",
+        server_key=SERVER_KEY,
+        client_keys=CLIENT_KEYS,
+    )
     if device.data:
         v.update(source="file", path=DATA)
     return v

@@ -9,8 +9,9 @@ from edgegossip.fleet.inventory import InventoryError
 
 
 def _host(hosts: dict, name: str, group: str | None, vars_: dict) -> None:
-    h = hosts.setdefault(name, {"name": name, "address": name, "user": "root", "port": 22,
-                                "groups": []})
+    h = hosts.setdefault(
+        name, {"name": name, "address": name, "user": "root", "port": 22, "groups": []}
+    )
     if group and group not in ("all", "ungrouped") and group not in h["groups"]:
         h["groups"].append(group)
     if "ansible_host" in vars_:
@@ -21,7 +22,9 @@ def _host(hosts: dict, name: str, group: str | None, vars_: dict) -> None:
         try:
             h["port"] = int(vars_["ansible_port"])
         except (TypeError, ValueError):
-            raise InventoryError(f"{name}: ansible_port {vars_['ansible_port']!r} is not a number") from None
+            raise InventoryError(
+                f"{name}: ansible_port {vars_['ansible_port']!r} is not a number"
+            ) from None
 
 
 def from_ini(text: str, source: str) -> list[dict]:
@@ -62,7 +65,9 @@ def from_ini(text: str, source: str) -> list[dict]:
                     h["groups"].append(parent)
         for g in h["groups"]:
             for k, v in group_vars.get(g, {}).items():
-                if k in ("ansible_user", "ansible_port") and (k != "ansible_user" or h["user"] == "root"):
+                if k in ("ansible_user", "ansible_port") and (
+                    k != "ansible_user" or h["user"] == "root"
+                ):
                     _host(hosts, h["name"], None, {k: v})
     return list(hosts.values())
 
@@ -71,8 +76,10 @@ def from_yaml(text: str, source: str) -> list[dict]:
     try:
         import yaml
     except ImportError:
-        raise InventoryError(f"{source}: reading a YAML inventory needs PyYAML "
-                             "(pip install pyyaml), or give the INI form") from None
+        raise InventoryError(
+            f"{source}: reading a YAML inventory needs PyYAML "
+            "(pip install pyyaml), or give the INI form"
+        ) from None
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as e:

@@ -5,7 +5,8 @@ link keys, its control certificates, its data, the unit and the install script.
 A wheelhouse holds the edgegossip wheel (kernels compiled; built from the source tree, or repacked
 from a regular install), pyzmq (the draft-enabled wheel `make venv` built, else the package
 index's), and binary wheels of the other dependencies at the versions this machine runs.
-Its release id is a digest of the wheels: a device that already has that release installs nothing."""
+Its release id is a digest of the wheels: a device that already has that release installs
+nothing."""
 
 from __future__ import annotations
 
@@ -40,12 +41,20 @@ def source_digest() -> str:
     src = paths.source_tree()
     if src is not None:
         base = src
-        files = [*src.glob("edgegossip/**/*.py"), *src.glob("native/**/*"), *src.glob("devices/**/*"),
-                 src / "pyproject.toml", src / "setup.py"]
+        files = [
+            *src.glob("edgegossip/**/*.py"),
+            *src.glob("native/**/*"),
+            *src.glob("devices/**/*"),
+            src / "pyproject.toml",
+            src / "setup.py",
+        ]
     else:
         base = Path(__file__).resolve().parents[2]
-        files = [f for f in Path(__file__).resolve().parents[1].rglob("*")
-                 if "__pycache__" not in f.parts]
+        files = [
+            f
+            for f in Path(__file__).resolve().parents[1].rglob("*")
+            if "__pycache__" not in f.parts
+        ]
     for f in sorted(files):
         if f.is_file():
             h.update(str(f.relative_to(base)).encode() + b"\0" + f.read_bytes())
@@ -57,7 +66,9 @@ def this_platform() -> dict:
 
 
 def _pip(*args: str, env: dict | None = None) -> None:
-    p = subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True, env=env)
+    p = subprocess.run(
+        [sys.executable, "-m", "pip", *args], capture_output=True, text=True, env=env
+    )
     if p.returncode != 0:
         tail = (p.stderr.strip() or p.stdout.strip()).splitlines()[-1:]
         raise BundleError(f"pip {args[0]} failed: {tail[0] if tail else p.returncode}")
@@ -66,8 +77,11 @@ def _pip(*args: str, env: dict | None = None) -> None:
 def _draft_pyzmq() -> Path | None:
     """The draft-enabled pyzmq wheel scripts/install-pyzmq-draft.sh built for this Python."""
     tag = f"cp{sys.version_info[0]}{sys.version_info[1]}"
-    found = sorted(w for w in (paths.cache_dir() / "pyzmq").glob("wheels-*/pyzmq-*.whl")
-                   if f"-{tag}-" in w.name and platform.machine() in w.name)
+    found = sorted(
+        w
+        for w in (paths.cache_dir() / "pyzmq").glob("wheels-*/pyzmq-*.whl")
+        if f"-{tag}-" in w.name and platform.machine() in w.name
+    )
     return found[-1] if found else None
 
 
@@ -75,16 +89,21 @@ def _repack_installed(dest: Path) -> None:
     """The installed edgegossip (a regular install: no source tree) as a wheel again, from the
     files its RECORD lists, so an operator who ran `pip install edgegossip` can ship it."""
     dist = md.distribution("edgegossip")
-    tags = [ln.split(":", 1)[1].strip() for ln in (dist.read_text("WHEEL") or "").splitlines()
-            if ln.startswith("Tag:")]
+    tags = [
+        ln.split(":", 1)[1].strip()
+        for ln in (dist.read_text("WHEEL") or "").splitlines()
+        if ln.startswith("Tag:")
+    ]
     if not tags:
-        raise BundleError("the installed edgegossip has no WHEEL tag to repack; "
-                          "reinstall it with pip")
+        raise BundleError(
+            "the installed edgegossip has no WHEEL tag to repack; reinstall it with pip"
+        )
     info = f"edgegossip-{dist.version}.dist-info"
     skip = {f"{info}/{n}" for n in ("RECORD", "INSTALLER", "REQUESTED", "direct_url.json")}
     rows = []
-    with zipfile.ZipFile(dest / f"edgegossip-{dist.version}-{tags[0]}.whl", "w",
-                         zipfile.ZIP_DEFLATED) as z:
+    with zipfile.ZipFile(
+        dest / f"edgegossip-{dist.version}-{tags[0]}.whl", "w", zipfile.ZIP_DEFLATED
+    ) as z:
         for f in dist.files or []:
             name = str(f)
             if name in skip or name.startswith("..") or "__pycache__" in name:
@@ -106,13 +125,18 @@ def build(dest: Path, extras: tuple[str, ...] = (), progress=print) -> dict:
     manifest_path = dest / MANIFEST
     if manifest_path.is_file():
         m = json.loads(manifest_path.read_text())
-        if m.get("source") == digest and m.get("platform") == this_platform() and \
-                set(extras) <= set(m.get("extras", [])):
+        if (
+            m.get("source") == digest
+            and m.get("platform") == this_platform()
+            and set(extras) <= set(m.get("extras", []))
+        ):
             return m
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
-    progress(f"building the wheelhouse for {this_platform()['machine']} Python "
-             f"{this_platform()['python']} in {dest} (once per source change)")
+    progress(
+        f"building the wheelhouse for {this_platform()['machine']} Python "
+        f"{this_platform()['python']} in {dest} (once per source change)"
+    )
     src = paths.source_tree()
     if src is not None:
         _pip("wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(dest), str(src))
@@ -132,10 +156,16 @@ def build(dest: Path, extras: tuple[str, ...] = (), progress=print) -> dict:
     h = hashlib.sha256()
     for w in wheels:
         h.update(w.encode() + (dest / w).read_bytes())
-    manifest = {"release": h.hexdigest()[:12], "source": digest, "platform": this_platform(),
-                "extras": list(extras), "wheels": wheels, "zmq_draft": draft is not None,
-                "bytes": sum((dest / w).stat().st_size for w in wheels),
-                "abi": sysconfig.get_config_var("SOABI")}
+    manifest = {
+        "release": h.hexdigest()[:12],
+        "source": digest,
+        "platform": this_platform(),
+        "extras": list(extras),
+        "wheels": wheels,
+        "zmq_draft": draft is not None,
+        "bytes": sum((dest / w).stat().st_size for w in wheels),
+        "abi": sysconfig.get_config_var("SOABI"),
+    }
     manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
     return manifest
 
@@ -144,8 +174,9 @@ def load(dest: Path) -> dict:
     try:
         return json.loads((dest / MANIFEST).read_text())
     except (OSError, ValueError):
-        raise BundleError(f"{dest}: not a wheelhouse (no {MANIFEST}); "
-                          "make one with `edgegossip fleet wheelhouse`") from None
+        raise BundleError(
+            f"{dest}: not a wheelhouse (no {MANIFEST}); make one with `edgegossip fleet wheelhouse`"
+        ) from None
 
 
 def tar(files: dict[str, bytes | Path]) -> bytes:

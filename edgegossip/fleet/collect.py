@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 
 from edgegossip import checkpoint
-from edgegossip.report.summary import average, summarize
 from edgegossip.fleet import agentconf, parallel, remote
 from edgegossip.fleet.control import ask
 from edgegossip.fleet.ssh import Ssh
 from edgegossip.models import ONNX_MISSING, make_model, onnx_available
+from edgegossip.report.summary import average, summarize
 
 
 def fetch(fleet, device, deadline: float, out: Path, live: bool) -> dict:
@@ -28,21 +28,35 @@ def fetch(fleet, device, deadline: float, out: Path, live: bool) -> dict:
     return row
 
 
-def collect(fleet, devices: list, out: Path, live: bool, concurrency: int, timeout_s: float) -> dict:
+def collect(
+    fleet, devices: list, out: Path, live: bool, concurrency: int, timeout_s: float
+) -> dict:
     out.mkdir(parents=True, exist_ok=True)
-    rows = parallel.each(devices, lambda d, dl: fetch(fleet, d, dl, out, live), concurrency,
-                         timeout_s, verb="fetched")
+    rows = parallel.each(
+        devices,
+        lambda d, dl: fetch(fleet, d, dl, out, live),
+        concurrency,
+        timeout_s,
+        verb="fetched",
+    )
     got = [d for d, r in zip(devices, rows) if r["ok"]]
     model_name = agentconf.render(fleet, devices[0]).model if devices else "mlp"
     loss = None
-    summary = summarize(out, [d.id for d in got], model_name, loss, "fleet", 0.0, None) if got else \
-        {"average_model_accuracy": None, "agents": [], "plots": [], "observed_loss": None}
+    summary = (
+        summarize(out, [d.id for d in got], model_name, loss, "fleet", 0.0, None)
+        if got
+        else {"average_model_accuracy": None, "agents": [], "plots": [], "observed_loss": None}
+    )
     by_id = {a["agent"]: a for a in summary["agents"]}
     for d, r in zip(devices, rows):
         a = by_id.get(d.id, {})
         state = checkpoint.load(out / f"agent{d.id}") if r["ok"] else None
-        r.update(agent=d.id, accuracy=a.get("accuracy"), peak_rss_mb=a.get("peak_rss_mb"),
-                 step=int(state["step"]) if state is not None else None)
+        r.update(
+            agent=d.id,
+            accuracy=a.get("accuracy"),
+            peak_rss_mb=a.get("peak_rss_mb"),
+            step=int(state["step"]) if state is not None else None,
+        )
     summary["onnx"], summary["onnx_error"] = _export(out, [d.id for d in got], model_name)
     summary.update(devices=rows, model=model_name, fleet=fleet.name)
     summary.pop("agents", None)
@@ -58,7 +72,9 @@ def _export(out: Path, ids: list[int], model_name: str) -> tuple[str | None, str
     if not onnx_available():
         return None, ONNX_MISSING
     from edgegossip.models.onnx_backend import export
-    params = [checkpoint.load(out / f"agent{i}")["params"] for i in ids]
+
+    states = [checkpoint.load(out / f"agent{i}") for i in ids]
+    params = [s["params"] for s in states if s is not None]
     avg = average(params)
     np.save(out / "average.npy", avg)
     path = out / "average.onnx"

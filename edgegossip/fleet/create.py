@@ -18,35 +18,65 @@ def parse_hosts(text: str, source: str) -> list[dict]:
         if not words:
             continue
         if len(words) < 2 or len(words) > 4 or (len(words) == 4 and not words[3].isdigit()):
-            raise InventoryError(f"{source}:{n}: expected NAME ADDRESS [USER] [PORT], got {line.strip()!r}")
-        hosts.append({"name": words[0], "address": words[1],
-                      "user": words[2] if len(words) > 2 else "root",
-                      "port": int(words[3]) if len(words) > 3 else 22})
+            raise InventoryError(
+                f"{source}:{n}: expected NAME ADDRESS [USER] [PORT], got {line.strip()!r}"
+            )
+        hosts.append(
+            {
+                "name": words[0],
+                "address": words[1],
+                "user": words[2] if len(words) > 2 else "root",
+                "port": int(words[3]) if len(words) > 3 else 22,
+            }
+        )
     if not hosts:
         raise InventoryError(f"{source}: no hosts in it")
     return hosts
 
 
-def create(root: Path, name: str, hosts: list[dict], settings: dict, ssh_key: Path | None = None,
-           profile: str = "", split: str | None = None, progress=print) -> Fleet:
+def create(
+    root: Path,
+    name: str,
+    hosts: list[dict],
+    settings: dict,
+    ssh_key: Path | None = None,
+    profile: str = "",
+    split: str | None = None,
+    progress=print,
+) -> Fleet:
     if (root / inventory.NAME).exists():
         raise InventoryError(f"{root / inventory.NAME}: a fleet is there already")
-    devices = tuple(Device(name=h["name"], address=h["address"], id=i, user=h.get("user", "root"),
-                           port=h.get("port", 22), profile=h.get("profile", profile),
-                           groups=tuple(h.get("groups", ())),
-                           data=f"data/device-{i}.npz" if split else "")
-                    for i, h in enumerate(hosts))
-    fleet = Fleet(root=root, name=name, id=_random.randbelow(2**32), devices=devices,
-                  settings={k: dict(v) for k, v in settings.items()},
-                  ssh_key=str(ssh_key.resolve()) if ssh_key else "secrets/ssh/id_ed25519")
+    devices = tuple(
+        Device(
+            name=h["name"],
+            address=h["address"],
+            id=i,
+            user=h.get("user", "root"),
+            port=h.get("port", 22),
+            profile=h.get("profile", profile),
+            groups=tuple(h.get("groups", ())),
+            data=f"data/device-{i}.npz" if split else "",
+        )
+        for i, h in enumerate(hosts)
+    )
+    fleet = Fleet(
+        root=root,
+        name=name,
+        id=_random.randbelow(2**32),
+        devices=devices,
+        settings={k: dict(v) for k, v in settings.items()},
+        ssh_key=str(ssh_key.resolve()) if ssh_key else "secrets/ssh/id_ed25519",
+    )
     inventory.validate(fleet)  # before anything is written
     root.mkdir(parents=True, exist_ok=True)
     secrets.create(root / "secrets", make_ssh_key=ssh_key is None)
     if split:
         from edgegossip.data.split import split_mnist
+
         progress(f"splitting MNIST {split} into {len(devices)} device files in {root / 'data'}")
-        for _ in split_mnist(root / "data", len(devices), split,
-                             seed=settings.get("train", {}).get("seed", 0)):
+        for _ in split_mnist(
+            root / "data", len(devices), split, seed=settings.get("train", {}).get("seed", 0)
+        ):
             pass
     inventory.save(fleet)
     return fleet

@@ -15,8 +15,9 @@ from edgegossip.fleet.ssh import Ssh, SshError
 VENV_MB = 200
 
 
-def device_files(fleet, device, info: dict, include_wheels: bool, wheelhouse: Path,
-                 manifest: dict) -> dict:
+def device_files(
+    fleet, device, info: dict, include_wheels: bool, wheelhouse: Path, manifest: dict
+) -> dict:
     """The per-device bundle, {name in archive: bytes or Path}, leaving out what it has."""
     _, server_secret = secrets.server_certificate(fleet.secrets, device.name)
     client_public, _ = secrets.client_certificate(fleet.secrets)
@@ -39,8 +40,10 @@ def device_files(fleet, device, info: dict, include_wheels: bool, wheelhouse: Pa
     elif agentconf.render(fleet, device).source == "mnist":
         cache = mnist.cache_path()
         if not cache.is_file():
-            raise ValueError(f"MNIST is not in this machine's cache ({cache}): "
-                             "run `edgegossip data fetch mnist` (the devices get it from here)")
+            raise ValueError(
+                f"MNIST is not in this machine's cache ({cache}): "
+                "run `edgegossip data fetch mnist` (the devices get it from here)"
+            )
         if _sha(cache) != info.get("mnist_sha"):
             files["mnist.npz"] = cache
     if include_wheels:
@@ -51,6 +54,7 @@ def device_files(fleet, device, info: dict, include_wheels: bool, wheelhouse: Pa
 
 def _sha(path: Path) -> str:
     import hashlib
+
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -62,31 +66,50 @@ def _size(content) -> int:
     return content.stat().st_size if isinstance(content, Path) else len(content)
 
 
-def deploy_one(fleet, device, deadline: float, wheelhouse: Path, manifest: dict, extras: str,
-               wait_s: float = 60) -> dict:
+def deploy_one(
+    fleet,
+    device,
+    deadline: float,
+    wheelhouse: Path,
+    manifest: dict,
+    extras: str,
+    wait_s: float = 60,
+) -> dict:
     ssh = Ssh(fleet, device, deadline)
     info = remote.probe(ssh)
     want = manifest["platform"]
     if (info["machine"], info["python"]) != (want["machine"], want["python"]):
-        raise ValueError(f"device runs {info['machine']} Python {info['python']}; the wheelhouse is for "
-                         f"{want['machine']} Python {want['python']} (build one on such a device with "
-                         "`edgegossip fleet wheelhouse` and pass --wheelhouse)")
+        raise ValueError(
+            f"device runs {info['machine']} Python {info['python']}; the wheelhouse is for "
+            f"{want['machine']} Python {want['python']} (build one on such a device with "
+            "`edgegossip fleet wheelhouse` and pass --wheelhouse)"
+        )
     if agentconf.render(fleet, device).transport == "zmq" and not manifest.get("zmq_draft", True):
-        raise ValueError("net.transport is zmq but the wheelhouse's pyzmq lacks the draft API "
-                         "(RADIO/DISH): run `make venv` (it builds one) and `fleet wheelhouse` "
-                         "again, or use transport udp")
+        raise ValueError(
+            "net.transport is zmq but the wheelhouse's pyzmq lacks the draft API "
+            "(RADIO/DISH): run `make venv` (it builds one) and `fleet wheelhouse` "
+            "again, or use transport udp"
+        )
     new_release = manifest["release"] not in info["releases"]
     files = device_files(fleet, device, info, new_release, wheelhouse, manifest)
     shipped = sum(_size(c) for c in files.values())
     need_mb = shipped / 1e6 + (VENV_MB if new_release else 0)
     if info["free_mb"] < need_mb:
-        raise ValueError(f"disk full: {info['free_mb']} MB free under /opt, the install needs about "
-                         f"{need_mb:.0f} MB; nothing was changed")
+        raise ValueError(
+            f"disk full: {info['free_mb']} MB free under /opt, the install needs about "
+            f"{need_mb:.0f} MB; nothing was changed"
+        )
     result = remote.install(ssh, bundle.tar(files), manifest["release"], extras)
-    row = {"address": device.address, "version_before": info["version"] or None,
-           "release_before": info["release"] or None, "version_after": result["version"],
-           "release_after": manifest["release"], "changed": result["changed"],
-           "shipped_mb": round(shipped / 1e6, 1), "state": None}
+    row = {
+        "address": device.address,
+        "version_before": info["version"] or None,
+        "release_before": info["release"] or None,
+        "version_after": result["version"],
+        "release_after": manifest["release"],
+        "changed": result["changed"],
+        "shipped_mb": round(shipped / 1e6, 1),
+        "state": None,
+    }
     row["state"] = wait_training(fleet, device, min(wait_s, max(0.0, deadline - time.monotonic())))
     return row
 
@@ -116,13 +139,15 @@ def batches(devices: list, batch: str) -> list[list]:
         size = int(batch)
     if size < 1:
         raise ValueError("--batch must be at least 1 device")
-    return [devices[i:i + size] for i in range(0, n, size)]
+    return [devices[i : i + size] for i in range(0, n, size)]
 
 
 def rollout(devices: list, batch: str, max_fail: str, run_batch) -> list[dict]:
     """Run batch after batch; stop once failures exceed max_fail (N or P% of all devices): the
     devices not reached get a row saying so."""
-    limit = (len(devices) * float(max_fail[:-1]) / 100) if max_fail.endswith("%") else float(max_fail)
+    limit = (
+        (len(devices) * float(max_fail[:-1]) / 100) if max_fail.endswith("%") else float(max_fail)
+    )
     rows, failed = [], 0
     groups = batches(devices, batch)
     for k, group in enumerate(groups):
@@ -130,10 +155,17 @@ def rollout(devices: list, batch: str, max_fail: str, run_batch) -> list[dict]:
         rows += got
         failed += sum(1 for r in got if not r["ok"])
         if failed > limit:
-            for rest in groups[k + 1:]:
-                rows += [{"name": d.name, "ok": False, "skipped": True,
-                          "error": f"not attempted: {failed} devices failed (--max-fail {max_fail})",
-                          "seconds": 0.0} for d in rest]
+            for rest in groups[k + 1 :]:
+                rows += [
+                    {
+                        "name": d.name,
+                        "ok": False,
+                        "skipped": True,
+                        "error": f"not attempted: {failed} devices failed (--max-fail {max_fail})",
+                        "seconds": 0.0,
+                    }
+                    for d in rest
+                ]
             break
     return rows
 

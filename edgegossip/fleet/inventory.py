@@ -16,9 +16,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from edgegossip import algorithms, config
+from edgegossip.errors import UsageError
 from edgegossip.fleet.agentconf import render
 from edgegossip.fleet.profiles import ProfileError, profile_settings
-from edgegossip.errors import UsageError
 
 NAME = "fleet.toml"
 # settings every device must share, and those the tooling sets: each setting's scope (config.py)
@@ -49,7 +49,7 @@ class Fleet:
     name: str
     id: int
     devices: tuple[Device, ...]
-    settings: dict            # {"train": {...}, "net": {...}, "data": {...}}
+    settings: dict  # {"train": {...}, "net": {...}, "data": {...}}
     data_port: int = 47000
     control_port: int = 47100
     ssh_key: str = "secrets/ssh/id_ed25519"
@@ -81,7 +81,7 @@ class Fleet:
             chosen += [d for d in hits if d not in chosen]
         return chosen
 
-    def with_settings(self, settings: dict) -> "Fleet":
+    def with_settings(self, settings: dict) -> Fleet:
         return replace(self, settings=settings)
 
 
@@ -92,7 +92,9 @@ def load(root: str | Path) -> Fleet:
         with open(path, "rb") as f:
             doc = tomllib.load(f)
     except FileNotFoundError:
-        raise InventoryError(f"{path}: no fleet here (make one with `edgegossip fleet init`)") from None
+        raise InventoryError(
+            f"{path}: no fleet here (make one with `edgegossip fleet init`)"
+        ) from None
     except OSError as e:
         raise InventoryError(f"{path}: {e.strerror}") from None
     except tomllib.TOMLDecodeError as e:
@@ -128,17 +130,24 @@ def from_dict(root: Path, doc: dict) -> Fleet:
     for section, body in settings.items():
         for k in body:
             if k not in config.SECTIONS[section] or k in MANAGED:
-                raise InventoryError(f"{section}.{k}: unknown key" + (
-                    " (set by the fleet tooling)" if k in MANAGED else ""))
+                raise InventoryError(
+                    f"{section}.{k}: unknown key"
+                    + (" (set by the fleet tooling)" if k in MANAGED else "")
+                )
     rows = doc.get("devices", [])
     if not isinstance(rows, list):
         raise InventoryError("devices: must be an array of tables ([[devices]])")
     devices = tuple(_device(r, i) for i, r in enumerate(rows))
-    fleet = Fleet(root=root, name=_get(head, "name", str, "fleet"), id=_get(head, "id", int, "fleet"),
-                  devices=devices, settings=settings,
-                  data_port=_get(head, "data_port", int, "fleet", 47000),
-                  control_port=_get(head, "control_port", int, "fleet", 47100),
-                  ssh_key=_get(head, "ssh_key", str, "fleet", "secrets/ssh/id_ed25519"))
+    fleet = Fleet(
+        root=root,
+        name=_get(head, "name", str, "fleet"),
+        id=_get(head, "id", int, "fleet"),
+        devices=devices,
+        settings=settings,
+        data_port=_get(head, "data_port", int, "fleet", 47000),
+        control_port=_get(head, "control_port", int, "fleet", 47100),
+        ssh_key=_get(head, "ssh_key", str, "fleet", "secrets/ssh/id_ed25519"),
+    )
     validate(fleet)
     return fleet
 
@@ -148,7 +157,17 @@ def _device(row, i: int) -> Device:
     if not isinstance(row, dict):
         raise InventoryError(f"{where}: must be a table")
     for k in row:
-        if k not in ("name", "address", "id", "user", "port", "profile", "groups", "overrides", "data"):
+        if k not in (
+            "name",
+            "address",
+            "id",
+            "user",
+            "port",
+            "profile",
+            "groups",
+            "overrides",
+            "data",
+        ):
             raise InventoryError(f"{where}.{k}: unknown key")
     name = _get(row, "name", str, where)
     where = f"devices.{name}"
@@ -157,37 +176,61 @@ def _device(row, i: int) -> Device:
         raise InventoryError(f"{where}.groups: must be a list of names")
     overrides = _get(row, "overrides", dict, where, {})
     for k in overrides:
-        if k in MANAGED or not any(k in keys for s, keys in config.SECTIONS.items() if s != "agent"):
+        if k in MANAGED or not any(
+            k in keys for s, keys in config.SECTIONS.items() if s != "agent"
+        ):
             raise InventoryError(f"{where}.overrides.{k}: unknown key")
         if k in FLEET_WIDE:
-            raise InventoryError(f"{where}.overrides.{k}: must be the same on every device "
-                                 "(set it in the fleet's [train], [net] or [data])")
-    return Device(name=name, address=_get(row, "address", str, where), id=_get(row, "id", int, where),
-                  user=_get(row, "user", str, where, "root"), port=_get(row, "port", int, where, 22),
-                  profile=_get(row, "profile", str, where, ""), groups=tuple(groups),
-                  overrides=dict(overrides), data=_get(row, "data", str, where, ""))
+            raise InventoryError(
+                f"{where}.overrides.{k}: must be the same on every device "
+                "(set it in the fleet's [train], [net] or [data])"
+            )
+    return Device(
+        name=name,
+        address=_get(row, "address", str, where),
+        id=_get(row, "id", int, where),
+        user=_get(row, "user", str, where, "root"),
+        port=_get(row, "port", int, where, 22),
+        profile=_get(row, "profile", str, where, ""),
+        groups=tuple(groups),
+        overrides=dict(overrides),
+        data=_get(row, "data", str, where, ""),
+    )
 
 
 def validate(f: Fleet) -> None:
     def need(ok: bool, key: str, msg: str) -> None:
         if not ok:
             raise InventoryError(f"{key}: {msg}")
+
     need(bool(_NAME_RE.fullmatch(f.name)), "fleet.name", "letters, digits, '.', '_' or '-'")
     need(0 <= f.id < 2**32, "fleet.id", "must fit 32 bits")
     for key in ("data_port", "control_port"):
         need(0 < getattr(f, key) < 65536, f"fleet.{key}", "must be a port number")
     need(f.data_port != f.control_port, "fleet.control_port", "must differ from fleet.data_port")
-    seen_names, seen_ids, seen_addr = set(), {}, {}
+    seen_names: set[str] = set()
+    seen_ids: dict[int, str] = {}
+    seen_addr: dict[str, str] = {}
     for d in f.devices:
         w = f"devices.{d.name}"
         need(bool(_NAME_RE.fullmatch(d.name)), f"{w}.name", "letters, digits, '.', '_' or '-'")
         need(d.name not in seen_names, f"{w}.name", "duplicate device name")
         need(0 <= d.id < 65535, f"{w}.id", "must be in 0..65534")
-        need(d.id not in seen_ids, f"{w}.id", f"duplicate agent id {d.id} (also {seen_ids.get(d.id)})")
-        need(d.address not in seen_addr, f"{w}.address",
-             f"{d.address} is also {seen_addr.get(d.address)}'s address")
-        need(bool(d.address) and not any(c in d.address for c in " /@'\""), f"{w}.address",
-             "must be a host name or IP address")
+        need(
+            d.id not in seen_ids,
+            f"{w}.id",
+            f"duplicate agent id {d.id} (also {seen_ids.get(d.id)})",
+        )
+        need(
+            d.address not in seen_addr,
+            f"{w}.address",
+            f"{d.address} is also {seen_addr.get(d.address)}'s address",
+        )
+        need(
+            bool(d.address) and not any(c in d.address for c in " /@'\""),
+            f"{w}.address",
+            "must be a host name or IP address",
+        )
         need(0 < d.port < 65536, f"{w}.port", "must be a port number")
         need(bool(re.fullmatch(r"[a-z_][a-z0-9_-]*", d.user)), f"{w}.user", "not a user name")
         if d.profile:
@@ -200,10 +243,15 @@ def validate(f: Fleet) -> None:
         seen_addr[d.address] = d.name
     algorithm = f.settings["train"].get("algorithm", algorithms.DEFAULT)
     ids = sorted(seen_ids)
-    if algorithm in algorithms.REGISTRY and algorithms.get(algorithm).peers == "all" \
-            and ids != list(range(len(ids))):
-        raise InventoryError(f"devices: {algorithm} needs agent ids 0..{len(ids) - 1} without gaps "
-                             f"(ids are {ids}); use a gossip algorithm or renumber")
+    if (
+        algorithm in algorithms.REGISTRY
+        and algorithms.get(algorithm).peers == "all"
+        and ids != list(range(len(ids)))
+    ):
+        raise InventoryError(
+            f"devices: {algorithm} needs agent ids 0..{len(ids) - 1} without gaps "
+            f"(ids are {ids}); use a gossip algorithm or renumber"
+        )
     for d in f.devices:  # every device's config must validate too
         try:
             render(f, d)
@@ -218,6 +266,7 @@ def next_id(f: Fleet) -> int:
 
 # -- writing ------------------------------------------------------------------------------------
 
+
 def _val(v) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -231,15 +280,30 @@ def _val(v) -> str:
 
 
 def dumps(f: Fleet) -> str:
-    out = ["# edgegossip fleet inventory: see `edgegossip fleet --help`. Secrets live in secrets/.",
-           "[fleet]", f"name = {_val(f.name)}", f"id = {f.id}", f"data_port = {f.data_port}",
-           f"control_port = {f.control_port}", f"ssh_key = {_val(f.ssh_key)}"]
+    out = [
+        "# edgegossip fleet inventory: see `edgegossip fleet --help`. Secrets live in secrets/.",
+        "[fleet]",
+        f"name = {_val(f.name)}",
+        f"id = {f.id}",
+        f"data_port = {f.data_port}",
+        f"control_port = {f.control_port}",
+        f"ssh_key = {_val(f.ssh_key)}",
+    ]
     for section in ("train", "net", "data"):
         if f.settings.get(section):
-            out += ["", f"[{section}]"] + [f"{k} = {_val(v)}" for k, v in f.settings[section].items()]
+            out += ["", f"[{section}]"] + [
+                f"{k} = {_val(v)}" for k, v in f.settings[section].items()
+            ]
     for d in f.devices:
-        out += ["", "[[devices]]", f"name = {_val(d.name)}", f"address = {_val(d.address)}",
-                f"id = {d.id}", f"user = {_val(d.user)}", f"port = {d.port}"]
+        out += [
+            "",
+            "[[devices]]",
+            f"name = {_val(d.name)}",
+            f"address = {_val(d.address)}",
+            f"id = {d.id}",
+            f"user = {_val(d.user)}",
+            f"port = {d.port}",
+        ]
         for key in ("profile", "groups", "overrides", "data"):
             if getattr(d, key):
                 out.append(f"{key} = {_val(getattr(d, key))}")

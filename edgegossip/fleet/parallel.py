@@ -13,8 +13,14 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from edgegossip.fleet.ssh import SshError
 
 
-def each(devices: list, task: Callable, concurrency: int = 8, timeout_s: float = 300,
-         progress: bool = True, verb: str = "done") -> list[dict]:
+def each(
+    devices: list,
+    task: Callable,
+    concurrency: int = 8,
+    timeout_s: float = 300,
+    progress: bool = True,
+    verb: str = "done",
+) -> list[dict]:
     """task(device, deadline) for every device; rows in inventory order."""
     rows: dict[str, dict] = {}
     t0 = time.monotonic()
@@ -25,8 +31,11 @@ def each(devices: list, task: Callable, concurrency: int = 8, timeout_s: float =
             row = rows[d.name] = fut.result()
             if progress:
                 status = verb if row["ok"] else f"FAILED: {row['error']}"
-                print(f"[{n}/{len(devices)}] {d.name}: {status} ({row['seconds']:.1f} s)",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"[{n}/{len(devices)}] {d.name}: {status} ({row['seconds']:.1f} s)",
+                    file=sys.stderr,
+                    flush=True,
+                )
     return [rows[d.name] for d in devices]
 
 
@@ -38,6 +47,8 @@ def _one(task: Callable, device, deadline: float) -> dict:
     except (SshError, OSError, ValueError, RuntimeError) as e:
         row.update(ok=False, error=str(e).splitlines()[0] if str(e) else type(e).__name__)
     except Exception as e:  # whatever one device sent back, it fails that device's row alone
-        row.update(ok=False, error=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300])
+        row.update(
+            ok=False, error=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+        )
     row["seconds"] = round(time.monotonic() - t, 1)
     return row

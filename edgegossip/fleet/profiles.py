@@ -28,5 +28,10 @@ def profile_settings(name: str, where: str = "profile") -> dict:
         raise ProfileError(f"{where}.profile: no profile {name!r} in {profiles_dir()}") from None
     except tomllib.TOMLDecodeError as e:
         raise ProfileError(f"{where}.profile: {path} is not valid TOML ({e})") from None
-    return {k: v for body in doc.values() if isinstance(body, dict)
-            for k, v in body.items() if k not in config.FLEET_WIDE and k not in config.MANAGED}
+    return {
+        k: v
+        for body in doc.values()
+        if isinstance(body, dict)
+        for k, v in body.items()
+        if k not in config.FLEET_WIDE and k not in config.MANAGED
+    }

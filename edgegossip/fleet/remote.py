@@ -88,20 +88,26 @@ def probe(ssh: Ssh) -> dict:
     try:
         return json.loads(last_line(p.stdout))
     except ValueError:
-        raise SshError(f"probe gave no answer ({last_line(p.stderr) or 'python3 missing?'})") from None
+        raise SshError(
+            f"probe gave no answer ({last_line(p.stderr) or 'python3 missing?'})"
+        ) from None
 
 
 def install(ssh: Ssh, archive: bytes, release: str, extras: str) -> dict:
     """Unpack archive into the stage and run the install there; its {"changed", "version"}."""
-    cmd = (f"bash -c 'set -e; rm -rf {STAGE}; mkdir -p {STAGE}; tar -x -C {STAGE}; "
-           f"bash {STAGE}/install.sh {STAGE} {release} \"{extras}\"'")
+    cmd = (
+        f"bash -c 'set -e; rm -rf {STAGE}; mkdir -p {STAGE}; tar -x -C {STAGE}; "
+        f'bash {STAGE}/install.sh {STAGE} {release} "{extras}"\''
+    )
     p = ssh.run(cmd, input=archive, timeout=900, check=False)
     if p.returncode != 0:
         err = p.stderr.decode(errors="replace")
         if "No space left" in err:
             ssh.run(f"rm -rf {STAGE}", check=False)
-            raise SshError(f"disk full on the device ({last_line(err)}); nothing was changed "
-                           "there but the staging folder, now removed")
+            raise SshError(
+                f"disk full on the device ({last_line(err)}); nothing was changed "
+                "there but the staging folder, now removed"
+            )
         raise SshError(last_line(err) or f"install exit {p.returncode}")
     return json.loads(last_line(p.stdout))
 
@@ -114,34 +120,47 @@ def service(ssh: Ssh, action: str) -> str:
 
 def service_state(ssh: Ssh) -> tuple[str, str]:
     """(systemd's state of the unit, its last log line)."""
-    p = ssh.run(f"bash -c 'systemctl is-active {UNIT}; journalctl -u {UNIT} -n 1 -o cat --no-pager'",
-                check=False, timeout=20)
+    p = ssh.run(
+        f"bash -c 'systemctl is-active {UNIT}; journalctl -u {UNIT} -n 1 -o cat --no-pager'",
+        check=False,
+        timeout=20,
+    )
     lines = p.stdout.decode(errors="replace").splitlines()
     return (lines[0].strip() if lines else "unknown"), (lines[-1].strip() if len(lines) > 1 else "")
 
 
 def logs_command(lines: int, follow: bool) -> str:
-    return f"journalctl -u {UNIT} -n {int(lines)} --no-pager -o short-iso" + (" -f" if follow else "")
+    return f"journalctl -u {UNIT} -n {int(lines)} --no-pager -o short-iso" + (
+        " -f" if follow else ""
+    )
 
 
 def put_config(ssh: Ssh, toml_text: str) -> None:
     """Replace agent.toml atomically (it is validated already)."""
-    ssh.run(f"bash -c 'install -m 0640 -o root -g edgegossip /dev/stdin {paths.CONFIG}.new && "
-            f"mv -f {paths.CONFIG}.new {paths.CONFIG}'", input=toml_text.encode(), timeout=30)
+    ssh.run(
+        f"bash -c 'install -m 0640 -o root -g edgegossip /dev/stdin {paths.CONFIG}.new && "
+        f"mv -f {paths.CONFIG}.new {paths.CONFIG}'",
+        input=toml_text.encode(),
+        timeout=30,
+    )
 
 
 def fetch_output(ssh: Ssh, dest: Path) -> list[str]:
     """Copy the agent's checkpoint and metrics into dest; the names copied."""
     names = ("checkpoint.npz", "metrics.jsonl")
-    p = ssh.run(f"bash -c 'cd {paths.OUTPUT} && tar -c --ignore-failed-read {' '.join(names)} 2>/dev/null'",
-                timeout=300, check=False)
+    p = ssh.run(
+        f"bash -c 'cd {paths.OUTPUT} && tar -c --ignore-failed-read {' '.join(names)} 2>/dev/null'",
+        timeout=300,
+        check=False,
+    )
     dest.mkdir(parents=True, exist_ok=True)
     got = []
     try:
         with tarfile.open(fileobj=io.BytesIO(p.stdout)) as t:
             for m in t.getmembers():
-                if m.isfile() and m.name in names:
-                    (dest / m.name).write_bytes(t.extractfile(m).read())
+                member = t.extractfile(m) if m.isfile() and m.name in names else None
+                if member is not None:
+                    (dest / m.name).write_bytes(member.read())
                     got.append(m.name)
     except tarfile.TarError:
         pass

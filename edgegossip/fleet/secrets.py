@@ -1,10 +1,10 @@
 """The fleet folder's secrets/ (mode 0700; never in fleet.toml, never on a device whole):
 
-    master.key             the root of every link key; each device gets only its links' keys
-    ssh/id_ed25519[.pub]   the fleet's SSH key pair (unless fleet.ssh_key names the user's)
-    known_hosts            the devices' SSH host keys, learned at first contact or from the lab
-    control/client.key[_secret]     the operator's CURVE certificate for the control sockets
-    control/NAME.key[_secret]       each device's CURVE server certificate
+master.key             the root of every link key; each device gets only its links' keys
+ssh/id_ed25519[.pub]   the fleet's SSH key pair (unless fleet.ssh_key names the user's)
+known_hosts            the devices' SSH host keys, learned at first contact or from the lab
+control/client.key[_secret]     the operator's CURVE certificate for the control sockets
+control/NAME.key[_secret]       each device's CURVE server certificate
 """
 
 from __future__ import annotations
@@ -39,8 +39,22 @@ def create(folder: Path, make_ssh_key: bool) -> None:
     private_write(folder / "known_hosts", "")
     if make_ssh_key:
         (folder / "ssh").mkdir(mode=0o700, exist_ok=True)
-        p = subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "edgegossip-fleet",
-                            "-f", str(folder / "ssh" / "id_ed25519")], capture_output=True, text=True)
+        p = subprocess.run(
+            [
+                "ssh-keygen",
+                "-q",
+                "-t",
+                "ed25519",
+                "-N",
+                "",
+                "-C",
+                "edgegossip-fleet",
+                "-f",
+                str(folder / "ssh" / "id_ed25519"),
+            ],
+            capture_output=True,
+            text=True,
+        )
         if p.returncode != 0:
             raise SecretsError(f"ssh-keygen: {p.stderr.strip()}")
     client_certificate(folder)
@@ -59,6 +73,7 @@ def keyfile(folder: Path, device: int, ids, fleet: int) -> str:
 
 def _certificate(directory: Path, name: str) -> tuple[Path, Path]:
     import zmq.auth
+
     public, secret = directory / f"{name}.key", directory / f"{name}.key_secret"
     if not secret.is_file():
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -19,7 +19,9 @@ def parse(assignment: str) -> tuple[str, str, object]:
     if not sep or not key:
         raise InventoryError(f"{assignment!r}: expected KEY=VALUE")
     section, _, name = key.rpartition(".")
-    owners = [s for s, keys in config.SECTIONS.items() if name in keys and s in ("train", "net", "data")]
+    owners = [
+        s for s, keys in config.SECTIONS.items() if name in keys and s in ("train", "net", "data")
+    ]
     if not owners or (section and section not in owners) or name in inventory.MANAGED:
         raise InventoryError(f"{key}: not a setting `fleet set` can change")
     typ = _TYPES[name]
@@ -50,9 +52,17 @@ def apply(fleet: inventory.Fleet, changes: list[tuple[str, str, object]], only: 
         names = {d.name for d in only}
         for _, name, _ in changes:
             if name in inventory.FLEET_WIDE:
-                raise InventoryError(f"{name}: must be the same on every device; set it without --only")
-        new = replace(fleet, devices=tuple(
-            replace(d, overrides={**d.overrides, **{n: v for _, n, v in changes}}) if d.name in names else d
-            for d in fleet.devices))
+                raise InventoryError(
+                    f"{name}: must be the same on every device; set it without --only"
+                )
+        new = replace(
+            fleet,
+            devices=tuple(
+                replace(d, overrides={**d.overrides, **{n: v for _, n, v in changes}})
+                if d.name in names
+                else d
+                for d in fleet.devices
+            ),
+        )
     inventory.validate(new)
     return new

@@ -16,6 +16,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+
 from edgegossip.errors import EdgegossipError
 
 
@@ -47,8 +48,10 @@ def _control_dir() -> str:
     except FileExistsError:
         pass
     if not _private(d):
-        raise SshError(f"{d} is not a private folder of this user (a symlink, another owner, or "
-                       "open to others): refusing to share SSH connections through it; remove it")
+        raise SshError(
+            f"{d} is not a private folder of this user (a symlink, another owner, or "
+            "open to others): refusing to share SSH connections through it; remove it"
+        )
     return str(d)
 
 
@@ -59,12 +62,33 @@ class Ssh:
         key = fleet.ssh_key_path()
         # one shared connection per (fleet, key, device): another key never rides on this one
         tag = hashlib.sha256(f"{key.resolve()}\0{fleet.secrets.resolve()}".encode()).hexdigest()[:8]
-        self.base = ["ssh", "-p", str(device.port), "-o", "BatchMode=yes",
-                     "-o", f"UserKnownHostsFile={fleet.secrets / 'known_hosts'}",
-                     "-o", "StrictHostKeyChecking=accept-new", "-o", "ConnectTimeout=5",
-                     "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=2",
-                     "-o", "ControlMaster=auto", "-o", f"ControlPath={_control_dir()}/{tag}-%C",
-                     "-o", "ControlPersist=60", "-o", "LogLevel=ERROR", "-F", "none"]
+        self.base = [
+            "ssh",
+            "-p",
+            str(device.port),
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            f"UserKnownHostsFile={fleet.secrets / 'known_hosts'}",
+            "-o",
+            "StrictHostKeyChecking=accept-new",
+            "-o",
+            "ConnectTimeout=5",
+            "-o",
+            "ServerAliveInterval=5",
+            "-o",
+            "ServerAliveCountMax=2",
+            "-o",
+            "ControlMaster=auto",
+            "-o",
+            f"ControlPath={_control_dir()}/{tag}-%C",
+            "-o",
+            "ControlPersist=60",
+            "-o",
+            "LogLevel=ERROR",
+            "-F",
+            "none",
+        ]
         if key.is_file():
             self.base += ["-i", str(key), "-o", "IdentitiesOnly=yes"]
         self.target = f"{device.user}@{device.address}"
@@ -88,13 +112,18 @@ class Ssh:
             raise SshError("timed out")
         return min(timeout, left)
 
-    def run(self, command: str, input: bytes | None = None, timeout: float = 60,
-            check: bool = True) -> subprocess.CompletedProcess:
+    def run(
+        self, command: str, input: bytes | None = None, timeout: float = 60, check: bool = True
+    ) -> subprocess.CompletedProcess:
         """Run command on the device (as root, through sudo if the SSH user is not root)."""
         try:
-            p = subprocess.run(self.argv(command), input=input, capture_output=True,
-                               timeout=self._timeout(timeout), stdin=None if input is not None
-                               else subprocess.DEVNULL)
+            p = subprocess.run(
+                self.argv(command),
+                input=input,
+                capture_output=True,
+                timeout=self._timeout(timeout),
+                stdin=None if input is not None else subprocess.DEVNULL,
+            )
         except subprocess.TimeoutExpired:
             # the shared connection may be left mid-session, and every later command would then
             # fail through it without a word: end it, the next command opens a fresh one

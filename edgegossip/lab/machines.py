@@ -1,7 +1,8 @@
 """Lab devices up and down. Each device is `systemd-nspawn --boot` of the cached Debian root,
 read-only under a throw-away overlay (--volatile=overlay), in its own network namespace, with its
 own hostname and SSH host key and the fleet's SSH key authorised for the user `pi` (passwordless
-sudo, as on Raspberry Pi OS; root cannot log in), so every fleet command goes through sudo. The lab's state
+sudo, as on Raspberry Pi OS; root cannot log in), so every fleet command goes through sudo.
+The lab's state
 (OUT/lab.json, and a pointer in /run/edgegossip/labs so `lab down --all` finds it after a crash)
 names everything it made."""
 
@@ -15,12 +16,14 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
+from edgegossip.errors import EdgegossipError
 from edgegossip.fleet import create as fleet_create
 from edgegossip.fleet import inventory
 from edgegossip.fleet.ssh import Ssh, SshError
-from edgegossip.lab import network, root as lab_root
-from edgegossip.errors import EdgegossipError
+from edgegossip.lab import network
+from edgegossip.lab import root as lab_root
 
 REGISTRY = Path("/run/edgegossip/labs")
 STATE = "lab.json"
@@ -36,8 +39,15 @@ def _save_state(out: Path, state: dict) -> None:
     (REGISTRY / f"{state['lab']}.json").write_text(json.dumps({"out": str(out.resolve())}) + "\n")
 
 
-def up(n: int, out: Path, loss: float = 0.0, rate: str | None = None, settings: dict | None = None,
-       split: str | None = "iid", progress=print) -> dict:
+def up(
+    n: int,
+    out: Path,
+    loss: float = 0.0,
+    rate: str | None = None,
+    settings: dict | None = None,
+    split: str | None = "iid",
+    progress=print,
+) -> dict:
     if os.geteuid() != 0:
         raise LabError("a lab needs root (network namespaces, systemd-nspawn)")
     if (out / STATE).exists():
@@ -46,14 +56,28 @@ def up(n: int, out: Path, loss: float = 0.0, rate: str | None = None, settings: 
     lab = network.free_lab_id()
     out.mkdir(parents=True, exist_ok=True)
     names = [f"lab{lab}-{i}" for i in range(n)]
-    state = {"lab": lab, "root": str(root), "devices": [], "loss": loss, "rate": rate}
+    state: dict[str, Any] = {
+        "lab": lab,
+        "root": str(root),
+        "devices": [],
+        "loss": loss,
+        "rate": rate,
+    }
     _save_state(out, state)
     try:
         network.up(lab, n, loss, rate)
-        hosts = [{"name": nm, "address": network.address(lab, i), "user": lab_root.USER, "groups": ["lab"]}
-                 for i, nm in enumerate(names)]
-        fleet = fleet_create.create(out, f"lab{lab}", hosts, settings or {}, split=split,
-                                    progress=progress)
+        hosts = [
+            {
+                "name": nm,
+                "address": network.address(lab, i),
+                "user": lab_root.USER,
+                "groups": ["lab"],
+            }
+            for i, nm in enumerate(names)
+        ]
+        fleet = fleet_create.create(
+            out, f"lab{lab}", hosts, settings or {}, split=split, progress=progress
+        )
         pub = (fleet.ssh_key_path().with_suffix(".pub")).read_text()
         progress(f"booting {n} devices from {root}")
         for i, nm in enumerate(names):
@@ -65,8 +89,11 @@ def up(n: int, out: Path, loss: float = 0.0, rate: str | None = None, settings: 
     except BaseException:
         down(out)
         raise
-    return {"lab": lab, "fleet": str(out / inventory.NAME),
-            "devices": [{"name": d["name"], "address": d["address"]} for d in state["devices"]]}
+    return {
+        "lab": lab,
+        "fleet": str(out / inventory.NAME),
+        "devices": [{"name": d["name"], "address": d["address"]} for d in state["devices"]],
+    }
 
 
 def _boot(out: Path, root: Path, lab: int, i: int, name: str, pub: str, fleet) -> dict:
@@ -74,8 +101,11 @@ def _boot(out: Path, root: Path, lab: int, i: int, name: str, pub: str, fleet) -
     keys = d / "hostkeys"
     keys.mkdir(parents=True, exist_ok=True)
     key = keys / "ssh_host_ed25519_key"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(key)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(key)],
+        check=True,
+        capture_output=True,
+    )
     (d / "hosts").write_text(f"127.0.0.1 localhost\n127.0.1.1 {name}\n")  # sudo resolves its host
     (d / "authorized_keys").write_text(pub)
     (d / "authorized_keys").chmod(0o644)  # sshd reads it as the user
@@ -83,16 +113,33 @@ def _boot(out: Path, root: Path, lab: int, i: int, name: str, pub: str, fleet) -
     with open(fleet.secrets / "known_hosts", "a") as f:  # pinned: no trust on first use here
         f.write(f"{network.address(lab, i)} {host_pub[0]} {host_pub[1]}\n")
     log = open(d / "console.log", "wb")
-    argv = ["systemd-nspawn", "-D", str(root), "--boot", "--register=no", "--keep-unit", "-M", name,
-            f"--hostname={name}", "--volatile=overlay", "--console=pipe",
-            f"--network-namespace-path=/run/netns/{network.device_ns(lab, i)}",
-            f"--bind-ro={keys}:/etc/ssh/lab", f"--bind-ro={d / 'hosts'}:/etc/hosts",
-            f"--bind-ro={d / 'authorized_keys'}:/home/{lab_root.USER}/.ssh/authorized_keys"]
-    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                         start_new_session=True)
+    argv = [
+        "systemd-nspawn",
+        "-D",
+        str(root),
+        "--boot",
+        "--register=no",
+        "--keep-unit",
+        "-M",
+        name,
+        f"--hostname={name}",
+        "--volatile=overlay",
+        "--console=pipe",
+        f"--network-namespace-path=/run/netns/{network.device_ns(lab, i)}",
+        f"--bind-ro={keys}:/etc/ssh/lab",
+        f"--bind-ro={d / 'hosts'}:/etc/hosts",
+        f"--bind-ro={d / 'authorized_keys'}:/home/{lab_root.USER}/.ssh/authorized_keys",
+    ]
+    p = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
     log.close()
-    return {"name": name, "address": network.address(lab, i), "pid": p.pid,
-            "netns": network.device_ns(lab, i)}
+    return {
+        "name": name,
+        "address": network.address(lab, i),
+        "pid": p.pid,
+        "netns": network.device_ns(lab, i),
+    }
 
 
 def _wait_ssh(fleet, device, deadline: float) -> None:
@@ -103,8 +150,9 @@ def _wait_ssh(fleet, device, deadline: float) -> None:
                 pass
             # bounded on the device: a boot job that hangs (network-online can wait 2 min) must
             # not leave a killed ssh client behind, nor keep the lab from coming up
-            Ssh(fleet, device).run("timeout 45 systemctl is-system-running --wait >/dev/null 2>&1; true",
-                                   timeout=60)
+            Ssh(fleet, device).run(
+                "timeout 45 systemctl is-system-running --wait >/dev/null 2>&1; true", timeout=60
+            )
             return
         except (OSError, SshError) as e:
             last = str(e)
@@ -175,9 +223,19 @@ def down_all() -> list[str]:
                 cmd = (pid_dir / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if cmd and cmd[0].endswith(b"systemd-nspawn") and any(
-                    re.search(rb"network-namespace-path=/run/netns/" + network.PREFIX.encode() + rb"\d+d\d+", a)
-                    for a in cmd):
+            if (
+                cmd
+                and cmd[0].endswith(b"systemd-nspawn")
+                and any(
+                    re.search(
+                        rb"network-namespace-path=/run/netns/"
+                        + network.PREFIX.encode()
+                        + rb"\d+d\d+",
+                        a,
+                    )
+                    for a in cmd
+                )
+            ):
                 os.kill(int(pid_dir.name), signal.SIGKILL)
                 removed.append(f"nspawn:{pid_dir.name}")
     for lab in network.all_labs():

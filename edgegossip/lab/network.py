@@ -37,8 +37,12 @@ def host_address(lab: int) -> str:
 
 
 def free_lab_id() -> int:
-    used = {int(m.group(1)) for m in re.finditer(rf"\b{PREFIX}(\d+)sw\b",
-                                                 _run("ip", "netns", "list", check=False).stdout)}
+    used = {
+        int(m.group(1))
+        for m in re.finditer(
+            rf"\b{PREFIX}(\d+)sw\b", _run("ip", "netns", "list", check=False).stdout
+        )
+    }
     for lab in range(1, 250):
         if lab not in used:
             return lab
@@ -58,22 +62,61 @@ def up(lab: int, n: int, loss: float, rate: str | None) -> None:
     for i in range(n):
         ns = device_ns(lab, i)
         _run("ip", "netns", "add", ns)
-        _run("ip", "-n", sw, "link", "add", f"d{i}", "type", "veth", "peer", "name", "eth0", "netns", ns)
+        _run(
+            "ip",
+            "-n",
+            sw,
+            "link",
+            "add",
+            f"d{i}",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            ns,
+        )
         _run("ip", "-n", sw, "link", "set", f"d{i}", "master", "br0", "up")
         _run("ip", "-n", ns, "addr", "add", f"{address(lab, i)}/24", "dev", "eth0")
         _run("ip", "-n", ns, "link", "set", "eth0", "up")
         _run("ip", "-n", ns, "link", "set", "lo", "up")
         if rate:
-            _run("ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "eth0", "root", "tbf",
-                 "rate", rate, "burst", "32kbit", "latency", "50ms")
+            _run(
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                "tc",
+                "qdisc",
+                "add",
+                "dev",
+                "eth0",
+                "root",
+                "tbf",
+                "rate",
+                rate,
+                "burst",
+                "32kbit",
+                "latency",
+                "50ms",
+            )
         set_loss(lab, i, loss)
 
 
 def set_loss(lab: int, i: int, loss: float) -> None:
     ns = device_ns(lab, i)
     _run("ip", "netns", "exec", ns, "nft", "delete", "table", "inet", "edgegossip", check=False)
-    _run("ip", "netns", "exec", ns, "nft", "-f", "-",
-         input=loss_rules(loss, exempt=host_address(lab)))
+    _run(
+        "ip",
+        "netns",
+        "exec",
+        ns,
+        "nft",
+        "-f",
+        "-",
+        input=loss_rules(loss, exempt=host_address(lab)),
+    )
 
 
 def down(lab: int) -> list[str]:
@@ -94,6 +137,8 @@ def down(lab: int) -> list[str]:
 
 
 def all_labs() -> list[int]:
-    text = _run("ip", "netns", "list", check=False).stdout + \
-        _run("ip", "-o", "link", "show", check=False).stdout
+    text = (
+        _run("ip", "netns", "list", check=False).stdout
+        + _run("ip", "-o", "link", "show", check=False).stdout
+    )
     return sorted({int(m.group(1)) for m in re.finditer(rf"\b{PREFIX}(\d+)(?:sw|d\d+|h)\b", text)})

@@ -15,8 +15,19 @@ from pathlib import Path
 from edgegossip import paths, tools
 from edgegossip.errors import EdgegossipError
 
-PACKAGES = ("systemd", "systemd-sysv", "dbus", "openssh-server", "python3", "python3-venv",
-            "iproute2", "libssl3", "procps", "sudo", "nftables")
+PACKAGES = (
+    "systemd",
+    "systemd-sysv",
+    "dbus",
+    "openssh-server",
+    "python3",
+    "python3-venv",
+    "iproute2",
+    "libssl3",
+    "procps",
+    "sudo",
+    "nftables",
+)
 USER = "pi"  # as on Raspberry Pi OS: a login user with passwordless sudo, not root
 SUITE = "bookworm"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
@@ -40,8 +51,9 @@ def mirror() -> str:
             text = f.read_text()
         except OSError:
             continue
-        m = re.search(r"^URIs:\s*(\S+/debian)\s*$", text, re.M) or \
-            re.search(r"^deb\s+(?:\[[^]]*\]\s+)?(\S+/debian)\s+", text, re.M)
+        m = re.search(r"^URIs:\s*(\S+/debian)\s*$", text, re.M) or re.search(
+            r"^deb\s+(?:\[[^]]*\]\s+)?(\S+/debian)\s+", text, re.M
+        )
         if m:
             return m.group(1)
     return DEFAULT_MIRROR
@@ -68,8 +80,18 @@ def ensure(cache: Path | None = None, progress=print) -> Path:
     shutil.rmtree(partial, ignore_errors=True)
     partial.parent.mkdir(parents=True, exist_ok=True)
     progress(f"building the lab's Debian {SUITE} root in {root} (once; about 2.5 minutes)")
-    p = subprocess.run(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}",
-                        SUITE, str(partial), mirror()], capture_output=True, text=True)
+    p = subprocess.run(
+        [
+            "debootstrap",
+            "--variant=minbase",
+            f"--include={','.join(PACKAGES)}",
+            SUITE,
+            str(partial),
+            mirror(),
+        ],
+        capture_output=True,
+        text=True,
+    )
     if p.returncode != 0:
         tail = (p.stderr.strip() or p.stdout.strip()).splitlines()[-1:]
         raise RootError(f"debootstrap failed: {tail[0] if tail else p.returncode}")
@@ -85,24 +107,57 @@ def _configure(root: Path) -> None:
         key.unlink()
     (root / "etc/ssh/sshd_config.d").mkdir(exist_ok=True)
     (root / "etc/ssh/sshd_config.d/lab.conf").write_text(
-        "HostKey /etc/ssh/lab/ssh_host_ed25519_key\nPasswordAuthentication no\n"
-        "PermitRootLogin no\n")
-    p = subprocess.run(["chroot", str(root), "useradd", "--create-home", "--shell", "/bin/bash",
-                        "--groups", "sudo", USER], capture_output=True, text=True)
+        "HostKey /etc/ssh/lab/ssh_host_ed25519_key\nPasswordAuthentication no\nPermitRootLogin no\n"
+    )
+    p = subprocess.run(
+        [
+            "chroot",
+            str(root),
+            "useradd",
+            "--create-home",
+            "--shell",
+            "/bin/bash",
+            "--groups",
+            "sudo",
+            USER,
+        ],
+        capture_output=True,
+        text=True,
+    )
     if p.returncode != 0:
         raise RootError(f"useradd {USER} in the lab root: {p.stderr.strip()}")
     # pam_nologin refuses every user but root until boot has finished (/run/nologin): a boot job
     # that hangs (seen: more than 90 s, now and then) then kept a lab device unreachable; a lab
     # device answers as soon as sshd does
     pam = root / "etc/pam.d/sshd"
-    pam.write_text("".join(ln for ln in pam.read_text().splitlines(keepends=True)
-                           if "pam_nologin" not in ln))
+    pam.write_text(
+        "".join(ln for ln in pam.read_text().splitlines(keepends=True) if "pam_nologin" not in ln)
+    )
     (root / "etc/sudoers.d/010_pi-nopasswd").write_text(f"{USER} ALL=(ALL) NOPASSWD: ALL\n")
     (root / "etc/sudoers.d/010_pi-nopasswd").chmod(0o440)
-    subprocess.run(["chroot", str(root), "install", "-d", "-m", "0700", "-o", USER, "-g", USER,
-                    f"/home/{USER}/.ssh"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            "chroot",
+            str(root),
+            "install",
+            "-d",
+            "-m",
+            "0700",
+            "-o",
+            USER,
+            "-g",
+            USER,
+            f"/home/{USER}/.ssh",
+        ],
+        check=True,
+        capture_output=True,
+    )
     # a container has no consoles to serve; without this, getty units fail at every boot
-    for unit in ("getty@tty1.service", "console-getty.service", "systemd-networkd-wait-online.service"):
+    for unit in (
+        "getty@tty1.service",
+        "console-getty.service",
+        "systemd-networkd-wait-online.service",
+    ):
         link = root / "etc/systemd/system" / unit
         link.unlink(missing_ok=True)
         link.symlink_to("/dev/null")

@@ -51,16 +51,24 @@ class Model(ABC):
         """A freshly initialised flat parameter vector."""
 
     @abstractmethod
-    def loss_grad(self, params: np.ndarray, grad: np.ndarray, x: np.ndarray, y: np.ndarray,
-                  rng: np.random.Generator | None) -> float:
+    def loss_grad(
+        self,
+        params: np.ndarray,
+        grad: np.ndarray,
+        x: np.ndarray,
+        y: np.ndarray,
+        rng: np.random.Generator | None,
+    ) -> float:
         """Mean loss on (x, y); writes d loss / d params into grad. rng=None disables dropout."""
 
     @abstractmethod
     def logits(self, params: np.ndarray, x: np.ndarray) -> np.ndarray:
         """Inference (no dropout)."""
 
-    def accuracy(self, params: np.ndarray, x: np.ndarray, y: np.ndarray, batch: int = 2000) -> float:
+    def accuracy(
+        self, params: np.ndarray, x: np.ndarray, y: np.ndarray, batch: int = 2000
+    ) -> float:
         hits = 0
         for i in range(0, len(x), batch):
-            hits += int((self.logits(params, x[i:i + batch]).argmax(1) == y[i:i + batch]).sum())
+            hits += int((self.logits(params, x[i : i + batch]).argmax(1) == y[i : i + batch]).sum())
         return hits / len(x)

@@ -24,7 +24,7 @@ def _im2col(x: np.ndarray) -> np.ndarray:
     """[B,C,H,W] -> [B*H*W, C*K*K] patches of the zero-padded input (same-size output)."""
     B, C, H, W = x.shape
     xp = np.pad(x, ((0, 0), (0, 0), (PAD, PAD), (PAD, PAD)))
-    win = sliding_window_view(xp, (K, K), axis=(2, 3))          # [B,C,H,W,K,K]
+    win = sliding_window_view(xp, (K, K), axis=(2, 3))  # [B,C,H,W,K,K]
     return win.transpose(0, 2, 3, 1, 4, 5).reshape(B * H * W, C * K * K)
 
 
@@ -34,13 +34,17 @@ def _col2im(cols: np.ndarray, shape: tuple[int, int, int, int]) -> np.ndarray:
     xp = np.zeros((B, C, H + 2 * PAD, W + 2 * PAD), cols.dtype)
     for i in range(K):
         for j in range(K):
-            xp[:, :, i:i + H, j:j + W] += c[:, :, :, :, i, j].transpose(0, 3, 1, 2)
-    return xp[:, :, PAD:PAD + H, PAD:PAD + W]
+            xp[:, :, i : i + H, j : j + W] += c[:, :, :, :, i, j].transpose(0, 3, 1, 2)
+    return xp[:, :, PAD : PAD + H, PAD : PAD + W]
 
 
 def _pool(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     B, C, H, W = a.shape
-    w = a.reshape(B, C, H // 2, 2, W // 2, 2).transpose(0, 1, 2, 4, 3, 5).reshape(B, C, H // 2, W // 2, 4)
+    w = (
+        a.reshape(B, C, H // 2, 2, W // 2, 2)
+        .transpose(0, 1, 2, 4, 3, 5)
+        .reshape(B, C, H // 2, W // 2, 4)
+    )
     idx = w.argmax(-1)
     return np.take_along_axis(w, idx[..., None], -1)[..., 0], idx
 
@@ -56,9 +60,16 @@ class CNN(Model):
     def __init__(self, channels: tuple[int, int] = (8, 16), seed: int = 0):
         c1, c2 = channels
         self.c = (1, c1, c2)
-        self.layout = FlatLayout([("K0", (c1, 1 * K * K)), ("k0", (c1,)),
-                                  ("K1", (c2, c1 * K * K)), ("k1", (c2,)),
-                                  ("W", (c2 * 7 * 7, 10)), ("b", (10,))])
+        self.layout = FlatLayout(
+            [
+                ("K0", (c1, 1 * K * K)),
+                ("k0", (c1,)),
+                ("K1", (c2, c1 * K * K)),
+                ("k1", (c2,)),
+                ("W", (c2 * 7 * 7, 10)),
+                ("b", (10,)),
+            ]
+        )
         self.seed = seed
 
     def init(self, seed: int | None = None) -> np.ndarray:
@@ -67,7 +78,9 @@ class CNN(Model):
         v = self.layout.views(flat)
         for name in ("K0", "K1", "W"):
             fan_in = v[name].shape[1] if name != "W" else v[name].shape[0]
-            v[name][...] = rng.standard_normal(v[name].shape, dtype=np.float32) * np.float32(np.sqrt(2.0 / fan_in))
+            v[name][...] = rng.standard_normal(v[name].shape, dtype=np.float32) * np.float32(
+                np.sqrt(2.0 / fan_in)
+            )
         return flat
 
     def _conv(self, x, Kw, kb):

@@ -19,8 +19,9 @@ GRAD_BLOCK_FLOATS = 131072  # 512 KB of gradient at a time when the optimiser st
 
 
 class MLP(Model):
-    def __init__(self, sizes: list[int], dropout_in: float = 0.2, dropout_hidden: float = 0.5,
-                 seed: int = 0):
+    def __init__(
+        self, sizes: list[int], dropout_in: float = 0.2, dropout_hidden: float = 0.5, seed: int = 0
+    ):
         self.sizes = list(sizes)
         self.dropout_in = dropout_in
         self.dropout_hidden = dropout_hidden
@@ -41,13 +42,15 @@ class MLP(Model):
         v = self.layout.views(flat)
         for i in range(self.n_layers):
             fan_in = self.sizes[i]
-            v[f"W{i}"][...] = rng.standard_normal(v[f"W{i}"].shape, dtype=np.float32) * np.float32(np.sqrt(2.0 / fan_in))
+            v[f"W{i}"][...] = rng.standard_normal(v[f"W{i}"].shape, dtype=np.float32) * np.float32(
+                np.sqrt(2.0 / fan_in)
+            )
         return flat
 
     def dropout_masks(self, batch: int, rng: np.random.Generator | None) -> list[np.ndarray | None]:
         """Scaled keep-masks for the input and each hidden layer, drawn in that order (the ONNX
         training backend is fed the same masks, so both backends see the same randomness)."""
-        out = []
+        out: list[np.ndarray | None] = []
         for i in range(self.n_layers):
             p = self.dropout_in if i == 0 else self.dropout_hidden
             if rng is None or p <= 0:
@@ -109,6 +112,7 @@ class MLP(Model):
         loss, d = log_softmax_xent(h, y)
         for i in reversed(range(self.n_layers)):
             if apply is None:
+                assert g is not None
                 gw = g[f"W{i}"]
                 for r0, r1 in self._row_blocks(i):
                     np.matmul(acts[i][:, r0:r1].T, d, out=gw[r0:r1])
@@ -126,11 +130,13 @@ class MLP(Model):
             d = d_below
         return loss
 
-    def _apply_blocks(self, i: int, h: np.ndarray, d: np.ndarray, scratch: np.ndarray, apply) -> None:
+    def _apply_blocks(
+        self, i: int, h: np.ndarray, d: np.ndarray, scratch: np.ndarray, apply
+    ) -> None:
         a, b = self.sizes[i], self.sizes[i + 1]
         lo = self.layer_span(i)[0]
         for r0, r1 in self._row_blocks(i):
-            part = scratch[:(r1 - r0) * b]
+            part = scratch[: (r1 - r0) * b]
             np.matmul(h[:, r0:r1].T, d, out=part.reshape(r1 - r0, b))
             apply(lo + r0 * b, lo + r1 * b, part)
         d.sum(axis=0, out=scratch[:b])

@@ -8,12 +8,14 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from edgegossip.models.base import Model
 from edgegossip.models.mlp import MLP
 from edgegossip.models.onnx_mlp import grad_graph, inference_graph
 
 
 def _session(model: onnx.ModelProto, threads: int = 0):
     import onnxruntime as ort
+
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -23,7 +25,7 @@ def _session(model: onnx.ModelProto, threads: int = 0):
     return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
 
-def export(model: MLP, params: np.ndarray, path: str | Path) -> Path:
+def export(model: Model, params: np.ndarray, path: str | Path) -> Path:
     """Write a standard .onnx file: input `x` [batch, 784] (normalised as mnist.normalise),
     outputs `logits` and `probabilities` (softmax)."""
     if not isinstance(model, MLP):
@@ -66,21 +68,32 @@ class OnnxTrainer:
         key = (params.ctypes.data, grad.ctypes.data)
         if self._bound == key:
             return
-        if not (params.flags.c_contiguous and grad.flags.c_contiguous
-                and params.dtype == grad.dtype == np.float32):
+        if not (
+            params.flags.c_contiguous
+            and grad.flags.c_contiguous
+            and params.dtype == grad.dtype == np.float32
+        ):
             raise ValueError("params and grad must be contiguous float32 vectors")
         pv, gv = self.model.layout.views(params), self.model.layout.views(grad)
         for name, _ in self.model.layout.shapes:
-            self._io.bind_input(name, "cpu", 0, np.float32, list(pv[name].shape),
-                                pv[name].ctypes.data)
-            self._io.bind_output(f"g{name}", "cpu", 0, np.float32, list(gv[name].shape),
-                                 gv[name].ctypes.data)
+            self._io.bind_input(
+                name, "cpu", 0, np.float32, list(pv[name].shape), pv[name].ctypes.data
+            )
+            self._io.bind_output(
+                f"g{name}", "cpu", 0, np.float32, list(gv[name].shape), gv[name].ctypes.data
+            )
         self._io.bind_output("loss", "cpu", 0, np.float32, [], self._loss.ctypes.data)
         self._bound = key
         self._keep = (params, grad)  # the bound memory must outlive the binding
 
-    def loss_grad(self, params: np.ndarray, grad: np.ndarray, x: np.ndarray, y: np.ndarray,
-                  rng: np.random.Generator | None) -> float:
+    def loss_grad(
+        self,
+        params: np.ndarray,
+        grad: np.ndarray,
+        x: np.ndarray,
+        y: np.ndarray,
+        rng: np.random.Generator | None,
+    ) -> float:
         """Mean loss on (x, y); writes d loss / d params into grad (as Model.loss_grad)."""
         self._bind_model(params, grad)
         n, k = len(y), self.model.sizes[-1]

@@ -56,13 +56,20 @@ def inference_graph(model: MLP, params: np.ndarray) -> onnx.ModelProto:
     g.nodes.append(helper.make_node("Identity", [h], ["logits"]))
     g.nodes.append(helper.make_node("Softmax", ["logits"], ["probabilities"], axis=1))
     graph = helper.make_graph(
-        g.nodes, "edgegossip_mlp",
+        g.nodes,
+        "edgegossip_mlp",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", model.sizes[0]])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", model.sizes[-1]]),
-         helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, ["batch", model.sizes[-1]])],
-        g.inits)
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
-                          producer_name="edgegossip")
+        [
+            helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", model.sizes[-1]]),
+            helper.make_tensor_value_info(
+                "probabilities", TensorProto.FLOAT, ["batch", model.sizes[-1]]
+            ),
+        ],
+        g.inits,
+    )
+    m = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="edgegossip"
+    )
     onnx.checker.check_model(m)
     return m
 
@@ -99,21 +106,32 @@ def grad_graph(model: MLP) -> onnx.ModelProto:
         d = g.op("Gemm", d, f"W{i}", transB=1)
         if dropout[i]:
             d = g.op("Mul", d, f"mask{i}")
-        relu_grad = g.op("Cast", g.op("Greater", pre[i - 1], g.const(0.0, np.float32)),
-                         to=TensorProto.FLOAT)
+        relu_grad = g.op(
+            "Cast", g.op("Greater", pre[i - 1], g.const(0.0, np.float32)), to=TensorProto.FLOAT
+        )
         d = g.op("Mul", d, relu_grad)
     shapes = dict(model.layout.shapes)
-    inputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shapes[name]))
-              for name, _ in model.layout.shapes]
-    inputs += [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", model.sizes[0]]),
-               helper.make_tensor_value_info("onehot", TensorProto.FLOAT, ["batch", model.sizes[-1]])]
-    inputs += [helper.make_tensor_value_info(f"mask{i}", TensorProto.FLOAT, ["batch", model.sizes[i]])
-               for i in range(L) if dropout[i]]
+    inputs = [
+        helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shapes[name]))
+        for name, _ in model.layout.shapes
+    ]
+    inputs += [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", model.sizes[0]]),
+        helper.make_tensor_value_info("onehot", TensorProto.FLOAT, ["batch", model.sizes[-1]]),
+    ]
+    inputs += [
+        helper.make_tensor_value_info(f"mask{i}", TensorProto.FLOAT, ["batch", model.sizes[i]])
+        for i in range(L)
+        if dropout[i]
+    ]
     outputs = [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])]
-    outputs += [helper.make_tensor_value_info(f"g{name}", TensorProto.FLOAT, list(shapes[name]))
-                for name, _ in model.layout.shapes]
+    outputs += [
+        helper.make_tensor_value_info(f"g{name}", TensorProto.FLOAT, list(shapes[name]))
+        for name, _ in model.layout.shapes
+    ]
     graph = helper.make_graph(g.nodes, "edgegossip_mlp_grad", inputs, outputs, g.inits)
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
-                          producer_name="edgegossip")
+    m = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="edgegossip"
+    )
     onnx.checker.check_model(m)
     return m

@@ -17,9 +17,9 @@ import time
 import numpy as np
 import zmq
 
+from edgegossip.errors import EdgegossipError
 from edgegossip.models.optim import NesterovSGD
 from edgegossip.protocol.base import Context, Protocol, Stopped
-from edgegossip.errors import EdgegossipError
 
 HEAD = struct.Struct("<QII")  # step, phase, block
 TIMEOUT_S = 120.0
@@ -36,7 +36,7 @@ class RingAllReduce(Protocol):
         cfg = ctx.cfg
         self.W = cfg.workers
         self.me = cfg.id
-        self.zctx = zmq.Context.instance()
+        self.zctx: zmq.Context = zmq.Context.instance()
         host, port = cfg.listen_endpoint
         self.pull = self.zctx.socket(zmq.PULL)
         self.pull.setsockopt(zmq.LINGER, 0)
@@ -58,34 +58,40 @@ class RingAllReduce(Protocol):
             if self.ctx.stop.is_set():
                 raise Stopped()
             if time.monotonic() > deadline:
-                raise RingStalled(f"ring all-reduce stalled at step {self.step_no} phase {phase}: "
-                                  "a neighbour is not answering")
+                raise RingStalled(
+                    f"ring all-reduce stalled at step {self.step_no} phase {phase}: "
+                    "a neighbour is not answering"
+                )
 
     def _exchange(self, phase: int, send_block: int) -> tuple[int, np.ndarray]:
         sl = self.blocks[send_block]
         self._wait(self.push, zmq.POLLOUT, phase)
         # copy=True: libzmq sends from its own copy; with copy=False it would read self.sum
         # while later phases overwrite it, and a slow link turns that into diverging replicas
-        self.push.send_multipart([HEAD.pack(self.step_no, phase, send_block),
-                                  self.sum[sl].tobytes()], copy=True)
+        self.push.send_multipart(
+            [HEAD.pack(self.step_no, phase, send_block), self.sum[sl].tobytes()], copy=True
+        )
         self._wait(self.pull, zmq.POLLIN, phase)
         head, body = self.pull.recv_multipart(copy=False)
         self.bytes_sent += (sl.stop - sl.start) * 4
         step, ph, block = HEAD.unpack(bytes(head.buffer))
-        if not 0 <= block < self.W or len(body.buffer) != 4 * (self.blocks[block].stop - self.blocks[block].start):
+        if not 0 <= block < self.W or len(body.buffer) != 4 * (
+            self.blocks[block].stop - self.blocks[block].start
+        ):
             raise RingStalled(f"ring message for block {block} has the wrong size")
         if (step, ph) != (self.step_no, phase):
-            raise RingStalled(f"ring out of step: got step {step} phase {ph}, "
-                              f"expected {self.step_no} {phase}")
+            raise RingStalled(
+                f"ring out of step: got step {step} phase {ph}, expected {self.step_no} {phase}"
+            )
         return block, np.frombuffer(body.buffer, np.float32)
 
     def step(self, x: np.ndarray, g: np.ndarray, opt: NesterovSGD) -> None:
         W, me = self.W, self.me
         np.copyto(self.sum, g)
-        for phase in range(W - 1):               # reduce-scatter
+        for phase in range(W - 1):  # reduce-scatter
             block, data = self._exchange(phase, (me - phase) % W)
             self.sum[self.blocks[block]] += data
-        for phase in range(W - 1):               # all-gather
+        for phase in range(W - 1):  # all-gather
             block, data = self._exchange(W - 1 + phase, (me + 1 - phase) % W)
             self.sum[self.blocks[block]] = data
         self.sum *= np.float32(1.0 / W)
@@ -95,8 +101,14 @@ class RingAllReduce(Protocol):
 
     def metrics(self) -> dict:
         # a reliable TCP ring: what it sent is what arrived, and nothing is dropped
-        return {"bytes_sent": self.bytes_sent, "datagrams_sent": 0, "bytes_received": self.bytes_sent,
-                "datagrams_received": 0, "datagrams_dropped": 0, "drops": {}}
+        return {
+            "bytes_sent": self.bytes_sent,
+            "datagrams_sent": 0,
+            "bytes_received": self.bytes_sent,
+            "datagrams_received": 0,
+            "datagrams_dropped": 0,
+            "drops": {},
+        }
 
     def close(self) -> None:
         self.push.close(linger=0)

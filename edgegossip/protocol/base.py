@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from edgegossip.dataplane.chunking import ChunkPlan
 from edgegossip.config import AgentConfig
+from edgegossip.dataplane.chunking import ChunkPlan
 from edgegossip.dataplane.inbox import Inbox
-from edgegossip.models.optim import NesterovSGD
 from edgegossip.dataplane.sender import Sender, Snapshots
+from edgegossip.models.optim import NesterovSGD
 from edgegossip.transport.base import Endpoint
 
 
@@ -24,7 +24,7 @@ class Context:
     sender: Sender | None
     peers: dict[int, Endpoint]
     rng: np.random.Generator
-    snapshots: Snapshots | None = None   # the parameter copies the protocol and sender share
+    snapshots: Snapshots | None = None  # the parameter copies the protocol and sender share
     exchanges: Counter = field(default_factory=Counter)  # completed / partial / timed_out / skipped
     stop: threading.Event = field(default_factory=threading.Event)  # set by SIGTERM / SIGINT
     push_weight: float = 1.0  # this worker's push-sum weight (gossip-push), checkpointed
@@ -40,6 +40,22 @@ class Protocol:
     def __init__(self, ctx: Context):
         self.ctx = ctx
 
+    # the data plane's parts, for the protocols of algorithms that have one (Algorithm.datagrams)
+    @property
+    def inbox(self) -> Inbox:
+        assert self.ctx.inbox is not None, "this algorithm has no data plane"
+        return self.ctx.inbox
+
+    @property
+    def sender(self) -> Sender:
+        assert self.ctx.sender is not None, "this algorithm has no data plane"
+        return self.ctx.sender
+
+    @property
+    def snapshots(self) -> Snapshots:
+        assert self.ctx.snapshots is not None, "this algorithm has no data plane"
+        return self.ctx.snapshots
+
     def before_step(self, x: np.ndarray, step: int) -> None:
         """Start exchanges and answer peers, with x still pre-step."""
 
@@ -49,7 +65,7 @@ class Protocol:
     def after_step(self, x: np.ndarray, step: int) -> None:
         """Apply exchanges whose data arrived or whose deadline passed."""
 
-    def record(self, mask: np.ndarray, arrived: int, expected: int) -> None:
+    def record(self, mask: np.ndarray | None, arrived: int, expected: int) -> None:
         if arrived == 0:
             self.ctx.exchanges["timed_out"] += 1
         elif arrived >= expected:

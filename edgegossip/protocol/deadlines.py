@@ -43,8 +43,9 @@ class Deadlines:
         q = ordered[min(len(ordered) - 1, int(QUANTILE * len(ordered)))]
         return min(self.max_s, max(self.min_s, MARGIN * q + self.settle_s))
 
-    def observe(self, peer: int, started: float, last_arrival: float | None, deadline: float,
-                complete: bool) -> None:
+    def observe(
+        self, peer: int, started: float, last_arrival: float | None, deadline: float, complete: bool
+    ) -> None:
         """One exchange with peer ended: it began at `started`, its last datagram came at
         `last_arrival` (None: nothing came), and it was to end by `deadline`."""
         if not self.adaptive or last_arrival is None:

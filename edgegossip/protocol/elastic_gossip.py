@@ -18,7 +18,7 @@ from edgegossip.protocol.gossip import GossipProtocol, Pending
 
 class ElasticGossipProtocol(GossipProtocol):
     def _start(self, j: int, x: np.ndarray, now: float) -> bool:
-        pre = self.ctx.snapshots.take(x)
+        pre = self.snapshots.take(x)
         if pre is None:
             return False
         self._send_params(j, pre, wire.FLAG_REPLY)
@@ -30,5 +30,7 @@ class ElasticGossipProtocol(GossipProtocol):
             self._answer_or_owe(ev, x, now)
 
     def _merge(self, x: np.ndarray, p: Pending, r) -> None:
-        elastic_gossip.apply(x, p.pre.vec, [(r.buf, r.mask)], self.ctx.cfg.alpha,
-                             self.ctx.plan.chunk_elems)
+        assert p.pre is not None  # both ends keep their pre-step snapshot
+        elastic_gossip.apply(
+            x, p.pre.vec, [(r.buf, r.mask)], self.ctx.cfg.alpha, self.ctx.plan.chunk_elems
+        )

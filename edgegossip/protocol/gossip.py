@@ -36,17 +36,17 @@ from edgegossip.protocol.base import Context, Protocol
 from edgegossip.protocol.deadlines import Deadlines
 
 SETTLE_S = 0.5  # silence after the last chunk that ends waiting for the rest
-MAX_OWED = 8    # draws waiting for a free link or snapshot; a further draw lapses (counted)
+MAX_OWED = 8  # draws waiting for a free link or snapshot; a further draw lapses (counted)
 
 
 @dataclass
 class Pending:
     peer: int
-    pre: Snapshot | None       # our snapshot (None for push receipts: they use x itself)
+    pre: Snapshot | None  # our snapshot (None for push receipts: they use x itself)
     deadline: float
-    round: int | None = None   # the peer's round we apply; None until its reply shows up
+    round: int | None = None  # the peer's round we apply; None until its reply shows up
     started: float = 0.0
-    weight: float = 0.0        # the push-sum weight a push receipt carries
+    weight: float = 0.0  # the push-sum weight a push receipt carries
 
 
 class GossipProtocol(Protocol):
@@ -59,23 +59,23 @@ class GossipProtocol(Protocol):
         self.round = 0
         self.pending: dict[int, Pending] = {}
         self.ids = sorted(ctx.peers)
-        self.owed = 0                                 # draws not yet started
+        self.owed = 0  # draws not yet started
         self.owed_answers: dict[int, tuple[int, float]] = {}  # peer -> (its round, deadline)
         cfg = ctx.cfg
-        self.deadlines = Deadlines(cfg.deadline, cfg.deadline_s, cfg.deadline_min_s,
-                                   cfg.deadline_max_s, SETTLE_S)
+        self.deadlines = Deadlines(
+            cfg.deadline, cfg.deadline_s, cfg.deadline_min_s, cfg.deadline_max_s, SETTLE_S
+        )
 
     def _pending(self, peer: int, pre: Snapshot | None, now: float, rnd: int | None = None) -> None:
         self.pending[peer] = Pending(peer, pre, now + self.deadlines.for_peer(peer), rnd, now)
 
     def _send_params(self, peer: int, snap: Snapshot, flags: int = 0, weight: int = 0) -> None:
         self.round += 1
-        self.ctx.sender.send(peer, snap, wire.MsgType.PARAMS, self.round, flags=flags,
-                             weight=weight)
+        self.sender.send(peer, snap, wire.MsgType.PARAMS, self.round, flags=flags, weight=weight)
 
     def _send_now(self, peer: int, x: np.ndarray) -> bool:
         """Send a copy of x and keep nothing (push, and answers to pull requests)."""
-        snap = self.ctx.snapshots.take(x)
+        snap = self.snapshots.take(x)
         if snap is None:
             return False
         self._send_params(peer, snap, weight=self._outgoing_weight())
@@ -89,7 +89,7 @@ class GossipProtocol(Protocol):
     def before_step(self, x: np.ndarray, step: int) -> None:
         ctx = self.ctx
         now = time.monotonic()
-        for ev in ctx.inbox.events():
+        for ev in self.inbox.events():
             self._on_event(ev, x, now)
         self._answer_owed(x, now)
         if ctx.rng.random() < ctx.cfg.p:
@@ -98,7 +98,7 @@ class GossipProtocol(Protocol):
                 self.owed += 1
             else:
                 ctx.exchanges["lapsed"] += 1
-        if self.owed and ctx.sender.busy == 0:
+        if self.owed and self.sender.busy == 0:
             free = [j for j in self.ids if j not in self.pending and j not in self.owed_answers]
             if free and self._start(free[int(ctx.rng.integers(len(free)))], x, now):
                 self.owed -= 1
@@ -119,7 +119,7 @@ class GossipProtocol(Protocol):
 
     def _answer(self, peer: int, rnd: int, x: np.ndarray, now: float) -> bool:
         """Answer peer's round rnd with our pre-step parameters, and wait for its round."""
-        pre = self.ctx.snapshots.take(x)
+        pre = self.snapshots.take(x)
         if pre is None:
             return False
         self._send_params(peer, pre)
@@ -171,18 +171,23 @@ class GossipProtocol(Protocol):
                     self._finish(p)
                     self.ctx.exchanges["timed_out"] += 1
                 continue
-            if not expired and not self.ctx.inbox.ready(peer, wire.MsgType.PARAMS, p.round, SETTLE_S):
+            if not expired and not self.inbox.ready(peer, wire.MsgType.PARAMS, p.round, SETTLE_S):
                 continue
             # merged straight from the receive buffer: no copy of the model per exchange
-            r, got = self.ctx.inbox.borrow(peer, wire.MsgType.PARAMS, p.round)
+            r, got = self.inbox.borrow(peer, wire.MsgType.PARAMS, p.round)
             self.record(r.mask if r is not None else None, got, self.ctx.plan.n_chunks)
-            self.deadlines.observe(peer, p.started, r.updated if r is not None else None, p.deadline,
-                                   got >= self.ctx.plan.n_chunks)
+            self.deadlines.observe(
+                peer,
+                p.started,
+                r.updated if r is not None else None,
+                p.deadline,
+                got >= self.ctx.plan.n_chunks,
+            )
             if r is not None:
                 try:
                     self._merge(x, p, r)
                 finally:
-                    self.ctx.inbox.give_back(r)
+                    self.inbox.give_back(r)
             else:
                 self._nothing_kept(p)
             self._finish(p)

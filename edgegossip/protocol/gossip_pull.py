@@ -15,11 +15,11 @@ from edgegossip.protocol.gossip import GossipProtocol, Pending
 
 class PullProtocol(GossipProtocol):
     def _start(self, j: int, x: np.ndarray, now: float) -> bool:
-        pre = self.ctx.snapshots.take(x)
+        pre = self.snapshots.take(x)
         if pre is None:
             return False
         self.round += 1
-        self.ctx.sender.request(j, self.round)
+        self.sender.request(j, self.round)
         self._pending(j, pre, now)
         return True
 
@@ -30,4 +30,5 @@ class PullProtocol(GossipProtocol):
         self._answer_or_owe(ev, x, now)
 
     def _merge(self, x: np.ndarray, p: Pending, r) -> None:
+        assert p.pre is not None  # the initiator's snapshot
         gossip_pull.apply(x, p.pre.vec, r.buf, r.mask, self.ctx.plan.chunk_elems)

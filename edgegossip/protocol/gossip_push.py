@@ -1,4 +1,4 @@
-"""Gossiping SGD, push, as push-sum between devices (algorithm: edgegossip/algorithms/gossip_push.py).
+"""Gossiping SGD, push, as push-sum between devices (algorithm: algorithms/gossip_push.py).
 
 With probability p per step, i gives away half its push-sum weight and sends it with a copy of
 its parameters; j merges them as a weighted mean once they are in. The weight travels in every
@@ -32,8 +32,9 @@ class PushProtocol(GossipProtocol):
             self.ctx.push_weight += ev.weight
 
     def _merge(self, x: np.ndarray, p: Pending, r) -> None:
-        self.ctx.push_weight = gossip_push.apply(x, r.buf, r.mask, self.ctx.plan.chunk_elems,
-                                                 self.ctx.push_weight, p.weight)
+        self.ctx.push_weight = gossip_push.apply(
+            x, r.buf, r.mask, self.ctx.plan.chunk_elems, self.ctx.push_weight, p.weight
+        )
 
     def _nothing_kept(self, p: Pending) -> None:
         self.ctx.push_weight += p.weight  # no buffer: as if it carried our own value
@@ -41,5 +42,8 @@ class PushProtocol(GossipProtocol):
     def metrics(self) -> dict:
         # weight on its way in: receipts announced but not merged yet
         pending = sum(p.weight for p in self.pending.values())
-        return {**super().metrics(), "push_weight": round(self.ctx.push_weight, 6),
-                "push_weight_pending": round(pending, 6)}
+        return {
+            **super().metrics(),
+            "push_weight": round(self.ctx.push_weight, 6),
+            "push_weight_pending": round(pending, 6),
+        }

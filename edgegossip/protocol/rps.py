@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgegossip.dataplane import wire
 from edgegossip.algorithms import rps
+from edgegossip.dataplane import wire
 from edgegossip.protocol.base import Context, Protocol
 
 SETTLE_S = 0.5
@@ -28,8 +28,8 @@ class RpsProtocol(Protocol):
         self.W = ctx.cfg.workers
         self.me = ctx.cfg.id
         self.round = 0
-        self.used_reduce: dict[int, int] = {}   # peer -> last REDUCE round averaged in
-        self.seen_gather: dict[int, int] = {}   # server -> last GATHER round noted
+        self.used_reduce: dict[int, int] = {}  # peer -> last REDUCE round averaged in
+        self.seen_gather: dict[int, int] = {}  # server -> last GATHER round noted
         self.pending_gather: dict[int, int] = {}
         self.latest_reduce: dict[int, int] = {}
         self._y = np.empty(ctx.plan.n_params, np.float32)
@@ -39,7 +39,7 @@ class RpsProtocol(Protocol):
         self.blocks = [rps.block_slice(ctx.plan, k, self.W) for k in range(self.W)]
 
     def before_step(self, x: np.ndarray, step: int) -> None:
-        for ev in self.ctx.inbox.events():
+        for ev in self.inbox.events():
             if ev.msg_type == wire.MsgType.REDUCE:
                 self.latest_reduce[ev.sender] = ev.round
             elif ev.msg_type == wire.MsgType.GATHER:
@@ -49,35 +49,41 @@ class RpsProtocol(Protocol):
         ctx = self.ctx
         ce = ctx.plan.chunk_elems
         for server, r in list(self.pending_gather.items()):
-            if ctx.inbox.ready(server, wire.MsgType.GATHER, r, SETTLE_S):
+            if self.inbox.ready(server, wire.MsgType.GATHER, r, SETTLE_S):
                 sl, chunks = self.blocks[server]
-                got = ctx.inbox.collect(server, wire.MsgType.GATHER, r, 0.0, self._y, self._mask)
+                got = self.inbox.collect(server, wire.MsgType.GATHER, r, 0.0, self._y, self._mask)
                 self.record(self._mask, got, len(chunks))
-                rps.gather(x[sl], self._y[sl], self._mask[chunks.start:chunks.stop], ce)
+                rps.gather(x[sl], self._y[sl], self._mask[chunks.start : chunks.stop], ce)
                 del self.pending_gather[server]
-        if step % ctx.cfg.rps_period or ctx.sender.busy:
+        if step % ctx.cfg.rps_period or self.sender.busy:
             return
-        snap = ctx.snapshots.take(x)
+        snap = self.snapshots.take(x)
         if snap is None:
             ctx.exchanges["skipped"] += 1
             return
         self.round += 1
-        ctx.sender.broadcast([(s, self.blocks[s][1], s) for s in ctx.peers],
-                             snap, wire.MsgType.REDUCE, self.round)
+        self.sender.broadcast(
+            [(s, self.blocks[s][1], s) for s in ctx.peers], snap, wire.MsgType.REDUCE, self.round
+        )
         snap.release()
         sl, chunks = self.blocks[self.me]
         received = []
         for w, r in self.latest_reduce.items():
-            if r > self.used_reduce.get(w, 0) and ctx.inbox.ready(w, wire.MsgType.REDUCE, r, SETTLE_S):
-                got = ctx.inbox.collect(w, wire.MsgType.REDUCE, r, 0.0, self._y, self._mask)
+            if r > self.used_reduce.get(w, 0) and self.inbox.ready(
+                w, wire.MsgType.REDUCE, r, SETTLE_S
+            ):
+                got = self.inbox.collect(w, wire.MsgType.REDUCE, r, 0.0, self._y, self._mask)
                 self.used_reduce[w] = r
                 if got:
-                    received.append((self._y[sl].copy(), self._mask[chunks.start:chunks.stop].copy()))
+                    received.append(
+                        (self._y[sl].copy(), self._mask[chunks.start : chunks.stop].copy())
+                    )
         rps.reduce(x[sl], received, ce, self._acc, self._count)
-        snap = ctx.snapshots.take(x)
+        snap = self.snapshots.take(x)
         if snap is None:  # the REDUCE copy is still being sent: serve this block next time
             ctx.exchanges["skipped"] += 1
             return
-        ctx.sender.broadcast([(peer, chunks, self.me) for peer in ctx.peers],
-                             snap, wire.MsgType.GATHER, self.round)
+        self.sender.broadcast(
+            [(peer, chunks, self.me) for peer in ctx.peers], snap, wire.MsgType.GATHER, self.round
+        )
         snap.release()

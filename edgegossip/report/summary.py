@@ -9,19 +9,30 @@ import numpy as np
 
 from edgegossip import checkpoint
 from edgegossip.data import mnist
-from edgegossip.report.plot import line_plot
 from edgegossip.metrics import read as read_metrics
 from edgegossip.models import make_model
+from edgegossip.report.plot import line_plot
 
 
-def summarize(out: Path, nodes: int | list[int], model_name: str, configured_loss: float, loss_kind: str,
-              elapsed_s: float, kernel_dropped: list[int] | None, data: mnist.Mnist | None = None) -> dict:
+def summarize(
+    out: Path,
+    nodes: int | list[int],
+    model_name: str,
+    configured_loss: float | None,
+    loss_kind: str,
+    elapsed_s: float,
+    kernel_dropped: list[int] | None,
+    data: mnist.Mnist | None = None,
+) -> dict:
     data = data or mnist.load()
     model = make_model(model_name)
     params, agents, histories = [], [], {}
-    for i in (range(nodes) if isinstance(nodes, int) else nodes):  # ids: a fleet may have gaps
-        recs = read_metrics(out / f"agent{i}" / "metrics.jsonl") \
-            if (out / f"agent{i}" / "metrics.jsonl").is_file() else []
+    for i in range(nodes) if isinstance(nodes, int) else nodes:  # ids: a fleet may have gaps
+        recs = (
+            read_metrics(out / f"agent{i}" / "metrics.jsonl")
+            if (out / f"agent{i}" / "metrics.jsonl").is_file()
+            else []
+        )
         last = ([r for r in recs if "step" in r] or [{}])[-1]  # a resumed agent's records go on
         histories[i] = [r for r in recs if "accuracy" in r]
         state = checkpoint.load(out / f"agent{i}")
@@ -29,18 +40,25 @@ def summarize(out: Path, nodes: int | list[int], model_name: str, configured_los
         if state is not None:
             params.append(state["params"])
             acc = model.accuracy(state["params"], data.x_test, data.y_test)
-        agents.append({
-            "agent": i, "accuracy": acc, "steps": last.get("step", 0),
-            "bytes_sent": last.get("bytes_sent", 0), "datagrams_sent": last.get("datagrams_sent", 0),
-            "datagrams_received": last.get("datagrams_received", 0),
-            "datagrams_dropped": last.get("datagrams_dropped", 0), "drops": last.get("drops", {}),
-            "exchanges": last.get("exchanges", {}),
-            "exchanges_initiated_per_step": last.get("exchanges_initiated_per_step"),
-            "link_arrived": last.get("link_arrived", 0), "link_expected": last.get("link_expected", 0),
-            "restarts": sum(1 for r in recs if r.get("event") == "start") - 1,
-            "peak_rss_mb": max((r.get("peak_rss_mb") or 0 for r in recs), default=None),
-            "deadline_s_by_link": last.get("deadline_s_by_link", {}),
-        })
+        agents.append(
+            {
+                "agent": i,
+                "accuracy": acc,
+                "steps": last.get("step", 0),
+                "bytes_sent": last.get("bytes_sent", 0),
+                "datagrams_sent": last.get("datagrams_sent", 0),
+                "datagrams_received": last.get("datagrams_received", 0),
+                "datagrams_dropped": last.get("datagrams_dropped", 0),
+                "drops": last.get("drops", {}),
+                "exchanges": last.get("exchanges", {}),
+                "exchanges_initiated_per_step": last.get("exchanges_initiated_per_step"),
+                "link_arrived": last.get("link_arrived", 0),
+                "link_expected": last.get("link_expected", 0),
+                "restarts": sum(1 for r in recs if r.get("event") == "start") - 1,
+                "peak_rss_mb": max((r.get("peak_rss_mb") or 0 for r in recs), default=None),
+                "deadline_s_by_link": last.get("deadline_s_by_link", {}),
+            }
+        )
     avg_acc = None
     if params:
         avg = average(params)
@@ -53,11 +71,18 @@ def summarize(out: Path, nodes: int | list[int], model_name: str, configured_los
     alarm = loss_alarm(configured_loss, observed, expected) if configured_loss is not None else None
     _plots(out, histories)
     t0 = min((r["time"] for h in histories.values() for r in h[:1]), default=None)
-    return {"time_to_accuracy_s": {str(t): time_to(histories, t, t0) for t in (0.95, 0.97)},"configured_loss": configured_loss, "observed_loss": observed, "loss_kind": loss_kind,
-            "loss_alarm": alarm,
-            "average_model_accuracy": avg_acc, "elapsed_s": round(elapsed_s, 1),
-            "kernel_dropped_packets": kernel_dropped, "agents": agents,
-            "plots": [str(out / "accuracy_vs_time.svg"), str(out / "accuracy_vs_bytes.svg")]}
+    return {
+        "time_to_accuracy_s": {str(t): time_to(histories, t, t0) for t in (0.95, 0.97)},
+        "configured_loss": configured_loss,
+        "observed_loss": observed,
+        "loss_kind": loss_kind,
+        "loss_alarm": alarm,
+        "average_model_accuracy": avg_acc,
+        "elapsed_s": round(elapsed_s, 1),
+        "kernel_dropped_packets": kernel_dropped,
+        "agents": agents,
+        "plots": [str(out / "accuracy_vs_time.svg"), str(out / "accuracy_vs_bytes.svg")],
+    }
 
 
 ALARM_POINTS = 0.10  # observed minus configured loss beyond which something else is dropping
@@ -68,14 +93,16 @@ def loss_alarm(configured: float, observed: float | None, expected: int) -> str 
     socket buffer): such a run measures that, not the configured loss."""
     if observed is None or expected < 100 or observed - configured <= ALARM_POINTS:
         return None
-    return (f"receivers observed {observed:.1%} loss where {configured:.1%} was configured: something "
-            "else drops the fleet's packets (a firewall, an overloaded host); the figures of this run "
-            "do not measure the configured loss")
+    return (
+        f"receivers observed {observed:.1%} loss where {configured:.1%} was configured: something "
+        "else drops the fleet's packets (a firewall, an overloaded host); the figures of this run "
+        "do not measure the configured loss"
+    )
 
 
 def average(params: list[np.ndarray]) -> np.ndarray:
     """The fleet's average model (summed in float64: many small devices, one rounding)."""
-    return np.mean(params, axis=0, dtype=np.float64).astype(np.float32)
+    return np.asarray(np.mean(params, axis=0, dtype=np.float64)).astype(np.float32)
 
 
 def time_to(histories: dict[int, list[dict]], target: float, t0: float | None) -> dict:
@@ -86,16 +113,28 @@ def time_to(histories: dict[int, list[dict]], target: float, t0: float | None) -
         hit = next((r["time"] for r in h if r["accuracy"] >= target), None)
         firsts.append(None if hit is None or t0 is None else round(hit - t0, 1))
     reached = [f for f in firsts if f is not None]
-    return {"first_agent": min(reached) if reached else None,
-            "all_agents": max(reached) if len(reached) == len(firsts) and firsts else None}
+    return {
+        "first_agent": min(reached) if reached else None,
+        "all_agents": max(reached) if len(reached) == len(firsts) and firsts else None,
+    }
 
 
 def _plots(out: Path, histories: dict[int, list[dict]]) -> None:
     t0 = min((h[0]["time"] for h in histories.values() if h), default=0.0)
-    line_plot(out / "accuracy_vs_time.svg",
-              {f"agent {i}": [(r["time"] - t0, r["accuracy"]) for r in h] for i, h in histories.items()},
-              "seconds", "held-out accuracy", "accuracy against time")
-    line_plot(out / "accuracy_vs_bytes.svg",
-              {f"agent {i}": [(r.get("bytes_sent", 0) / 1e6, r["accuracy"]) for r in h]
-               for i, h in histories.items()},
-              "MB sent", "held-out accuracy", "accuracy against bytes sent")
+    line_plot(
+        out / "accuracy_vs_time.svg",
+        {f"agent {i}": [(r["time"] - t0, r["accuracy"]) for r in h] for i, h in histories.items()},
+        "seconds",
+        "held-out accuracy",
+        "accuracy against time",
+    )
+    line_plot(
+        out / "accuracy_vs_bytes.svg",
+        {
+            f"agent {i}": [(r.get("bytes_sent", 0) / 1e6, r["accuracy"]) for r in h]
+            for i, h in histories.items()
+        },
+        "MB sent",
+        "held-out accuracy",
+        "accuracy against bytes sent",
+    )

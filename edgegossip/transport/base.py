@@ -40,15 +40,16 @@ class Transport(ABC):
     def send_batch(self, peer: Endpoint, rows: np.ndarray, lengths: np.ndarray, n: int) -> None:
         """Send rows[i, :lengths[i]] for i < n, paced, in order."""
         for i in range(n):
-            self.send(peer, memoryview(rows[i, :lengths[i]]))
+            self.send(peer, memoryview(rows[i, : lengths[i]]))
 
     def batch_hint(self, datagram_bytes: int) -> int:
         """Datagrams per send_batch call this transport handles well."""
         return 1
 
     @abstractmethod
-    def recv_loop(self, handler: Handler, drop: DropSink, stop: threading.Event,
-                  fast: FastPath | None = None) -> None:
+    def recv_loop(
+        self, handler: Handler, drop: DropSink, stop: threading.Event, fast: FastPath | None = None
+    ) -> None:
         """Receive until stop is set; every read has a timeout so stop is seen promptly. A
         transport that reads in batches may offer each batch to `fast` first."""
 
@@ -65,8 +66,9 @@ class Transport(ABC):
 class ReceiveThread:
     """Runs transport.recv_loop on a daemon thread; a handler exception is logged, not fatal."""
 
-    def __init__(self, transport: Transport, handler: Handler, drop: DropSink,
-                 fast: FastPath | None = None):
+    def __init__(
+        self, transport: Transport, handler: Handler, drop: DropSink, fast: FastPath | None = None
+    ):
         self.transport = transport
         self.stop_event = threading.Event()
 
@@ -78,6 +80,7 @@ class ReceiveThread:
                 drop("handler_error")
 
         def guarded_fast(rows, lengths, start, stop, prefix) -> int:
+            assert fast is not None  # handed on only when there is a fast path
             try:
                 return fast(rows, lengths, start, stop, prefix)
             except Exception:
@@ -87,7 +90,9 @@ class ReceiveThread:
         self._thread = threading.Thread(
             target=transport.recv_loop,
             args=(guarded, drop, self.stop_event, guarded_fast if fast is not None else None),
-            name=f"recv-{transport.name}", daemon=True)
+            name=f"recv-{transport.name}",
+            daemon=True,
+        )
 
     def start(self) -> ReceiveThread:
         self._thread.start()

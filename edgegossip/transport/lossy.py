@@ -17,4 +17,5 @@ def injected_loss(handler: Handler, loss: float, drop: DropSink, seed: int) -> H
             drop("injected_loss")
             return
         handler(body)
+
     return lossy

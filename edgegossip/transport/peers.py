@@ -20,7 +20,7 @@ RETRY_S = 2.0
 
 def lookup(host: str, port: int) -> str | None:
     try:
-        return socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_DGRAM)[0][4][0]
+        return str(socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_DGRAM)[0][4][0])
     except (socket.gaierror, UnicodeError):
         return None
 
@@ -66,8 +66,11 @@ class PeerBook(dict):
             pass
         left = self.unresolved
         if left:
-            log.warning("peer names not resolved yet, retrying every %.0f s meanwhile: %s", RETRY_S,
-                        ", ".join(f"{p} ({self[p][0]})" for p in left))
+            log.warning(
+                "peer names not resolved yet, retrying every %.0f s meanwhile: %s",
+                RETRY_S,
+                ", ".join(f"{p} ({self[p][0]})" for p in left),
+            )
             self._thread = threading.Thread(target=self._retry, name="resolve", daemon=True)
             self._thread.start()
         return left
@@ -77,7 +80,9 @@ class PeerBook(dict):
             before = set(self.unresolved)
             left = self._try_all()
             for peer in sorted(before - set(left)):
-                log.info("peer %d (%s) resolved to %s", peer, self[peer][0], self._resolved[peer][0])
+                log.info(
+                    "peer %d (%s) resolved to %s", peer, self[peer][0], self._resolved[peer][0]
+                )
             if not left:
                 return
 

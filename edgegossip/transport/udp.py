@@ -16,8 +16,8 @@ _udp = extensions.load("_udp_c")  # None when not built (or not Linux): one call
 recv_batch = _udp.recv_batch if _udp is not None else None
 send_batch = _udp.send_batch if _udp is not None else None
 
-RECV_BUFFER = 9216   # a row: above any datagram we send (8192); a larger one is seen as truncated
-BATCH = 32           # datagrams per recvmmsg call; 32 rows of 9 KB stay in L2
+RECV_BUFFER = 9216  # a row: above any datagram we send (8192); a larger one is seen as truncated
+BATCH = 32  # datagrams per recvmmsg call; 32 rows of 9 KB stay in L2
 SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
 SOCKET_RCVBUF = 32 << 20  # about 25 ms at 10 Gbit/s: outlasts a receive thread's time slice
 
@@ -25,8 +25,13 @@ SOCKET_RCVBUF = 32 << 20  # about 25 ms at 10 Gbit/s: outlasts a receive thread'
 class UdpTransport(Transport):
     name = "udp"
 
-    def __init__(self, group: bytes = b"eg", rate_bytes_per_s: float | None = None,
-                 poll_s: float = 0.1, gso: bool = True):
+    def __init__(
+        self,
+        group: bytes = b"eg",
+        rate_bytes_per_s: float | None = None,
+        poll_s: float = 0.1,
+        gso: bool = True,
+    ):
         self.prefix = bytes([len(group)]) + group
         self.pacer = Pacer(rate_bytes_per_s)
         self.poll_s = poll_s
@@ -72,8 +77,9 @@ class UdpTransport(Transport):
         if err in (errno.EINVAL, errno.EIO) and self.gso:
             # a kernel without UDP GSO (before 4.18), or a device that cannot checksum it
             self.gso = False
-            sent2, err = send_batch(self._tx.fileno(), rows[sent:], lengths[sent:], n - sent,
-                                    ip4, peer[1], False)
+            sent2, err = send_batch(
+                self._tx.fileno(), rows[sent:], lengths[sent:], n - sent, ip4, peer[1], False
+            )
             sent += sent2
         if err:
             raise OSError(err, f"sendmmsg to {peer[0]}:{peer[1]} failed after {sent} of {n}")
@@ -82,8 +88,9 @@ class UdpTransport(Transport):
         """Datagrams per send_batch that keep a batch within the pacer's burst."""
         return self.pacer.datagrams_per_burst(datagram_bytes)
 
-    def recv_loop(self, handler: Handler, drop: DropSink, stop: threading.Event,
-                  fast: FastPath | None = None) -> None:
+    def recv_loop(
+        self, handler: Handler, drop: DropSink, stop: threading.Event, fast: FastPath | None = None
+    ) -> None:
         rx = self._rx
         if rx is None:
             raise RuntimeError("bind() first")
@@ -103,8 +110,16 @@ class UdpTransport(Transport):
         else:
             handler(view[plen:n])
 
-    def deliver(self, bufs: np.ndarray, rows: list[memoryview], lengths: np.ndarray, n: int,
-                handler: Handler, drop: DropSink, fast: FastPath | None) -> None:
+    def deliver(
+        self,
+        bufs: np.ndarray,
+        rows: list[memoryview],
+        lengths: np.ndarray,
+        n: int,
+        handler: Handler,
+        drop: DropSink,
+        fast: FastPath | None,
+    ) -> None:
         """Hand the n datagrams of a batch on: runs `fast` takes whole, the rest one by one."""
         i = 0
         while i < n:
@@ -116,13 +131,20 @@ class UdpTransport(Transport):
             self._dispatch(rows[i], int(lengths[i]), handler, drop)
             i += 1
 
-    def _recv_batched(self, rx: socket.socket, handler: Handler, drop: DropSink,
-                      stop: threading.Event, fast: FastPath | None) -> None:
+    def _recv_batched(
+        self,
+        rx: socket.socket,
+        handler: Handler,
+        drop: DropSink,
+        stop: threading.Event,
+        fast: FastPath | None,
+    ) -> None:
         bufs = np.zeros((BATCH, RECV_BUFFER), dtype=np.uint8)
         lengths = np.zeros(BATCH, dtype=np.intp)
         rows = [memoryview(bufs[i]) for i in range(BATCH)]
         fd = rx.fileno()
         timeout_ms = int(self.poll_s * 1000)
+        assert recv_batch is not None  # this loop runs only with the compiled batch calls
         while not stop.is_set():
             try:
                 n = recv_batch(fd, bufs, lengths, timeout_ms)
@@ -132,14 +154,15 @@ class UdpTransport(Transport):
                 raise
             self.deliver(bufs, rows, lengths, n, handler, drop, fast)
 
-    def _recv_single(self, rx: socket.socket, handler: Handler, drop: DropSink,
-                     stop: threading.Event) -> None:
+    def _recv_single(
+        self, rx: socket.socket, handler: Handler, drop: DropSink, stop: threading.Event
+    ) -> None:
         buf = bytearray(RECV_BUFFER)
         view = memoryview(buf)
         while not stop.is_set():
             try:
                 n, _, flags, _ = rx.recvmsg_into([buf])
-            except (socket.timeout, BlockingIOError, InterruptedError):
+            except (TimeoutError, BlockingIOError, InterruptedError):
                 continue
             except OSError:
                 if stop.is_set():

@@ -13,8 +13,14 @@ import threading
 
 import zmq
 
-from edgegossip.transport.base import (ZMQ_MAX_DATAGRAM, DropSink, Endpoint, FastPath, Handler,
-                                       Transport)
+from edgegossip.transport.base import (
+    ZMQ_MAX_DATAGRAM,
+    DropSink,
+    Endpoint,
+    FastPath,
+    Handler,
+    Transport,
+)
 from edgegossip.transport.pacing import Pacer
 
 HWM = 100_000
@@ -22,15 +28,22 @@ HWM = 100_000
 
 def require_draft() -> None:
     if not zmq.has("draft"):
-        raise RuntimeError("pyzmq lacks the libzmq draft API (RADIO/DISH); install it with "
-                           "scripts/install-pyzmq-draft.sh or use --transport udp")
+        raise RuntimeError(
+            "pyzmq lacks the libzmq draft API (RADIO/DISH); install it with "
+            "scripts/install-pyzmq-draft.sh or use --transport udp"
+        )
 
 
 class ZmqTransport(Transport):
     name = "zmq"
 
-    def __init__(self, group: bytes = b"eg", rate_bytes_per_s: float | None = None,
-                 poll_s: float = 0.1, context: zmq.Context | None = None):
+    def __init__(
+        self,
+        group: bytes = b"eg",
+        rate_bytes_per_s: float | None = None,
+        poll_s: float = 0.1,
+        context: zmq.Context | None = None,
+    ):
         require_draft()
         self.group = group
         self.plen = 1 + len(group)
@@ -67,13 +80,16 @@ class ZmqTransport(Transport):
 
     def send(self, peer: Endpoint, datagram: memoryview) -> None:
         if len(datagram) > ZMQ_MAX_DATAGRAM:
-            raise ValueError(f"datagram of {len(datagram)} bytes exceeds libzmq's {ZMQ_MAX_DATAGRAM}")
+            raise ValueError(
+                f"datagram of {len(datagram)} bytes exceeds libzmq's {ZMQ_MAX_DATAGRAM}"
+            )
         self.pacer.wait(len(datagram))
         with self._lock:  # zmq sockets are not thread-safe
-            self._radio(peer).send(datagram[self.plen:], group=self.group.decode(), copy=True)
+            self._radio(peer).send(datagram[self.plen :], group=self.group.decode(), copy=True)
 
-    def recv_loop(self, handler: Handler, drop: DropSink, stop: threading.Event,
-                  fast: FastPath | None = None) -> None:
+    def recv_loop(
+        self, handler: Handler, drop: DropSink, stop: threading.Event, fast: FastPath | None = None
+    ) -> None:
         # a DISH hands over one message per call: there is no batch to offer `fast`
         dish = self._dish
         if dish is None:

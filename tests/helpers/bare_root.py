@@ -21,8 +21,12 @@ def ensure() -> Path:
     partial = root.with_name(root.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["debootstrap", "--variant=minbase", SUITE, str(partial), lab_root.mirror()],
-                   check=True, capture_output=True, timeout=900)
+    subprocess.run(
+        ["debootstrap", "--variant=minbase", SUITE, str(partial), lab_root.mirror()],
+        check=True,
+        capture_output=True,
+        timeout=900,
+    )
     (partial / ".ready").touch()
     partial.rename(root)
     return root
@@ -36,9 +40,19 @@ def overlay(base: Path, work: Path):
         (work / d).mkdir(parents=True)
     mounts: list[Path] = []
     try:
-        subprocess.run(["mount", "-t", "overlay", "overlay", "-o",
-                        f"lowerdir={base},upperdir={work / 'upper'},workdir={work / 'work'}",
-                        str(top)], check=True, capture_output=True)
+        subprocess.run(
+            [
+                "mount",
+                "-t",
+                "overlay",
+                "overlay",
+                "-o",
+                f"lowerdir={base},upperdir={work / 'upper'},workdir={work / 'work'}",
+                str(top),
+            ],
+            check=True,
+            capture_output=True,
+        )
         mounts.append(top)
         subprocess.run(["mount", "-t", "proc", "proc", str(top / "proc")], check=True)
         mounts.append(top / "proc")

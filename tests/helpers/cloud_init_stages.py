@@ -17,8 +17,11 @@ import yaml
 from cloudinit import distros, helpers
 from cloudinit.config import cc_users_groups, cc_write_files, cc_write_files_deferred
 
-HANDLERS = {"write-files": cc_write_files, "users-groups": cc_users_groups,
-            "write-files-deferred": cc_write_files_deferred}
+HANDLERS = {
+    "write-files": cc_write_files,
+    "users-groups": cc_users_groups,
+    "write-files-deferred": cc_write_files_deferred,
+}
 
 
 class Cloud:
@@ -61,9 +64,11 @@ def main(path: str) -> None:
         p = entry["path"]
         if os.path.exists(p):
             st = os.stat(p)
-            files[p] = {"owner": pwd.getpwuid(st.st_uid).pw_name,
-                        "group": grp.getgrgid(st.st_gid).gr_name,
-                        "mode": oct(st.st_mode & 0o7777)}
+            files[p] = {
+                "owner": pwd.getpwuid(st.st_uid).pw_name,
+                "group": grp.getgrgid(st.st_gid).gr_name,
+                "mode": oct(st.st_mode & 0o7777),
+            }
     print(json.dumps({"ran": ran, "errors": errors, "files": files}))
 
 

@@ -1,4 +1,5 @@
 """Re-seal a datagram after a test changed it: an insider's mistake, correctly tagged."""
+
 from edgegossip.dataplane import wire
 from edgegossip.dataplane.keys import LinkKeys
 

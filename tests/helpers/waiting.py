@@ -1,4 +1,5 @@
 """Waiting for a condition in tests, always bounded."""
+
 import time
 
 

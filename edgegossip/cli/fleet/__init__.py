@@ -16,6 +16,7 @@ from edgegossip.cli.render import fail
 
 def open_fleet(path: Path):
     from edgegossip.fleet import inventory
+
     try:
         return inventory.load(path)
     except inventory.InventoryError as e:
@@ -24,6 +25,7 @@ def open_fleet(path: Path):
 
 def select(fleet, only: str | None) -> list:
     from edgegossip.fleet.inventory import InventoryError
+
     try:
         return fleet.select(only)
     except InventoryError as e:
@@ -32,22 +34,46 @@ def select(fleet, only: str | None) -> list:
 
 def fleet_options(timeout: float = 60, only: bool = True):
     """--fleet, --only, --json, --concurrency, --timeout on a command."""
+
     def wrap(f):
         opts = [
-            click.option("--fleet", "fleet_dir", type=click.Path(file_okay=False, path_type=Path),
-                         default=Path("."), show_default=True, help="The fleet folder."),
+            click.option(
+                "--fleet",
+                "fleet_dir",
+                type=click.Path(file_okay=False, path_type=Path),
+                default=Path("."),
+                show_default=True,
+                help="The fleet folder.",
+            ),
             click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout."),
-            click.option("--concurrency", type=click.IntRange(1, 256), default=8, show_default=True,
-                         help="Devices worked on at once."),
-            click.option("--timeout", "timeout_s", type=click.FloatRange(1), default=timeout,
-                         show_default=True, help="Seconds per device before it is reported as failed."),
+            click.option(
+                "--concurrency",
+                type=click.IntRange(1, 256),
+                default=8,
+                show_default=True,
+                help="Devices worked on at once.",
+            ),
+            click.option(
+                "--timeout",
+                "timeout_s",
+                type=click.FloatRange(1),
+                default=timeout,
+                show_default=True,
+                help="Seconds per device before it is reported as failed.",
+            ),
         ]
         if only:
-            opts.append(click.option("--only", default=None,
-                                     help="Comma-separated device names or groups (default: all)."))
+            opts.append(
+                click.option(
+                    "--only",
+                    default=None,
+                    help="Comma-separated device names or groups (default: all).",
+                )
+            )
         for o in reversed(opts):
             f = o(f)
         return f
+
     return wrap
 
 
@@ -63,8 +89,19 @@ def fleet() -> None:
 
 
 def _register() -> None:
-    from edgegossip.cli.fleet import (collect, deploy, devices, flash, init, logs, service,
-                                      settings, status, wheelhouse)
+    from edgegossip.cli.fleet import (
+        collect,
+        deploy,
+        devices,
+        flash,
+        init,
+        logs,
+        service,
+        settings,
+        status,
+        wheelhouse,
+    )
+
     for mod in (init, devices, wheelhouse, flash, deploy, status, service, logs, settings, collect):
         for cmd in mod.COMMANDS:
             fleet.add_command(cmd)

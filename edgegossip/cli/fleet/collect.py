@@ -13,7 +13,9 @@ from edgegossip.cli.render import emit, fail, table
 
 @click.command()
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True)
-@click.option("--live", is_flag=True, help="Ask each running agent for a checkpoint of this moment first.")
+@click.option(
+    "--live", is_flag=True, help="Ask each running agent for a checkpoint of this moment first."
+)
 @fleet_options(timeout=300)
 def collect(out, live, fleet_dir, as_json, concurrency, timeout_s, only) -> None:
     """Fetch each device's latest checkpoint and metrics into OUT/agentID/, score each model and
@@ -25,6 +27,7 @@ def collect(out, live, fleet_dir, as_json, concurrency, timeout_s, only) -> None
     "peak_rss_mb", "seconds"}], ...}"""
     from edgegossip.data.mnist import DataError
     from edgegossip.fleet.collect import collect as run
+
     f = open_fleet(fleet_dir)
     try:
         s = run(f, select(f, only), out, live, concurrency, timeout_s)
@@ -33,10 +36,14 @@ def collect(out, live, fleet_dir, as_json, concurrency, timeout_s, only) -> None
     if as_json:
         emit(s, True)
     else:
-        click.echo(table(s["devices"], ["name", "ok", "agent", "accuracy", "step", "peak_rss_mb", "error"]))
+        click.echo(
+            table(s["devices"], ["name", "ok", "agent", "accuracy", "step", "peak_rss_mb", "error"])
+        )
         acc = s["average_model_accuracy"]
-        click.echo(f"average model: test accuracy {'n/a' if acc is None else f'{acc:.4f}'}; "
-                   f"onnx: {s['onnx'] or s['onnx_error']}; summary: {out / 'summary.json'}")
+        click.echo(
+            f"average model: test accuracy {'n/a' if acc is None else f'{acc:.4f}'}; "
+            f"onnx: {s['onnx'] or s['onnx_error']}; summary: {out / 'summary.json'}"
+        )
     exit_for(s["devices"])
 
 

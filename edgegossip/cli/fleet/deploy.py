@@ -11,8 +11,18 @@ from edgegossip import exit_codes
 from edgegossip.cli.fleet import exit_for, fleet_options, open_fleet, select
 from edgegossip.cli.render import emit, fail, table
 
-COLUMNS = ["name", "ok", "version_before", "release_before", "release_after", "changed", "shipped_mb",
-           "state", "seconds", "error"]
+COLUMNS = [
+    "name",
+    "ok",
+    "version_before",
+    "release_before",
+    "release_after",
+    "changed",
+    "shipped_mb",
+    "state",
+    "seconds",
+    "error",
+]
 
 
 def _share(text: str) -> str:
@@ -22,16 +32,35 @@ def _share(text: str) -> str:
 
 
 @click.command()
-@click.option("--batch", default="100%", show_default=True, callback=lambda c, p, v: _share(v),
-              help="Devices per rollout step: N or P% of the fleet.")
-@click.option("--max-fail", default="0", show_default=True, callback=lambda c, p, v: _share(v),
-              help="Stop the rollout once more than N (or P%) devices failed.")
-@click.option("--wheelhouse", "wheel_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Install from this wheelhouse (`fleet wheelhouse`); default: build one for this "
-                   "machine's platform in FLEET/wheelhouse.")
-@click.option("--extras", type=click.Choice(["", "onnx"]), default="", help="Install the onnx extra too.")
+@click.option(
+    "--batch",
+    default="100%",
+    show_default=True,
+    callback=lambda c, p, v: _share(v),
+    help="Devices per rollout step: N or P% of the fleet.",
+)
+@click.option(
+    "--max-fail",
+    default="0",
+    show_default=True,
+    callback=lambda c, p, v: _share(v),
+    help="Stop the rollout once more than N (or P%) devices failed.",
+)
+@click.option(
+    "--wheelhouse",
+    "wheel_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Install from this wheelhouse (`fleet wheelhouse`); default: build one for this "
+    "machine's platform in FLEET/wheelhouse.",
+)
+@click.option(
+    "--extras", type=click.Choice(["", "onnx"]), default="", help="Install the onnx extra too."
+)
 @fleet_options(timeout=600)
-def deploy(batch, max_fail, wheel_dir, extras, fleet_dir, as_json, concurrency, timeout_s, only) -> None:
+def deploy(
+    batch, max_fail, wheel_dir, extras, fleet_dir, as_json, concurrency, timeout_s, only
+) -> None:
     """Ship the wheelhouse, config, keys, data and unit to each device, install, enable and
     (re)start the agent, batch by batch. Idempotent: a device that has it all is only started.
 
@@ -39,12 +68,16 @@ def deploy(batch, max_fail, wheel_dir, extras, fleet_dir, as_json, concurrency, 
     "release_before", "release_after", "changed", "shipped_mb", "state", "seconds"}]}"""
     from edgegossip.fleet import bundle, parallel
     from edgegossip.fleet.deploy import deploy_one, rollout
+
     f = open_fleet(fleet_dir)
     devices = select(f, only)
     try:
         if wheel_dir is None:
-            manifest = bundle.build(f.root / "wheelhouse", (extras,) if extras else (),
-                                    progress=lambda s: click.echo(s, err=True))
+            manifest = bundle.build(
+                f.root / "wheelhouse",
+                (extras,) if extras else (),
+                progress=lambda s: click.echo(s, err=True),
+            )
             wheel_dir = f.root / "wheelhouse"
         else:
             manifest = bundle.load(wheel_dir)
@@ -53,8 +86,14 @@ def deploy(batch, max_fail, wheel_dir, extras, fleet_dir, as_json, concurrency, 
     extra = f"[{extras}]" if extras else ""
 
     def run_batch(group):
-        return parallel.each(group, lambda d, dl: deploy_one(f, d, dl, wheel_dir, manifest, extra),
-                             concurrency, timeout_s, verb="deployed")
+        return parallel.each(
+            group,
+            lambda d, dl: deploy_one(f, d, dl, wheel_dir, manifest, extra),
+            concurrency,
+            timeout_s,
+            verb="deployed",
+        )
+
     rows = rollout(devices, batch, max_fail, run_batch)
     if as_json:
         emit({"release": manifest["release"], "devices": rows}, True)

@@ -13,36 +13,82 @@ from edgegossip.cli.render import emit, fail
 
 @click.command()
 @click.argument("name")
-@click.option("--fleet", "fleet_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
-              show_default=True)
-@click.option("--boot", "boot_dir", type=click.Path(file_okay=False, exists=True, path_type=Path),
-              help="A mounted boot partition.")
-@click.option("--image", type=click.Path(dir_okay=False, exists=True, path_type=Path),
-              help="A Raspberry Pi OS .img, edited in place (no root, no mounting).")
-@click.option("--device", "disk", type=click.Path(exists=True, dir_okay=False),
-              help="A removable disk, e.g. /dev/sdb (refused if not removable or in use).")
-@click.option("--format", "fmt", type=click.Choice(["cloud-init", "firstrun"]), default=None,
-              help="Override the detection (cloud-init: Trixie images; firstrun: Bookworm).")
+@click.option(
+    "--fleet",
+    "fleet_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("."),
+    show_default=True,
+)
+@click.option(
+    "--boot",
+    "boot_dir",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    help="A mounted boot partition.",
+)
+@click.option(
+    "--image",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="A Raspberry Pi OS .img, edited in place (no root, no mounting).",
+)
+@click.option(
+    "--device",
+    "disk",
+    type=click.Path(exists=True, dir_okay=False),
+    help="A removable disk, e.g. /dev/sdb (refused if not removable or in use).",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["cloud-init", "firstrun"]),
+    default=None,
+    help="Override the detection (cloud-init: Trixie images; firstrun: Bookworm).",
+)
 @click.option("--wifi-ssid", default=None)
 @click.option("--wifi-country", default=None, help="Two-letter regulatory domain, e.g. GB.")
-@click.option("--wifi-psk-file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
-              help="A file holding the passphrase (never on the command line); stored hashed.")
-@click.option("--wheelhouse", "wheel_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Wheels for the device's platform (`fleet wheelhouse` run on a Pi); default "
-                   "FLEET/wheelhouse.")
-@click.option("--json", "as_json", is_flag=True,
-              help='Print {"name", "format", "detected", "target", "instance_id", "wifi", "files", '
-                   '"release", "platform"}.')
-def flash(name, fleet_dir, boot_dir, image, disk, fmt, wifi_ssid, wifi_country, wifi_psk_file,
-          wheel_dir, as_json) -> None:
+@click.option(
+    "--wifi-psk-file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="A file holding the passphrase (never on the command line); stored hashed.",
+)
+@click.option(
+    "--wheelhouse",
+    "wheel_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Wheels for the device's platform (`fleet wheelhouse` run on a Pi); default "
+    "FLEET/wheelhouse.",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print {"name", "format", "detected", "target", "instance_id", "wifi", "files", '
+    '"release", "platform"}.',
+)
+def flash(
+    name,
+    fleet_dir,
+    boot_dir,
+    image,
+    disk,
+    fmt,
+    wifi_ssid,
+    wifi_country,
+    wifi_psk_file,
+    wheel_dir,
+    as_json,
+) -> None:
     """Write what device NAME needs on first boot: hostname, a user with the fleet's SSH key and
     no password, SSH, Wi-Fi, and the agent installed from the card with its config, keys, data
     and unit, started once the clock is synchronised. The bundle, secrets included, is deleted
     from the boot partition once installed."""
-    from edgegossip.fleet import bundle
     from edgegossip.errors import EdgegossipError
-    from edgegossip.flash import boot, disk as disks, wifi
+    from edgegossip.flash import boot, wifi
+    from edgegossip.flash import disk as disks
     from edgegossip.flash.write import flash as write
+    from edgegossip.fleet import bundle
+
     if sum(x is not None for x in (boot_dir, image, disk)) != 1:
         fail("give exactly one of --boot, --image, --device", exit_codes.USAGE)
     f = open_fleet(fleet_dir)
@@ -51,7 +97,9 @@ def flash(name, fleet_dir, boot_dir, image, disk, fmt, wifi_ssid, wifi_country, 
         creds = None
         if wifi_ssid or wifi_psk_file or wifi_country:
             if not (wifi_ssid and wifi_psk_file and wifi_country):
-                raise ValueError("Wi-Fi needs --wifi-ssid, --wifi-country and --wifi-psk-file together")
+                raise ValueError(
+                    "Wi-Fi needs --wifi-ssid, --wifi-country and --wifi-psk-file together"
+                )
             passphrase = wifi_psk_file.read_text().rstrip("\r\n")
             creds = (wifi_ssid, wifi.psk(wifi_ssid, passphrase), wifi.check_country(wifi_country))
         manifest = bundle.load(wheel_dir or f.root / "wheelhouse")
@@ -64,13 +112,18 @@ def flash(name, fleet_dir, boot_dir, image, disk, fmt, wifi_ssid, wifi_country, 
     except OSError as e:
         fail(f"{e.filename or name}: {e.strerror}", exit_codes.FAILURE)
     if manifest["platform"]["machine"] != "aarch64":
-        click.echo(f"warning: the wheelhouse is for {manifest['platform']['machine']}; 64-bit Raspberry "
-                   "Pi OS needs aarch64 wheels (`fleet wheelhouse` on a Pi)", err=True)
+        click.echo(
+            f"warning: the wheelhouse is for {manifest['platform']['machine']}; 64-bit Raspberry "
+            "Pi OS needs aarch64 wheels (`fleet wheelhouse` on a Pi)",
+            err=True,
+        )
     if as_json:
         emit(row, True)
     else:
-        click.echo(f"{name}: {row['format']} first boot written to {row['target']} "
-                   f"({len(row['files'])} files, release {row['release']})")
+        click.echo(
+            f"{name}: {row['format']} first boot written to {row['target']} "
+            f"({len(row['files'])} files, release {row['release']})"
+        )
 
 
 COMMANDS = [flash]

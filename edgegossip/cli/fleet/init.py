@@ -6,62 +6,123 @@ from pathlib import Path
 
 import click
 
-from edgegossip.algorithms import DEFAULT as DEFAULT_ALGORITHM, NAMES as ALGORITHMS
 from edgegossip import exit_codes
+from edgegossip.algorithms import DEFAULT as DEFAULT_ALGORITHM
+from edgegossip.algorithms import NAMES as ALGORITHMS
 from edgegossip.cli.render import emit, fail
 
 
 @click.command()
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--devices", "count", type=click.IntRange(1, 65534), default=None,
-              help="N devices named dev-0.. at placeholder addresses 192.0.2.x (edit them).")
-@click.option("--hosts", "hosts_file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
-              help="A file of lines NAME ADDRESS [USER] [PORT].")
-@click.option("--from-ansible", "ansible_file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
-              help="An Ansible inventory, INI or YAML (hosts, groups, ansible_host/user/port).")
+@click.option(
+    "--devices",
+    "count",
+    type=click.IntRange(1, 65534),
+    default=None,
+    help="N devices named dev-0.. at placeholder addresses 192.0.2.x (edit them).",
+)
+@click.option(
+    "--hosts",
+    "hosts_file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="A file of lines NAME ADDRESS [USER] [PORT].",
+)
+@click.option(
+    "--from-ansible",
+    "ansible_file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="An Ansible inventory, INI or YAML (hosts, groups, ansible_host/user/port).",
+)
 @click.option("--name", default=None, help="Fleet name (default: the folder's name).")
-@click.option("--ssh-key", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
-              help="Use this private key instead of making a fleet key pair.")
+@click.option(
+    "--ssh-key",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="Use this private key instead of making a fleet key pair.",
+)
 @click.option("--user", default="pi", show_default=True, help="SSH user for --devices.")
-@click.option("--profile", default="", help="Device profile from devices/profiles for every device.")
-@click.option("--model", type=click.Choice(["mlp", "logreg", "cnn"]), default="mlp", show_default=True)
-@click.option("--algorithm", type=click.Choice(ALGORITHMS), default=DEFAULT_ALGORITHM, show_default=True)
-@click.option("--split", type=click.Choice(["iid", "dirichlet", "classes"]), default=None,
-              help="Give each device its own file split from MNIST (data/device-ID.npz); "
-                   "without it every device is shipped MNIST and trains on its id's shard.")
-@click.option("--json", "as_json", is_flag=True,
-              help='Print {"fleet", "devices": [{"name", "address", "id"}], "secrets"}.')
-def init(directory: Path, count, hosts_file, ansible_file, name, ssh_key, user, profile, model,
-         algorithm, split, as_json) -> None:
+@click.option(
+    "--profile", default="", help="Device profile from devices/profiles for every device."
+)
+@click.option(
+    "--model", type=click.Choice(["mlp", "logreg", "cnn"]), default="mlp", show_default=True
+)
+@click.option(
+    "--algorithm", type=click.Choice(ALGORITHMS), default=DEFAULT_ALGORITHM, show_default=True
+)
+@click.option(
+    "--split",
+    type=click.Choice(["iid", "dirichlet", "classes"]),
+    default=None,
+    help="Give each device its own file split from MNIST (data/device-ID.npz); "
+    "without it every device is shipped MNIST and trains on its id's shard.",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print {"fleet", "devices": [{"name", "address", "id"}], "secrets"}.',
+)
+def init(
+    directory: Path,
+    count,
+    hosts_file,
+    ansible_file,
+    name,
+    ssh_key,
+    user,
+    profile,
+    model,
+    algorithm,
+    split,
+    as_json,
+) -> None:
     """Make a fleet folder: fleet.toml (the inventory; edit it freely) and secrets/ (0700)."""
     from edgegossip.data.mnist import DataError
     from edgegossip.fleet import ansible, create
     from edgegossip.fleet.inventory import InventoryError
     from edgegossip.fleet.secrets import SecretsError
+
     given = [x for x in (count, hosts_file, ansible_file) if x is not None]
     if len(given) != 1:
         fail("give exactly one of --devices, --hosts, --from-ansible", exit_codes.USAGE)
     try:
         if count is not None:
-            hosts = [{"name": f"dev-{i}", "address": f"192.0.2.{i + 1}", "user": user} for i in range(count)]
+            hosts = [
+                {"name": f"dev-{i}", "address": f"192.0.2.{i + 1}", "user": user}
+                for i in range(count)
+            ]
         elif hosts_file is not None:
             hosts = create.parse_hosts(hosts_file.read_text(), str(hosts_file))
         else:
             hosts = ansible.load(ansible_file)
         settings = {"train": {"algorithm": algorithm, "model": model}}
-        f = create.create(directory, name or directory.resolve().name, hosts, settings, ssh_key,
-                          profile, split, progress=lambda m: click.echo(m, err=True))
+        f = create.create(
+            directory,
+            name or directory.resolve().name,
+            hosts,
+            settings,
+            ssh_key,
+            profile,
+            split,
+            progress=lambda m: click.echo(m, err=True),
+        )
     except (InventoryError, SecretsError, DataError) as e:
         fail(str(e), exit_codes.USAGE)
     except OSError as e:
         fail(f"{directory}: {e.strerror}", exit_codes.FAILURE)
-    result = {"fleet": str(directory / "fleet.toml"), "secrets": str(f.secrets),
-              "devices": [{"name": d.name, "address": d.address, "id": d.id} for d in f.devices]}
+    result = {
+        "fleet": str(directory / "fleet.toml"),
+        "secrets": str(f.secrets),
+        "devices": [{"name": d.name, "address": d.address, "id": d.id} for d in f.devices],
+    }
     if as_json:
         emit(result, True)
     else:
-        click.echo(f"fleet {f.name} (id {f.id}): {len(f.devices)} devices in {result['fleet']}; "
-                   f"secrets in {f.secrets}")
+        click.echo(
+            f"fleet {f.name} (id {f.id}): {len(f.devices)} devices in {result['fleet']}; "
+            f"secrets in {f.secrets}"
+        )
 
 
 COMMANDS = [init]

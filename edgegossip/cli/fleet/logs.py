@@ -13,7 +13,9 @@ from edgegossip.cli.render import fail
 
 @click.command()
 @click.argument("name")
-@click.option("--fleet", "fleet_dir", type=click.Path(file_okay=False), default=".", show_default=True)
+@click.option(
+    "--fleet", "fleet_dir", type=click.Path(file_okay=False), default=".", show_default=True
+)
 @click.option("--lines", "-n", type=click.IntRange(1), default=50, show_default=True)
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new lines until Ctrl-C.")
 def logs(name, fleet_dir, lines, follow) -> None:
@@ -23,6 +25,7 @@ def logs(name, fleet_dir, lines, follow) -> None:
     from edgegossip.fleet import remote
     from edgegossip.fleet.inventory import InventoryError
     from edgegossip.fleet.ssh import Ssh, unreachable_reason
+
     f = open_fleet(Path(fleet_dir))
     try:
         d = f.device(name)
@@ -33,7 +36,9 @@ def logs(name, fleet_dir, lines, follow) -> None:
     if p.returncode == 255:
         fail(f"{name}: {unreachable_reason(p.stderr)}", exit_codes.FAILURE)
     if p.returncode not in (0, 130):
-        fail(f"{name}: journalctl exit {p.returncode}: {p.stderr.strip()[-200:]}", exit_codes.FAILURE)
+        fail(
+            f"{name}: journalctl exit {p.returncode}: {p.stderr.strip()[-200:]}", exit_codes.FAILURE
+        )
 
 
 COMMANDS = [logs]

@@ -15,7 +15,9 @@ from edgegossip.cli.render import emit, fail, table
 @click.command(name="set")
 @click.argument("assignments", nargs=-1, required=True)
 @click.option("--batch", default="1", show_default=True, help="Devices restarted at once: N or P%.")
-@click.option("--max-fail", default="0", show_default=True, help="Stop after more than N (or P%) failures.")
+@click.option(
+    "--max-fail", default="0", show_default=True, help="Stop after more than N (or P%) failures."
+)
 @fleet_options(timeout=180)
 def set_(assignments, batch, max_fail, fleet_dir, as_json, concurrency, timeout_s, only) -> None:
     """Change training or network settings (KEY=VALUE, e.g. p=1/16 lr=0.01 net.rate_mbps=10):
@@ -28,6 +30,7 @@ def set_(assignments, batch, max_fail, fleet_dir, as_json, concurrency, timeout_
     from edgegossip.fleet import agentconf, inventory, parallel, remote, settings
     from edgegossip.fleet.deploy import rollout, wait_training
     from edgegossip.fleet.ssh import Ssh
+
     f = open_fleet(fleet_dir)
     devices = select(f, only)
     try:
@@ -48,11 +51,16 @@ def set_(assignments, batch, max_fail, fleet_dir, as_json, concurrency, timeout_
             raise RuntimeError(f"did not come back training with the new settings (state {state})")
         return {"state": state, "config_hash": want}
 
-    rows = rollout(devices, batch, max_fail,
-                   lambda group: parallel.each(group, restart, concurrency, timeout_s, verb="restarted"))
+    rows = rollout(
+        devices,
+        batch,
+        max_fail,
+        lambda group: parallel.each(group, restart, concurrency, timeout_s, verb="restarted"),
+    )
     result = {"changes": {n: v for _, n, v in changes}, "devices": rows}
-    emit(result, True) if as_json else click.echo(table(rows, ["name", "ok", "state", "config_hash",
-                                                                "seconds", "error"]))
+    emit(result, True) if as_json else click.echo(
+        table(rows, ["name", "ok", "state", "config_hash", "seconds", "error"])
+    )
     exit_for(rows)
 
 

@@ -9,24 +9,53 @@ import click
 from edgegossip.cli.fleet import fleet_options, open_fleet, select
 from edgegossip.cli.render import emit, table
 
-COLUMNS = ["name", "state", "step", "epoch", "loss", "accuracy", "completed", "partial", "timed_out",
-           "link_loss", "dropped", "rss_mb", "uptime_s", "source", "note"]
+COLUMNS = [
+    "name",
+    "state",
+    "step",
+    "epoch",
+    "loss",
+    "accuracy",
+    "completed",
+    "partial",
+    "timed_out",
+    "link_loss",
+    "dropped",
+    "rss_mb",
+    "uptime_s",
+    "source",
+    "note",
+]
 
 
 def _flat(r: dict) -> dict:
     ex = r.get("exchanges") or {}
     losses = [v for v in (r.get("link_loss") or {}).values() if v is not None]
-    note = r.get("error") or (f"no control answer; systemd: {r.get('service')}; {r.get('last_log', '')}"
-                              if r.get("source") == "ssh" else "")
-    return {**r, "completed": ex.get("completed"), "partial": ex.get("partial"),
-            "timed_out": ex.get("timed_out"), "dropped": r.get("datagrams_dropped"),
-            "link_loss": round(sum(losses) / len(losses), 3) if losses else None,
-            "rss_mb": r.get("peak_rss_mb"), "note": note[:80]}
+    note = r.get("error") or (
+        f"no control answer; systemd: {r.get('service')}; {r.get('last_log', '')}"
+        if r.get("source") == "ssh"
+        else ""
+    )
+    return {
+        **r,
+        "completed": ex.get("completed"),
+        "partial": ex.get("partial"),
+        "timed_out": ex.get("timed_out"),
+        "dropped": r.get("datagrams_dropped"),
+        "link_loss": round(sum(losses) / len(losses), 3) if losses else None,
+        "rss_mb": r.get("peak_rss_mb"),
+        "note": note[:80],
+    }
 
 
 @click.command()
-@click.option("--watch", type=click.FloatRange(0.5), default=None, metavar="SECONDS",
-              help="Refresh every SECONDS until Ctrl-C (with --json: one object per refresh).")
+@click.option(
+    "--watch",
+    type=click.FloatRange(0.5),
+    default=None,
+    metavar="SECONDS",
+    help="Refresh every SECONDS until Ctrl-C (with --json: one object per refresh).",
+)
 @fleet_options(timeout=15)
 def status(watch, fleet_dir, as_json, concurrency, timeout_s, only) -> None:
     """Each agent's state, step, loss, held-out accuracy, exchanges, observed link loss, drops,
@@ -39,11 +68,13 @@ def status(watch, fleet_dir, as_json, concurrency, timeout_s, only) -> None:
     "version", "config_hash", "error", ...}], "time"}"""
     from edgegossip.fleet import parallel
     from edgegossip.fleet.control import status as device_status
+
     f = open_fleet(fleet_dir)
     devices = select(f, only)
     while True:
-        rows = parallel.each(devices, lambda d, dl: device_status(f, d, dl), concurrency, timeout_s,
-                             progress=False)
+        rows = parallel.each(
+            devices, lambda d, dl: device_status(f, d, dl), concurrency, timeout_s, progress=False
+        )
         for r in rows:  # a row's own error is the device's state, not a command failure
             if r.get("state") is None:
                 r.update(state="unreachable", reachable=False)
