@@ -32,13 +32,14 @@ from edgegossip.models import ONNX_MISSING, make_model, onnx_available
 from edgegossip.models.base import Model
 from edgegossip.models.mlp import MLP
 from edgegossip.models.optim import NesterovSGD
-from edgegossip.protocol import Context, make_protocol
+from edgegossip.protocol import Context, Protocol, make_protocol
 from edgegossip.protocol.base import Stopped
 from edgegossip.transport import ReceiveThread, make_transport
 from edgegossip.transport.lossy import injected_loss
 from edgegossip.transport.peers import PeerBook
 
 log = logging.getLogger(__name__)
+AGENT_FIELDS = ("params", "momentum", "step", "replay")  # the rest of a checkpoint: the protocol's
 # how long the agent waits at start for peer names to resolve before it trains anyway (the rest
 # resolve in the background): a compose network's DNS knows every service within seconds
 RESOLVE_WAIT_S = 15.0
@@ -119,8 +120,8 @@ class Agent:
         self.rng = np.random.default_rng([cfg.seed, cfg.id, 7])
         self.inbox: Inbox | None = None
         self._replay = np.zeros((0, 3), np.int64)  # the inbox's replay marks, as checkpointed
-        self._ctx: Context | None = None
-        self._push_weight = 1.0  # gossip-push's push-sum weight, as checkpointed
+        self._protocol: Protocol | None = None
+        self._kept: dict[str, np.ndarray] = {}  # the protocol's own fields, as checkpointed
         checkpoint.clean(self.out)
         self.resumed = self._resume()
         self.keys = self.link_keys() if self.algorithm.datagrams else None
@@ -135,21 +136,16 @@ class Agent:
         np.copyto(self.opt.v, state["momentum"])
         self.step = int(state["step"])
         self._replay = state.get("replay", self._replay)
-        self._push_weight = float(state.get("push_weight", 1.0))
+        self._kept = {k: v for k, v in state.items() if k not in AGENT_FIELDS}
         self.rng = np.random.default_rng([self.cfg.seed, self.cfg.id, 7, self.step])
         log.info("resumed from step %d", self.step)
         return True
 
     def save(self) -> None:
         replay = self.inbox.replay_state() if self.inbox is not None else self._replay
-        weight = self._ctx.push_weight if self._ctx is not None else self._push_weight
+        kept = self._protocol.checkpoint() if self._protocol is not None else self._kept
         checkpoint.save(
-            self.out,
-            params=self.x,
-            momentum=self.opt.v,
-            step=self.step,
-            replay=replay,
-            push_weight=np.array(weight),
+            self.out, params=self.x, momentum=self.opt.v, step=self.step, replay=replay, **kept
         )
 
     def install_signal_handlers(self) -> None:
@@ -288,10 +284,10 @@ class Agent:
             self.rng,
             snapshots,
             stop=self.stop_event,
-            push_weight=self._push_weight,
         )
-        self._ctx = ctx
         protocol = make_protocol(ctx)
+        protocol.restore(self._kept)
+        self._protocol = protocol
         controls = Controls(lambda: self.status(ctx, inbox, controls), self.stop_event)
         control = self._open_control(controls)
         metrics = MetricsLog(self.out / "metrics.jsonl")

@@ -65,21 +65,27 @@ def _env() -> dict:
     return env
 
 
+def hidden(cmd: list) -> list:
+    """cmd in a mount namespace where the checkout is an empty tmpfs (slave: the host's mounts
+    reach in, the tmpfs does not leak out)."""
+    return [
+        "unshare",
+        "-m",
+        "--propagation",
+        "slave",
+        "sh",
+        "-c",
+        'mount -t tmpfs -o size=1m none "$0" && exec "$@"',
+        str(REPO),
+        *cmd,
+    ]
+
+
 def eg(venv: Path, cwd: Path, *args, hide_source=True, timeout=600):
     """The installed CLI; with hide_source, in a mount namespace where the checkout is empty."""
     cmd = [str(venv / "bin" / "edgegossip"), *args]
-    if hide_source:  # slave: the host's mounts reach in, the tmpfs does not leak out
-        cmd = [
-            "unshare",
-            "-m",
-            "--propagation",
-            "slave",
-            "sh",
-            "-c",
-            'mount -t tmpfs -o size=1m none "$0" && exec "$@"',
-            str(REPO),
-            *cmd,
-        ]
+    if hide_source:
+        cmd = hidden(cmd)
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_env(), cwd=cwd)
     assert p.returncode == 0, (
         f"edgegossip {' '.join(args)}: exit {p.returncode}\n{p.stderr[-3000:]}"
@@ -89,20 +95,14 @@ def eg(venv: Path, cwd: Path, *args, hide_source=True, timeout=600):
 
 def test_installed_package_does_not_reach_into_a_checkout(installed, tmp_path):
     p = subprocess.run(
-        [
-            "unshare",
-            "-m",
-            "--propagation",
-            "slave",
-            "sh",
-            "-c",
-            'mount -t tmpfs -o size=1m none "$0" && exec "$@"',
-            str(REPO),
-            str(installed / "bin" / "python"),
-            "-c",
-            "import edgegossip, edgegossip.paths as p; print(edgegossip.__file__); "
-            "print(p.devices_dir()); print(p.source_tree())",
-        ],
+        hidden(
+            [
+                str(installed / "bin" / "python"),
+                "-c",
+                "import edgegossip, edgegossip.paths as p; print(edgegossip.__file__); "
+                "print(p.devices_dir()); print(p.source_tree())",
+            ]
+        ),
         capture_output=True,
         text=True,
         env=_env(),

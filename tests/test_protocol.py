@@ -217,3 +217,34 @@ def test_gossip_push_agents_merge_by_push_sum_weights_over_the_wire():
     np.testing.assert_allclose(x, 3.0, rtol=1e-6)
     assert receiver.ctx.push_weight == 2.0
     assert receiver.ctx.exchanges["completed"] == 2
+
+
+def test_a_protocol_checkpoints_its_own_fields():
+    """Push-sum's weight is the push protocol's to save and take back; the others keep none,
+    so a checkpoint holds only what the algorithm that wrote it needs."""
+    plan = ChunkPlan(7850, wire.default_chunk_bytes())
+
+    def proto(algorithm):
+        cfg = AgentConfig(
+            id=0,
+            listen="127.0.0.1:1",
+            workers=2,
+            algorithm=algorithm,
+            model="logreg",
+            peers=(Peer(1, "127.0.0.1", 1001),),
+        )
+        book = PeerBook({1: ("127.0.0.1", 1001)})
+        return make_protocol(
+            Context(cfg, plan, Inbox(plan, KEY, 1, me=0), None, book, np.random.default_rng(0))
+        )
+
+    push = proto("gossip-push")
+    push.ctx.push_weight = 0.375
+    saved = push.checkpoint()
+    assert set(saved) == {"push_weight"} and float(saved["push_weight"]) == 0.375
+    again = proto("gossip-push")
+    again.restore(saved)
+    assert again.ctx.push_weight == 0.375
+    again.restore({})  # a fresh start keeps the initial weight
+    assert again.ctx.push_weight == 0.375
+    assert proto("elastic-gossip").checkpoint() == {}

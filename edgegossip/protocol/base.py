@@ -27,7 +27,7 @@ class Context:
     snapshots: Snapshots | None = None  # the parameter copies the protocol and sender share
     exchanges: Counter = field(default_factory=Counter)  # completed / partial / timed_out / skipped
     stop: threading.Event = field(default_factory=threading.Event)  # set by SIGTERM / SIGINT
-    push_weight: float = 1.0  # this worker's push-sum weight (gossip-push), checkpointed
+    push_weight: float = 1.0  # this worker's push-sum weight (gossip-push checkpoints it)
 
 
 class Stopped(Exception):
@@ -76,6 +76,13 @@ class Protocol:
     def metrics(self) -> dict:
         """What this protocol adds to each metrics record."""
         return {}
+
+    def checkpoint(self) -> dict[str, np.ndarray]:
+        """The protocol's own state a restart must keep, saved beside the parameters."""
+        return {}
+
+    def restore(self, state: dict[str, np.ndarray]) -> None:
+        """Take back what checkpoint() saved (an empty dict on a fresh start)."""
 
     def close(self) -> None:
         pass

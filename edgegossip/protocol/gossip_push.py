@@ -39,6 +39,13 @@ class PushProtocol(GossipProtocol):
     def _nothing_kept(self, p: Pending) -> None:
         self.ctx.push_weight += p.weight  # no buffer: as if it carried our own value
 
+    def checkpoint(self) -> dict[str, np.ndarray]:
+        return {"push_weight": np.array(self.ctx.push_weight)}
+
+    def restore(self, state: dict[str, np.ndarray]) -> None:
+        if "push_weight" in state:
+            self.ctx.push_weight = float(state["push_weight"])
+
     def metrics(self) -> dict:
         # weight on its way in: receipts announced but not merged yet
         pending = sum(p.weight for p in self.pending.values())
