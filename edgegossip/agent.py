@@ -4,6 +4,7 @@ sockets closed) and resumes from its last checkpoint after a crash."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import signal
@@ -25,8 +26,8 @@ from edgegossip.data import device
 from edgegossip.dataplane import payload, wire
 from edgegossip.dataplane.inbox import Inbox
 from edgegossip.dataplane.keys import KeyfileError, LinkKeys
-from edgegossip.dataplane.outbox import Encoder
-from edgegossip.dataplane.sender import Sender, Snapshots
+from edgegossip.dataplane.plane import DataPlane, PlaneSpec
+from edgegossip.dataplane.sender import Snapshots
 from edgegossip.metrics import MetricsLog, peak_rss_mb
 from edgegossip.models import ONNX_MISSING, make_model, onnx_available
 from edgegossip.models.base import Model
@@ -34,8 +35,6 @@ from edgegossip.models.mlp import MLP
 from edgegossip.models.optim import NesterovSGD
 from edgegossip.protocol import Context, Protocol, make_protocol
 from edgegossip.protocol.base import Stopped
-from edgegossip.transport import ReceiveThread, make_transport
-from edgegossip.transport.lossy import injected_loss
 from edgegossip.transport.peers import PeerBook
 
 log = logging.getLogger(__name__)
@@ -219,136 +218,116 @@ class Agent:
             "uptime_s": round(time.monotonic() - self._t0, 1),
         }
 
-    def _open_network(self):
+    def _open_plane(self, peers: PeerBook) -> DataPlane | None:
         cfg = self.cfg
-        peers = PeerBook({p.id: (p.host, p.port) for p in cfg.peers})
         if not self.algorithm.datagrams:  # ZeroMQ's TCP connect resolves names itself
-            return None, None, None, peers
+            return None
         peers.resolve(wait_s=RESOLVE_WAIT_S)
-        keys = self.keys
-        session = checkpoint.next_session(self.out)  # before anything is sent
-        transport = make_transport(
-            cfg.transport, rate_bytes_per_s=cfg.rate_mbps * 1e6 / 8, gso=cfg.gso
-        )
-        transport.bind(cfg.listen_endpoint)
-        inbox = self.inbox = Inbox(
-            self.plan,
-            keys,
+        spec = PlaneSpec(
+            cfg.transport,
+            cfg.listen_endpoint,
             cfg.fleet,
-            peers=set(peers),
+            cfg.id,
+            rate_bytes_per_s=cfg.rate_mbps * 1e6 / 8,
+            gso=cfg.gso,
+            encrypt=cfg.encrypt,
+            session=checkpoint.next_session(self.out),  # before anything is sent
+            inject_loss=cfg.inject_loss,
+            loss_seed=cfg.id + self.step,
+            senders=frozenset(peers),
             rps_blocks=cfg.workers if self.algorithm.rps_blocks else 0,
-            me=cfg.id,
-            require_encryption=cfg.encrypt,
-            # gossip: an exchange we started and one we answer at a time;
-            # memory for those, not for every peer
+            # gossip: an exchange we started and one we answer at a time; memory for those,
+            # not for every peer
             receive_buffers=self.algorithm.receive_buffers,
             stale_s=cfg.deadline_s,
-            codec=self.codec,
         )
-        inbox.restore_replay(self._replay)
-        handler, fast = inbox.ingest, inbox.fast
-        if cfg.inject_loss:  # every datagram must meet the injected loss: no fast path
-            handler = injected_loss(
-                handler, cfg.inject_loss, inbox.counter.drop, cfg.id + self.step
-            )
-            fast = None
-        receiver = ReceiveThread(transport, handler, inbox.counter.drop, fast).start()
-        sender = Sender(
-            transport,
-            Encoder(
-                self.plan,
-                keys,
-                cfg.fleet,
-                cfg.id,
-                session=session,
-                encrypt=cfg.encrypt,
-                codec=self.codec,
-            ),
-            peers,
-        )
-        return transport, receiver, (inbox, sender), peers
+        assert self.keys is not None  # datagrams: link keys were loaded at start
+        plane = DataPlane(spec, self.plan, self.keys, self.codec, peers, replay=self._replay)
+        self.inbox = plane.inbox
+        return plane
 
     def run(self) -> dict:
+        """Train until the step or time limit, or a stop; every resource this opens is closed
+        by one ExitStack, in reverse, after a last checkpoint and a last metrics record."""
         cfg = self.cfg
-        transport, receiver, io, peers = self._open_network()
-        inbox, sender = io if io else (None, None)
-        # two copies of the parameters in flight at most: an exchange we started and one we
-        # answer (Elastic Gossip), or RPS's REDUCE and GATHER
-        snapshots = Snapshots(self.plan.n_params, 2) if sender is not None else None
-        ctx = Context(
-            cfg,
-            self.plan,
-            inbox,
-            sender,
-            peers,
-            self.rng,
-            snapshots,
-            stop=self.stop_event,
-        )
-        protocol = make_protocol(ctx)
-        protocol.restore(self._kept)
-        self._protocol = protocol
-        controls = Controls(lambda: self.status(ctx, inbox, controls), self.stop_event)
-        control = self._open_control(controls)
-        metrics = MetricsLog(self.out / "metrics.jsonl")
-        self._first_step = self.step
-        t0 = time.monotonic()
-        losses: list[float] = []
-        metrics.write(
-            {
-                "event": "start",
-                "agent": cfg.id,
-                "step": self.step,
-                "resumed": self.resumed,
-                "algorithm": cfg.algorithm,
-                "transport": cfg.transport,
-            }
-        )
-        try:
-            while not self.stop_event.is_set():
-                if cfg.max_steps and self.step >= cfg.max_steps:
-                    break
-                if cfg.duration_s and time.monotonic() - t0 >= cfg.duration_s:
-                    break
-                controls.wait_while_paused(self._checkpoint_now)
-                controls.serve_checkpoint(self._checkpoint_now)
-                protocol.before_step(self.x, self.step)
-                xb, yb = self.shard.batch_at(self.step)
-                if self.fused is not None:
-                    loss = self.fused.loss_grad(
-                        self.x, self.g, xb, yb, self.rng, apply=self._step_layer
-                    )
-                else:
-                    loss = self.backend.loss_grad(self.x, self.g, xb, yb, self.rng)
-                    try:
-                        protocol.step(self.x, self.g, self.opt)
-                    except Stopped:  # stopping mid all-reduce: this step is not taken
-                        break
-                losses.append(loss)
-                self.step += 1
-                protocol.after_step(self.x, self.step)
-                if self.step % cfg.eval_every == 0:
-                    self._last = self._record(losses, ctx, sender, inbox, protocol)
-                    metrics.write(self._last)
-                    losses.clear()
-                if self.step % cfg.checkpoint_every == 0:
-                    self.save()
-        finally:
-            self.save()
-            final = self._record(losses, ctx, sender, inbox, protocol)
-            metrics.write({**final, "event": "stop"})
-            metrics.close()
+        with contextlib.ExitStack() as stack:
+            peers = PeerBook({p.id: (p.host, p.port) for p in cfg.peers})
+            stack.callback(peers.close)
+            plane = self._open_plane(peers)
+            if plane is not None:
+                stack.callback(plane.close)
+            inbox = plane.inbox if plane is not None else None
+            sender = plane.sender if plane is not None else None
+            # two copies of the parameters in flight at most: an exchange we started and one we
+            # answer (Elastic Gossip), or RPS's REDUCE and GATHER
+            snapshots = Snapshots(self.plan.n_params, 2) if sender is not None else None
+            ctx = Context(
+                cfg, self.plan, inbox, sender, peers, self.rng, snapshots, stop=self.stop_event
+            )
+            protocol = make_protocol(ctx)
+            stack.callback(protocol.close)
+            protocol.restore(self._kept)
+            self._protocol = protocol
+            controls = Controls(lambda: self.status(ctx, inbox, controls), self.stop_event)
+            control = self._open_control(controls)
             if control is not None:
-                control.close()
-            protocol.close()
-            peers.close()
-            if sender is not None:
-                sender.close()
-            if receiver is not None:
-                receiver.stop()
-            if transport is not None:
-                transport.close()
+                stack.callback(control.close)
+            metrics = MetricsLog(self.out / "metrics.jsonl")
+            stack.callback(metrics.close)
+            self._first_step = self.step
+            losses: list[float] = []
+            metrics.write(
+                {
+                    "event": "start",
+                    "agent": cfg.id,
+                    "step": self.step,
+                    "resumed": self.resumed,
+                    "algorithm": cfg.algorithm,
+                    "transport": cfg.transport,
+                }
+            )
+            try:
+                self._train(protocol, controls, metrics, losses, (ctx, sender, inbox))
+            finally:
+                self.save()
+                final = self._record(losses, ctx, sender, inbox, protocol)
+                metrics.write({**final, "event": "stop"})
         return final
+
+    def _train(
+        self, protocol: Protocol, controls, metrics, losses: list[float], seen: tuple
+    ) -> None:
+        cfg = self.cfg
+        t0 = time.monotonic()
+        while not self.stop_event.is_set():
+            if cfg.max_steps and self.step >= cfg.max_steps:
+                break
+            if cfg.duration_s and time.monotonic() - t0 >= cfg.duration_s:
+                break
+            controls.wait_while_paused(self._checkpoint_now)
+            controls.serve_checkpoint(self._checkpoint_now)
+            protocol.before_step(self.x, self.step)
+            xb, yb = self.shard.batch_at(self.step)
+            if self.fused is not None:
+                loss = self.fused.loss_grad(
+                    self.x, self.g, xb, yb, self.rng, apply=self._step_layer
+                )
+            else:
+                loss = self.backend.loss_grad(self.x, self.g, xb, yb, self.rng)
+                try:
+                    protocol.step(self.x, self.g, self.opt)
+                except Stopped:  # stopping mid all-reduce: this step is not taken
+                    break
+            losses.append(loss)
+            self.step += 1
+            protocol.after_step(self.x, self.step)
+            if self.step % cfg.eval_every == 0:
+                ctx, sender, inbox = seen
+                self._last = self._record(losses, ctx, sender, inbox, protocol)
+                metrics.write(self._last)
+                losses.clear()
+            if self.step % cfg.checkpoint_every == 0:
+                self.save()
 
     def _record(self, losses, ctx: Context, sender, inbox, protocol) -> dict:
         acc = self.data.accuracy(self.model, self.x, self.cfg.eval_examples)

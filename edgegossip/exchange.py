@@ -21,11 +21,8 @@ import numpy as np
 from edgegossip import kernels
 from edgegossip.dataplane import wire
 from edgegossip.dataplane.chunking import ChunkPlan
-from edgegossip.dataplane.inbox import Inbox
-from edgegossip.dataplane.outbox import Encoder
+from edgegossip.dataplane.plane import DataPlane, PlaneSpec
 from edgegossip.dataplane.sender import send_vector
-from edgegossip.transport import ReceiveThread, make_transport
-from edgegossip.transport.lossy import injected_loss
 
 KEY = wire.derive_key("edgegossip-demo")
 FLEET = 77
@@ -49,14 +46,19 @@ def run_peer(
     y = np.empty_like(x)
     mask = np.zeros(plan.n_chunks, np.uint8)
     # no UDP GSO: under `--backend netns` nftables would drop a GSO buffer's datagrams together
-    t = make_transport(transport, rate_bytes_per_s=rate, gso=False)
-    t.bind(my_addr)
-    inbox = Inbox(plan, KEY, FLEET, peers={1 - me}, me=me)
-    handler = (
-        injected_loss(inbox.ingest, inject, inbox.counter.drop, me) if inject else inbox.ingest
+    spec = PlaneSpec(
+        transport,
+        my_addr,
+        FLEET,
+        me,
+        rate_bytes_per_s=rate,
+        gso=False,
+        inject_loss=inject,
+        loss_seed=me,
+        senders=frozenset({1 - me}),
     )
-    rt = ReceiveThread(t, handler, inbox.counter.drop, None if inject else inbox.fast).start()
-    enc = Encoder(plan, KEY, FLEET, sender=me)
+    plane = DataPlane(spec, plan, KEY)
+    t, inbox, enc = plane.transport, plane.inbox, plane.encoder
     time.sleep(0.5)  # both peers bound before the first round
     try:
         for r in range(rounds):
@@ -80,8 +82,7 @@ def run_peer(
             )
         time.sleep(0.5)
     finally:
-        rt.stop()
-        t.close()
+        plane.close()
     snap = inbox.counter.snapshot()
     arrived, expected = inbox.link_loss()
     print(

@@ -46,8 +46,7 @@ def _plan(kind: str, chunk_bytes: int) -> ChunkPlan:
 
 
 def _receiver(kind: str, chunk_bytes: int, conn, ready) -> None:
-    from edgegossip.dataplane.inbox import Inbox
-    from edgegossip.transport import ReceiveThread, make_transport
+    from edgegossip.dataplane.plane import DataPlane, PlaneSpec
 
     plan = _plan(kind, chunk_bytes)
     if kind == "raw":
@@ -76,10 +75,10 @@ def _receiver(kind: str, chunk_bytes: int, conn, ready) -> None:
         return
     port = _free_port()
     name, codec, encrypt = _kind(kind)
-    t = make_transport(name)
-    t.bind(("127.0.0.1", port))
-    inbox = Inbox(plan, KEY, FLEET, require_encryption=encrypt, codec=codec)
-    rt = ReceiveThread(t, inbox.ingest, inbox.counter.drop, inbox.fast).start()
+    plane = DataPlane(
+        PlaneSpec(name, ("127.0.0.1", port), FLEET, 0, encrypt=encrypt), plan, KEY, codec
+    )
+    inbox = plane.inbox
     ready.send(port)
     first = last = 0.0
     seen = 0
@@ -94,8 +93,7 @@ def _receiver(kind: str, chunk_bytes: int, conn, ready) -> None:
             seen, last = c, now
         elif seen and now - last > IDLE_S:
             break
-    rt.stop()
-    t.close()
+    plane.close()
     snap = inbox.counter.snapshot()
     conn.send((snap["accepted"], snap["accepted_bytes"], last - first, snap["drops"]))
 

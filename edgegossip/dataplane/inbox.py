@@ -162,6 +162,19 @@ class Slot:
         cur.expected = expected
         return cur
 
+    def settled(self, round: int, settle: float, now: float) -> bool:
+        """Round `round` will get no more chunks worth waiting for: it is complete, a later
+        round of this sender has begun, or (settle > 0) none of its datagrams came for settle
+        seconds after the first. False while it is not here at all."""
+        found = self.find(round)
+        if found is None:
+            return False
+        return (
+            found.received >= found.expected
+            or self.current.round > round
+            or bool(settle and found.received and now - found.updated > settle)
+        )
+
     def find(self, round: int) -> Round | None:
         if self.current.round == round:
             return self.current
@@ -509,15 +522,7 @@ class Inbox:
         complete, superseded by a later round, or silent for `settle` seconds."""
         with self._cond:
             slot = self._slots.get((sender, msg_type))
-            found = slot.find(round) if slot is not None else None
-            if found is None:
-                return False
-            assert slot is not None  # found in it
-            return (
-                found.received >= found.expected
-                or slot.current.round > round
-                or (found.received > 0 and time.monotonic() - found.updated > settle)
-            )
+            return slot is not None and slot.settled(round, settle, time.monotonic())
 
     def collect(
         self,
@@ -537,19 +542,13 @@ class Inbox:
         with self._cond:
             while True:
                 slot = self._slots.get(key)
-                found = slot.find(round) if slot is not None else None
                 now = time.monotonic()
-                if found is not None:
-                    assert slot is not None  # found in it
-                    if (
-                        found.received >= found.expected
-                        or slot.current.round > round
-                        or (settle and found.received and now - found.updated > settle)
-                    ):
-                        break
+                if slot is not None and slot.settled(round, settle, now):
+                    break
                 if now >= deadline:
                     break
                 self._cond.wait(min(deadline - now, 0.05))
+            found = slot.find(round) if slot is not None else None
             if found is None or found.buf is None:
                 out_mask[:] = 0
                 return 0

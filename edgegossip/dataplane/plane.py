@@ -1,0 +1,114 @@
+"""The data plane as one object: a bound transport, the inbox its receive thread files datagrams
+into, the encoder, and (for an agent) the sender thread, built together from one spec and closed
+together, in reverse, by one ExitStack. The agent, `edgegossip exchange` and `bench transport`
+all open it here, so the wiring, and its one rule (injected loss must meet every datagram, so it
+turns the compiled fast path off), is written once."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from edgegossip.dataplane import wire
+from edgegossip.dataplane.chunking import ChunkPlan
+from edgegossip.dataplane.inbox import Inbox
+from edgegossip.dataplane.keys import LinkKeys
+from edgegossip.dataplane.outbox import Encoder
+from edgegossip.dataplane.payload import CODECS, Codec
+from edgegossip.dataplane.sender import Sender
+from edgegossip.transport import ReceiveThread, Transport, make_transport
+from edgegossip.transport.base import Endpoint, FastPath, Handler
+from edgegossip.transport.lossy import injected_loss
+from edgegossip.transport.peers import PeerBook
+
+
+@dataclass(frozen=True)
+class PlaneSpec:
+    transport: str  # udp | zmq
+    listen: Endpoint  # where this end receives
+    fleet: int  # fleet id in every datagram
+    me: int  # this end's worker id
+    rate_bytes_per_s: float | None = None  # send pacing; None: unpaced
+    gso: bool = True  # udp: send runs of datagrams as one GSO buffer
+    encrypt: bool = False  # send encrypted payloads, accept only encrypted ones
+    session: int = 1  # this start's session number (checkpoint.next_session)
+    inject_loss: float = 0.0  # loopback emulation: drop this fraction on receive
+    loss_seed: int = 0  # the injected loss's random stream
+    senders: frozenset[int] | None = None  # whom the inbox accepts; None: anyone
+    rps_blocks: int = 0  # the inbox keeps one buffer per RPS block
+    receive_buffers: int = 0  # buffers shared by all senders (0: one set per sender)
+    stale_s: float = 10.0  # a round nobody collected for this long gives its buffer up
+
+
+class DataPlane:
+    def __init__(
+        self,
+        spec: PlaneSpec,
+        plan: ChunkPlan,
+        keys: LinkKeys | bytes,
+        codec: Codec = CODECS["float32"],
+        peers: PeerBook | None = None,
+        replay: np.ndarray | None = None,
+    ):
+        """Bind and start; with peers, also a sender thread that sends to them. replay: the
+        inbox's replay marks from a checkpoint, restored before the first datagram is read."""
+        self.spec = spec
+        self._stack = contextlib.ExitStack()
+        try:
+            self.transport: Transport = make_transport(
+                spec.transport, rate_bytes_per_s=spec.rate_bytes_per_s, gso=spec.gso
+            )
+            self._stack.callback(self.transport.close)
+            self.transport.bind(spec.listen)
+            self.inbox = Inbox(
+                plan,
+                keys,
+                spec.fleet,
+                peers=set(spec.senders) if spec.senders is not None else None,
+                rps_blocks=spec.rps_blocks,
+                me=spec.me,
+                group=wire.DEFAULT_GROUP,
+                require_encryption=spec.encrypt,
+                receive_buffers=spec.receive_buffers,
+                stale_s=spec.stale_s,
+                codec=codec,
+            )
+            if replay is not None:
+                self.inbox.restore_replay(replay)
+            handler: Handler = self.inbox.ingest
+            fast: FastPath | None = self.inbox.fast
+            if spec.inject_loss:  # every datagram must meet the injected loss: no fast path
+                drop = self.inbox.counter.drop
+                handler = injected_loss(handler, spec.inject_loss, drop, spec.loss_seed)
+                fast = None
+            self.receiver = ReceiveThread(self.transport, handler, self.inbox.counter.drop, fast)
+            self.receiver.start()
+            self._stack.callback(self.receiver.stop)
+            self.encoder = Encoder(
+                plan,
+                keys,
+                spec.fleet,
+                spec.me,
+                session=spec.session,
+                encrypt=spec.encrypt,
+                codec=codec,
+            )
+            self.sender: Sender | None = None
+            if peers is not None:
+                self.sender = Sender(self.transport, self.encoder, peers)
+                self._stack.callback(self.sender.close)
+        except BaseException:
+            self._stack.close()
+            raise
+
+    def close(self) -> None:
+        """Stop sending, stop receiving, close the socket; safe to call twice."""
+        self._stack.close()
+
+    def __enter__(self) -> DataPlane:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
