@@ -140,6 +140,10 @@ class AgentConfig:
     server_key: str = setting("control", "", "this agent's CURVE secret certificate (zmq.auth)")
     client_keys: str = setting("control", "", "folder of the public certificates allowed to ask")
 
+    def __post_init__(self) -> None:
+        # a config built in code is checked as one read from a file is
+        validate(self)
+
     @property
     def listen_endpoint(self) -> tuple[str, int]:
         return _endpoint(self.listen, "agent.listen")
@@ -236,8 +240,7 @@ def from_dict(doc: dict) -> AgentConfig:
             raise ConfigError(f"agent.{required}: missing")
     if "peers" in values:
         values["peers"] = tuple(_peer(p, "agent.peers") for p in values["peers"])
-    cfg = AgentConfig(**values)
-    validate(cfg)
+    cfg = AgentConfig(**values)  # validated as it is made
     check_effective(cfg, values)
     return cfg
 

@@ -112,3 +112,10 @@ def test_keys_that_act_are_accepted_and_written_back(tmp_path):
     path = tmp_path / "a.toml"
     path.write_text(config.to_toml(c))  # what to_toml writes must load again: no idle keys
     assert config.load(path) == c
+
+
+def test_a_config_built_in_code_is_validated_as_one_read_from_a_file():
+    with pytest.raises(ConfigError, match="train.model: must be mlp, logreg or cnn"):
+        config.AgentConfig(id=0, listen="127.0.0.1:9000", model="resnet")
+    with pytest.raises(ConfigError, match="agent.id: must be in 0..3"):
+        config.AgentConfig(id=7, listen="127.0.0.1:9000", algorithm="local")

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from edgegossip.cli.app import cli
 from edgegossip.emulate import netns
-from edgegossip.emulate.fleet import Fleet, FleetSpec
+from edgegossip.emulate.fleet import EmulatedFleet, FleetSpec
 from edgegossip.metrics import read
 from edgegossip.report.summary import summarize
 
@@ -53,7 +53,7 @@ def fleet_factory(root_only, tmp_path):
                 **kw,
             }
         )
-        f = Fleet(spec)
+        f = EmulatedFleet(spec)
         made.append(f)
         f.up()
         return f

@@ -135,7 +135,7 @@ def emulate(
     deadline_s_by_link: each link's last deadline, peer id -> seconds)."""
     from edgegossip.data import mnist
     from edgegossip.emulate import netns
-    from edgegossip.emulate.fleet import Fleet, FleetSpec, rate_to_mbps
+    from edgegossip.emulate.fleet import EmulatedFleet, FleetSpec, rate_to_mbps
     from edgegossip.report.summary import summarize
 
     if cleanup:
@@ -198,7 +198,7 @@ def emulate(
         spec = dataclasses.replace(spec, rate=None)
     out, rate = spec.out, spec.rate
     loss_kind = "kernel (nftables)" if backend == "netns" else "injected"
-    fleet = Fleet(spec)
+    fleet = EmulatedFleet(spec)
     t0 = time.monotonic()
     try:
         fleet.up()

@@ -15,7 +15,7 @@ from edgegossip.cli.render import fail, table
 
 def _spawn(prefix: list[str], args: list[str]) -> subprocess.Popen:
     return subprocess.Popen(
-        prefix + [sys.executable, "-m", "edgegossip.exchange", *args],
+        prefix + [sys.executable, "-m", "edgegossip.bench.exchange_peer", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from edgegossip import config
 from edgegossip.data import mnist
-from edgegossip.emulate.fleet import PORT, Fleet, FleetSpec, rate_to_mbps
+from edgegossip.emulate.fleet import PORT, EmulatedFleet, FleetSpec, rate_to_mbps
 from edgegossip.emulate.netns import loss_rules
 from edgegossip.fleet import bundle
 
@@ -84,7 +84,9 @@ def _yaml(value, indent: int = 0) -> str:
 def export(spec: FleetSpec, out: Path, base: str = DEFAULT_BASE, progress=print) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     names = [f"node{i}" for i in range(spec.nodes)]
-    fleet = Fleet(replace(spec, backend="netns", out=out))  # the configs emulate would give them
+    fleet = EmulatedFleet(
+        replace(spec, backend="netns", out=out)
+    )  # the configs emulate would give them
     addrs = [(n, PORT) for n in names]
     services = {}
     for i, name in enumerate(names):

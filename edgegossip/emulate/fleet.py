@@ -71,7 +71,7 @@ def rate_to_mbps(rate: str | None) -> float | None:
     raise ValueError(f"--rate {rate!r}: write it as e.g. 20mbit, 500kbit or 1gbit")
 
 
-class Fleet:
+class EmulatedFleet:
     def __init__(self, spec: FleetSpec):
         self.spec = spec
         self.lan: netns.Lan | None = None

@@ -11,7 +11,7 @@ import numpy as np
 
 from edgegossip import checkpoint
 from edgegossip.fleet import agentconf, parallel, remote
-from edgegossip.fleet.control import ask
+from edgegossip.fleet.query import ask
 from edgegossip.fleet.ssh import Ssh
 from edgegossip.models import ONNX_MISSING, make_model, onnx_available
 from edgegossip.report.summary import average, summarize

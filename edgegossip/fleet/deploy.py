@@ -8,7 +8,7 @@ from pathlib import Path
 from edgegossip import paths
 from edgegossip.data import mnist
 from edgegossip.fleet import agentconf, bundle, remote, secrets
-from edgegossip.fleet.control import ask
+from edgegossip.fleet.query import ask
 from edgegossip.fleet.ssh import Ssh, SshError
 
 # room an install needs beyond the shipped files: a venv with numpy, pyzmq and edgegossip

@@ -67,7 +67,7 @@ def status(watch, fleet_dir, as_json, concurrency, timeout_s, only) -> None:
     "exchanges", "link_loss", "drops", "datagrams_dropped", "peak_rss_mb", "uptime_s",
     "version", "config_hash", "error", ...}], "time"}"""
     from edgegossip.fleet import parallel
-    from edgegossip.fleet.control import status as device_status
+    from edgegossip.fleet.query import status as device_status
 
     f = open_fleet(fleet_dir)
     devices = select(f, only)

@@ -7,7 +7,8 @@ and apply the symmetric elastic pull on the chunks that arrived:
 
 Peer 0 starts at 0 and peer 1 at 1, so with full delivery and alpha = 0.5 both means meet at 0.5
 after one round; lost chunks show up as a mask fraction below 1 and a gap that closes more slowly.
-Run as `python -m edgegossip.exchange PEER_ID MY_ADDR OTHER_ADDR ...` by `edgegossip exchange`.
+Run as `python -m edgegossip.bench.exchange_peer PEER_ID MY_ADDR OTHER_ADDR ...` by
+`edgegossip exchange`.
 """
 
 from __future__ import annotations
