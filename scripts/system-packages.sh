@@ -19,7 +19,6 @@ build   python3-venv        @venv                                      the .venv
 build   libssl-dev          /usr/include/openssl/sha.h                 the compiled wire path (libcrypto)
 demo    iproute2            ip                                         network namespaces, veth, bridge, tbf
 demo    nftables            nft                                        kernel packet loss in each namespace
-test    iputils-ping        ping                                       emulate tests: the LAN is up
 test    iptables            iptables                                   podman network backend (netavark)
 test    systemd-container   systemd-nspawn                             lab devices (booted Debian)
 test    debootstrap         debootstrap                                lab and from-scratch roots
@@ -27,7 +26,7 @@ test    openssh-client      ssh                                        fleet com
 test    mtools              mcopy                                      fleet flash --image (FAT without mount)
 test    dosfstools          mkfs.vfat                                  fleet flash tests: a FAT image
 test    shellcheck          shellcheck                                 firstrun.sh and scripts checked
-test    mount               losetup                                    full-disk test: a loop filesystem
+test    mount               losetup                                    fleet flash --device tests: a loop disk
 test    podman              podman                                     emulate --export compose, run
 test    podman-compose      podman-compose                             emulate --export compose, run
 test    runc                runc                                       podman runtime here (crun fails)

