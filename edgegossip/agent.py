@@ -141,7 +141,7 @@ class Agent:
         return True
 
     def save(self) -> None:
-        replay = self.inbox.replay_state() if self.inbox is not None else self._replay
+        replay = self.inbox.links.state() if self.inbox is not None else self._replay
         kept = self._protocol.checkpoint() if self._protocol is not None else self._kept
         checkpoint.save(
             self.out, params=self.x, momentum=self.opt.v, step=self.step, replay=replay, **kept
@@ -211,7 +211,7 @@ class Agent:
             "loss": last.get("loss"),
             "accuracy": last.get("accuracy"),
             "exchanges": dict(ctx.exchanges),
-            "link_loss": inbox.loss_by_link() if inbox is not None else {},
+            "link_loss": inbox.links.by_link() if inbox is not None else {},
             "drops": snap["drops"],
             "datagrams_dropped": snap["dropped"],
             "peak_rss_mb": peak_rss_mb(),
@@ -261,8 +261,9 @@ class Agent:
             # two copies of the parameters in flight at most: an exchange we started and one we
             # answer (Elastic Gossip), or RPS's REDUCE and GATHER
             snapshots = Snapshots(self.plan.n_params, 2) if sender is not None else None
+            rounds = inbox.rounds if inbox is not None else None
             ctx = Context(
-                cfg, self.plan, inbox, sender, peers, self.rng, snapshots, stop=self.stop_event
+                cfg, self.plan, rounds, sender, peers, self.rng, snapshots, stop=self.stop_event
             )
             protocol = make_protocol(ctx)
             stack.callback(protocol.close)
@@ -346,7 +347,7 @@ class Agent:
         }
         if sender is not None:
             snap = inbox.counter.snapshot()
-            link_arrived, link_expected = inbox.link_loss()
+            link_arrived, link_expected = inbox.links.loss()
             rec.update(
                 link_arrived=link_arrived,
                 link_expected=link_expected,

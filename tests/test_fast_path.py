@@ -129,7 +129,7 @@ def _stream(codec="float32"):
 
 def _run(stream, fast, codec="float32"):
     t = UdpTransport()
-    inbox = Inbox(_plan(codec), KEY, 7, peers={3, 4, 5}, codec=payload.codec(codec))
+    inbox = Inbox.build(_plan(codec), KEY, 7, peers={3, 4, 5}, codec=payload.codec(codec))
     bufs = np.zeros((64, RECV_BUFFER), np.uint8)
     lengths = np.zeros(64, np.intp)
     rows = [memoryview(bufs[i]) for i in range(64)]
@@ -185,11 +185,11 @@ def test_fast_path_leaves_the_inbox_as_the_python_path_does(codec):
         }
 
     assert links(a) == links(b)
-    assert a._slots.keys() == b._slots.keys()
-    for key, sa in a._slots.items():
-        sb = b._slots[key]
+    assert a.rounds.slots.keys() == b.rounds.slots.keys()
+    for key, sa in a.rounds.slots.items():
+        sb = b.rounds.slots[key]
         for ra, rb in ((sa.current, sb.current), (sa.previous, sb.previous)):
             assert (ra.round, ra.received, ra.expected) == (rb.round, rb.received, rb.expected)
             np.testing.assert_array_equal(ra.mask, rb.mask)
             np.testing.assert_array_equal(ra.buf, rb.buf)
-    assert [e.__dict__ for e in a.events()] == [e.__dict__ for e in b.events()]
+    assert [e.__dict__ for e in a.rounds.events()] == [e.__dict__ for e in b.rounds.events()]

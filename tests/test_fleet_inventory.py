@@ -187,6 +187,89 @@ pis
         ansible.from_ini("[g]\nhost oops\n", "inv")
 
 
+_TRICKY_INI = """
+[all:vars]
+ansible_user=base
+ansible_port=2200
+
+[pis]
+pi[03:04] ansible_port=2222
+kitchen ansible_host=192.0.2.10 ansible_user=pi  # the host's own user beats every group's
+garage  ansible_host="192.0.2.11"
+node[a:c]
+x[1:7:3]
+
+[pis:vars]
+ansible_user=ops
+ansible_port=2300
+
+[house:children]
+pis
+
+[house:vars]
+ansible_user=houseuser
+ansible_port=2400
+
+[zz]
+garage ansible_port=2500
+[aa]
+garage
+[aa:vars]
+ansible_user=aauser
+[zz:vars]
+ansible_user=zzuser
+"""
+
+_TRICKY_YAML = """
+all:
+  vars: {ansible_user: base}
+  children:
+    site:
+      vars: {ansible_port: 2000, ansible_user: siteuser}
+      children:
+        rack:
+          vars: {ansible_port: 3000}
+          hosts:
+            r[01:02]:
+            special: {ansible_port: 4000, ansible_host: 192.0.2.40}
+    other:
+      vars: {ansible_user: otheruser, ansible_group_priority: 5}
+      hosts:
+        special:
+        lone: {ansible_host: 192.0.2.41}
+"""
+
+
+@pytest.mark.parametrize("name,text", [("hosts.ini", _TRICKY_INI), ("hosts.yml", _TRICKY_YAML)])
+def test_ansible_reader_agrees_with_ansible(tmp_path, name, text):
+    """Our reader, used where Ansible is not installed, gives what ansible-inventory gives:
+    precedence by depth, priority and name with the host's own variables last, and ranges."""
+    exe = ansible.ansible_inventory()
+    assert exe, "ansible-core is in the test extra"
+    path = tmp_path / name
+    path.write_text(text)
+    theirs = {h["name"]: h for h in ansible.load(path)}
+    ours = {h["name"]: h for h in ansible.load(path, use_ansible=False)}
+    assert ours == theirs
+    if name == "hosts.ini":
+        assert sorted(ours) == sorted(
+            ["pi03", "pi04", "kitchen", "garage", "nodea", "nodeb", "nodec", "x1", "x4", "x7"]
+        )
+        # a host's own port beats its group's, the deeper group beats the shallower ones
+        assert (ours["pi03"]["port"], ours["pi03"]["user"]) == (2222, "ops")
+        assert (ours["garage"]["port"], ours["garage"]["user"]) == (2500, "ops")
+    else:
+        assert ours["special"]["port"] == 4000 and ours["r01"]["port"] == 3000
+
+
+def test_ansible_ranges_refused_when_malformed():
+    assert ansible.expand("pi[08:10]") == ["pi08", "pi09", "pi10"]
+    assert ansible.expand("a[1:2]b[x:y]") == ["a1bx", "a1by", "a2bx", "a2by"]
+    for bad in ("pi[1:", "pi[1]", "pi[01:100]", "pi[3:1]", "pi[a:3]", "pi[1:4:0]"):
+        with pytest.raises(InventoryError):
+            ansible.expand(bad)
+
+
 def test_cli_init_from_ansible(tmp_path):
     inv = tmp_path / "hosts.ini"
     inv.write_text("[pis]\nk ansible_host=192.0.2.10\ng ansible_host=192.0.2.11\n")

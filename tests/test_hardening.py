@@ -49,7 +49,7 @@ class Receiver:
     def round_ok(self, sender: int, round: int) -> bool:
         out = np.zeros(PLAN.n_params, np.float32)
         mask = np.zeros(PLAN.n_chunks, np.uint8)
-        got = self.inbox.collect(
+        got = self.inbox.rounds.collect(
             sender, wire.MsgType.PARAMS, round, time.monotonic() + 3, out, mask
         )
         return got == PLAN.n_chunks
@@ -65,7 +65,7 @@ def receivers(free_udp_port):
     opened = []
 
     def start(kind, inbox=None):
-        r = Receiver(kind, free_udp_port(), inbox or Inbox(PLAN, KEY, 1, peers={A, C}, me=B))
+        r = Receiver(kind, free_udp_port(), inbox or Inbox.build(PLAN, KEY, 1, peers={A, C}, me=B))
         opened.append(r)
         return r
 
@@ -98,10 +98,10 @@ def test_replay_into_a_restarted_receiver_is_dropped(receivers, kind):
     captured = _frames(a, 1, B)
     first.send(captured)
     assert first.round_ok(A, 1)
-    state = first.inbox.replay_state()  # what the checkpoint keeps
+    state = first.inbox.links.state()  # what the checkpoint keeps
     first.close()
-    restarted = Inbox(PLAN, KEY, 1, peers={A, C}, me=B)
-    restarted.restore_replay(state)
+    restarted = Inbox.build(PLAN, KEY, 1, peers={A, C}, me=B)
+    restarted.links.restore(state)
     b = receivers(kind, restarted)
     b.send(captured)
     assert b.inbox.counter.accepted == 0
@@ -167,7 +167,7 @@ def test_fuzzed_captured_datagrams_are_never_accepted():
     originals = _frames(a, 5, B, value=2.0)
     others = _frames(Encoder(PLAN, KEY, 1, C, session=1), 1, A)
     pool = originals + others
-    inbox = Inbox(PLAN, KEY, 1, peers={A, C}, me=B)
+    inbox = Inbox.build(PLAN, KEY, 1, peers={A, C}, me=B)
     for d in originals:
         inbox.ingest(memoryview(d)[3:])
     accepted = inbox.counter.accepted
@@ -204,13 +204,13 @@ def test_fuzzed_captured_datagrams_are_never_accepted():
     assert inbox.counter.accepted == accepted
     out = np.zeros(PLAN.n_params, np.float32)
     mask = np.zeros(PLAN.n_chunks, np.uint8)
-    assert inbox.collect(A, wire.MsgType.PARAMS, 5, 0, out, mask) == PLAN.n_chunks
+    assert inbox.rounds.collect(A, wire.MsgType.PARAMS, 5, 0, out, mask) == PLAN.n_chunks
     assert (out == 2.0).all()
 
 
 def test_a_new_session_cannot_start_far_ahead_in_sequence():
     """A key holder bumping the session does not get to place the new window anywhere."""
-    inbox = Inbox(PLAN, KEY, 1, peers={A, C}, me=B)
+    inbox = Inbox.build(PLAN, KEY, 1, peers={A, C}, me=B)
     for d in _frames(Encoder(PLAN, KEY, 1, A, session=1), 1, B):
         inbox.ingest(memoryview(d)[3:])
     bumped = Encoder(PLAN, KEY, 1, A, session=2)
@@ -219,4 +219,25 @@ def test_a_new_session_cannot_start_far_ahead_in_sequence():
     assert inbox.counter.drops == {"seq_jump": 1}
     for d in _frames(Encoder(PLAN, KEY, 1, A, session=2), 1, B):  # the real restart
         inbox.ingest(memoryview(d)[3:])
+    assert inbox.counter.accepted == 2 * PLAN.n_chunks
+
+
+def test_a_dropped_datagram_does_not_move_the_replay_window():
+    """A key holder's datagram far ahead in sequence, for a round the receiver already merged,
+    is dropped as `collected` and records nothing: the real sender's next round is accepted
+    whole, not dropped as stale."""
+    inbox = Inbox.build(PLAN, KEY, 1, peers={A, C}, me=B, receive_buffers=2)
+    real = Encoder(PLAN, KEY, 1, A, session=1)
+    for d in _frames(real, 1, B):
+        inbox.ingest(memoryview(d)[3:])
+    r, got = inbox.rounds.borrow(A, wire.MsgType.PARAMS, 1)
+    assert got == PLAN.n_chunks
+    inbox.rounds.give_back(r)  # merged: its buffer goes back to the pool
+    forged = Encoder(PLAN, KEY, 1, A, session=1)
+    forged._seq[B] = real._seq[B] + (1 << 16) - 1
+    inbox.ingest(memoryview(_frames(forged, 1, B)[0])[3:])
+    assert inbox.counter.drops == {"collected": 1}
+    for d in _frames(real, 2, B):
+        inbox.ingest(memoryview(d)[3:])
+    assert inbox.counter.drops == {"collected": 1}
     assert inbox.counter.accepted == 2 * PLAN.n_chunks

@@ -23,13 +23,15 @@ def _datagrams(x, round=0, key=KEY, fleet=1, sender=2):
 def _collect(inbox, sender=2, round=0):
     out = np.zeros(PLAN.n_params, np.float32)
     mask = np.zeros(PLAN.n_chunks, np.uint8)
-    got = inbox.collect(sender, wire.MsgType.PARAMS, round, time.monotonic() + 0.05, out, mask)
+    got = inbox.rounds.collect(
+        sender, wire.MsgType.PARAMS, round, time.monotonic() + 0.05, out, mask
+    )
     return got, out, mask
 
 
 def test_valid_model_arrives_whole():
     x = np.arange(1000, dtype=np.float32)
-    inbox = Inbox(PLAN, KEY, 1)
+    inbox = Inbox.build(PLAN, KEY, 1)
     for d in _datagrams(x):
         inbox.ingest(memoryview(d))
     got, out, mask = _collect(inbox)
@@ -82,7 +84,7 @@ EXPECTED = {
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_bad_datagram_dropped_and_counted(case):
     x = np.arange(1000, dtype=np.float32)
-    inbox = Inbox(PLAN, KEY, 1)
+    inbox = Inbox.build(PLAN, KEY, 1)
     for d in _datagrams(x):
         inbox.ingest(memoryview(d))
     before = _collect(inbox)[1].copy()
@@ -96,7 +98,7 @@ def test_bad_datagram_dropped_and_counted(case):
 
 def test_replayed_datagram_dropped():
     x = np.arange(1000, dtype=np.float32)
-    inbox = Inbox(PLAN, KEY, 1)
+    inbox = Inbox.build(PLAN, KEY, 1)
     ds = _datagrams(x)
     for d in ds:
         inbox.ingest(memoryview(d))
@@ -106,7 +108,7 @@ def test_replayed_datagram_dropped():
 
 def test_partial_round_reports_mask():
     x = np.arange(1000, dtype=np.float32)
-    inbox = Inbox(PLAN, KEY, 1)
+    inbox = Inbox.build(PLAN, KEY, 1)
     ds = _datagrams(x)
     inbox.ingest(memoryview(ds[0]))
     inbox.ingest(memoryview(ds[2]))
@@ -116,7 +118,7 @@ def test_partial_round_reports_mask():
 
 
 def test_round_before_last_dropped_new_round_resets():
-    inbox = Inbox(PLAN, KEY, 1)
+    inbox = Inbox.build(PLAN, KEY, 1)
     enc = Encoder(PLAN, KEY, 1, 2)
     for r in (4, 5):
         for d in enc.chunks(np.ones(1000, np.float32), 1, r, chunks=[1, 2]):
@@ -134,23 +136,23 @@ def test_round_before_last_dropped_new_round_resets():
 
 
 def test_unknown_sender_dropped():
-    inbox = Inbox(PLAN, KEY, 1, peers={5})
+    inbox = Inbox.build(PLAN, KEY, 1, peers={5})
     inbox.ingest(memoryview(_datagrams(np.ones(1000, np.float32))[0]))
     assert inbox.counter.drops["unknown_sender"] == 1
 
 
 def test_link_loss_counts_sequence_gaps():
     enc = Encoder(PLAN, KEY, 1, 2)
-    inbox = Inbox(PLAN, KEY, 1)
+    inbox = Inbox.build(PLAN, KEY, 1)
     ds = [bytes(d)[3:] for d in enc.chunks(np.ones(1000, np.float32), 1, 0)]
     for k, d in enumerate(ds):
         if k % 5 != 1:  # lose 2 of 10
             inbox.ingest(memoryview(d))
-    assert inbox.link_loss() == (8, 10)  # datagrams 1 and 6 of 0..9 lost
+    assert inbox.links.loss() == (8, 10)  # datagrams 1 and 6 of 0..9 lost
 
 
 def test_rps_block_outside_the_fleet_is_out_of_bounds():
-    inbox = Inbox(PLAN, KEY, 1, rps_blocks=4)
+    inbox = Inbox.build(PLAN, KEY, 1, rps_blocks=4)
     enc = Encoder(PLAN, KEY, 1, 2)
     d = bytes(
         next(enc.chunks(np.ones(1000, np.float32), wire.MsgType.REDUCE, 1, chunks=[0], block=9))
@@ -172,37 +174,40 @@ def _send(inbox, sender, x, round=1):
 def test_shared_receive_buffers_serve_exchanges_not_peers():
     """Two pooled buffers for three senders: the third concurrent round is dropped as no_buffer;
     a borrowed round is read in place and its buffer serves the next sender once given back."""
-    inbox = Inbox(PLAN, KEY, 1, receive_buffers=2, stale_s=60)
+    inbox = Inbox.build(PLAN, KEY, 1, receive_buffers=2, stale_s=60)
     xs = {s: np.full(1000, s, np.float32) for s in (2, 3, 4)}
     _send(inbox, 2, xs[2])
     _send(inbox, 3, xs[3])
     _send(inbox, 4, xs[4])
-    assert inbox.counter.drops["no_buffer"] == PLAN.n_chunks and inbox.pool.made == 2
-    r, got = inbox.borrow(2, wire.MsgType.PARAMS, 1)
+    assert inbox.counter.drops["no_buffer"] == PLAN.n_chunks and inbox.rounds.pool.made == 2
+    r, got = inbox.rounds.borrow(2, wire.MsgType.PARAMS, 1)
     assert got == PLAN.n_chunks and r.mask.all()
     np.testing.assert_array_equal(r.buf, xs[2])
-    inbox.give_back(r)
-    assert r.buf is None and len(inbox.pool.free) == 1
+    inbox.rounds.give_back(r)
+    assert r.buf is None and len(inbox.rounds.pool.free) == 1
     _send(inbox, 4, xs[4], round=2)  # the freed buffer takes the next round
-    r4, got4 = inbox.borrow(4, wire.MsgType.PARAMS, 2)
+    r4, got4 = inbox.rounds.borrow(4, wire.MsgType.PARAMS, 2)
     assert got4 == PLAN.n_chunks
     np.testing.assert_array_equal(r4.buf, xs[4])
-    inbox.give_back(r4)
-    assert inbox.pool.made == 2  # never more than two model-sized buffers
+    inbox.rounds.give_back(r4)
+    assert inbox.rounds.pool.made == 2  # never more than two model-sized buffers
     # a late chunk of a round already merged is dropped, not given a buffer
     enc = _ENCODERS[(id(inbox), 2)]
     late = bytes(next(iter(enc.chunks(xs[2], wire.MsgType.PARAMS, 1))))[3:]
     inbox.ingest(memoryview(late))
-    assert inbox.counter.drops["collected"] == 1 and len(inbox.pool.free) == 1
+    assert inbox.counter.drops["collected"] == 1 and len(inbox.rounds.pool.free) == 1
 
 
 def test_a_round_nobody_collects_gives_its_buffer_up():
-    inbox = Inbox(PLAN, KEY, 1, receive_buffers=1, stale_s=0.05)
+    inbox = Inbox.build(PLAN, KEY, 1, receive_buffers=1, stale_s=0.05)
     _send(inbox, 2, np.ones(1000, np.float32))
     time.sleep(0.1)
     _send(inbox, 3, np.full(1000, 3, np.float32))
     assert inbox.counter.drops.get("no_buffer", 0) == 0
-    r, got = inbox.borrow(3, wire.MsgType.PARAMS, 1)
+    r, got = inbox.rounds.borrow(3, wire.MsgType.PARAMS, 1)
     assert got == PLAN.n_chunks and float(r.buf[0]) == 3.0
-    inbox.give_back(r)
-    assert inbox.borrow(2, wire.MsgType.PARAMS, 1) == (None, 0)  # its buffer went to sender 3
+    inbox.rounds.give_back(r)
+    assert inbox.rounds.borrow(2, wire.MsgType.PARAMS, 1) == (
+        None,
+        0,
+    )  # its buffer went to sender 3

@@ -83,7 +83,7 @@ RECEIVER = textwrap.dedent("""
     from edgegossip.dataplane.inbox import Inbox
     from edgegossip.transport import ReceiveThread, make_transport
     t = make_transport(sys.argv[1]); t.bind((sys.argv[2], 47100))
-    inbox = Inbox(ChunkPlan(1000, 400), b"k" * 32, 1)
+    inbox = Inbox.build(ChunkPlan(1000, 400), b"k" * 32, 1)
     ReceiveThread(t, inbox.ingest, inbox.counter.drop).start()
     print("ready", flush=True)
     time.sleep(2.0)

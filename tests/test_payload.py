@@ -22,12 +22,12 @@ def _send(codec, x, encrypt=False, round=1):
 
 
 def _receive(codec, plan, datagrams):
-    inbox = Inbox(plan, KEY, 1, codec=codec)
+    inbox = Inbox.build(plan, KEY, 1, codec=codec)
     for d in datagrams:
         inbox.ingest(memoryview(d))
     out = np.zeros(N, np.float32)
     mask = np.zeros(plan.n_chunks, np.uint8)
-    got = inbox.collect(2, wire.MsgType.PARAMS, 1, time.monotonic() + 0.05, out, mask)
+    got = inbox.rounds.collect(2, wire.MsgType.PARAMS, 1, time.monotonic() + 0.05, out, mask)
     return inbox, got, out, mask
 
 

@@ -58,9 +58,9 @@ def test_rps_iteration_reaches_every_peer():
     t = SlowRecorder()
     endpoints = PeerBook({p.id: (p.host, p.port) for p in cfg.peers})
     sender = Sender(t, Encoder(plan, KEY, 1, 0), endpoints)
-    inbox = Inbox(plan, KEY, 1, rps_blocks=W)
+    inbox = Inbox.build(plan, KEY, 1, rps_blocks=W)
     snapshots = Snapshots(plan.n_params, 2)
-    ctx = Context(cfg, plan, inbox, sender, endpoints, np.random.default_rng(0), snapshots)
+    ctx = Context(cfg, plan, inbox.rounds, sender, endpoints, np.random.default_rng(0), snapshots)
     proto = make_protocol(ctx)
     proto.after_step(np.ones(plan.n_params, np.float32), 1)
     deadline = time.monotonic() + 10
@@ -111,7 +111,7 @@ def test_a_draw_is_never_thrown_away():
     ctx = Context(
         cfg,
         plan,
-        Inbox(plan, KEY, 1, receive_buffers=2),
+        Inbox.build(plan, KEY, 1, receive_buffers=2).rounds,
         sender,
         endpoints,
         np.random.default_rng(0),
@@ -176,9 +176,9 @@ def test_gossip_push_agents_merge_by_push_sum_weights_over_the_wire():
         p=0.0,
         peers=(Peer(1, "127.0.0.1", 1001), Peer(2, "127.0.0.1", 1002)),
     )
-    inbox = Inbox(plan, KEY, 1, me=0)
+    inbox = Inbox.build(plan, KEY, 1, me=0)
     book = PeerBook({p.id: (p.host, p.port) for p in cfg.peers})
-    receiver = make_protocol(Context(cfg, plan, inbox, None, book, np.random.default_rng(0)))
+    receiver = make_protocol(Context(cfg, plan, inbox.rounds, None, book, np.random.default_rng(0)))
     pushers = []
     for me, value in ((1, 4.0), (2, 8.0)):
         c = AgentConfig(
@@ -195,7 +195,7 @@ def test_gossip_push_agents_merge_by_push_sum_weights_over_the_wire():
         ctx = Context(
             c,
             plan,
-            Inbox(plan, KEY, 1, me=me),
+            Inbox.build(plan, KEY, 1, me=me).rounds,
             sender,
             book_c,
             np.random.default_rng(me),
@@ -235,7 +235,14 @@ def test_a_protocol_checkpoints_its_own_fields():
         )
         book = PeerBook({1: ("127.0.0.1", 1001)})
         return make_protocol(
-            Context(cfg, plan, Inbox(plan, KEY, 1, me=0), None, book, np.random.default_rng(0))
+            Context(
+                cfg,
+                plan,
+                Inbox.build(plan, KEY, 1, me=0).rounds,
+                None,
+                book,
+                np.random.default_rng(0),
+            )
         )
 
     push = proto("gossip-push")

@@ -32,7 +32,7 @@ def receiver(free_udp_port):
         t = make_transport(kind)
         port = free_udp_port()
         t.bind(("127.0.0.1", port))
-        inbox = Inbox(PLAN, KEY, 1)
+        inbox = Inbox.build(PLAN, KEY, 1)
         rt = ReceiveThread(t, inbox.ingest, inbox.counter.drop, inbox.fast).start()
         opened.append((rt, t))
         return ("127.0.0.1", port), inbox
@@ -55,7 +55,7 @@ def _send_model(kind, peer, x, round=0, rate=50e6):
 def _collect(inbox, round=0, wait=3.0):
     out = np.zeros(PLAN.n_params, np.float32)
     mask = np.zeros(PLAN.n_chunks, np.uint8)
-    got = inbox.collect(2, wire.MsgType.PARAMS, round, time.monotonic() + wait, out, mask)
+    got = inbox.rounds.collect(2, wire.MsgType.PARAMS, round, time.monotonic() + wait, out, mask)
     return got, out, mask
 
 
@@ -155,7 +155,7 @@ RECEIVER = textwrap.dedent("""
     from edgegossip.dataplane.inbox import Inbox
     from edgegossip.transport import ReceiveThread, make_transport
     t = make_transport("zmq"); t.bind(("127.0.0.1", int(sys.argv[1])))
-    inbox = Inbox(ChunkPlan(1000, 400), b"k" * 32, 1)
+    inbox = Inbox.build(ChunkPlan(1000, 400), b"k" * 32, 1)
     ReceiveThread(t, inbox.ingest, inbox.counter.drop).start()
     print("ready", flush=True)
     time.sleep(float(sys.argv[2]))

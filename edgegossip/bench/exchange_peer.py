@@ -65,7 +65,7 @@ def run_peer(
         for r in range(rounds):
             np.copyto(pre, x)
             send_vector(t, enc, other, 1 - me, pre, wire.MsgType.PARAMS, r)
-            got = inbox.collect(
+            got = inbox.rounds.collect(
                 1 - me, wire.MsgType.PARAMS, r, time.monotonic() + deadline_s, y, mask, settle=0.3
             )
             kernels.elastic_pull(x, pre, y, mask, plan.chunk_elems, alpha)
@@ -85,7 +85,7 @@ def run_peer(
     finally:
         plane.close()
     snap = inbox.counter.snapshot()
-    arrived, expected = inbox.link_loss()
+    arrived, expected = inbox.links.loss()
     print(
         json.dumps(
             {

@@ -33,6 +33,9 @@ KEY = b"bench-key-0123456789abcdef012345"
 FLEET = 1
 IDLE_S = 0.5
 CODEC_KINDS = {"f16": "float16", "bf16": "bfloat16", "int8": "int8"}
+# the rows a run measures unless told; KINDS are all it can
+DEFAULT_KINDS = ("raw", "udp", "udp-enc", "zmq")
+KINDS = (*DEFAULT_KINDS, *(f"udp-{k}" for k in CODEC_KINDS))
 
 
 def _kind(kind: str) -> tuple[str, payload.Codec, bool]:
@@ -186,7 +189,7 @@ def measure(
 
 
 def run(
-    transports=("raw", "udp", "udp-enc", "zmq"),
+    transports=DEFAULT_KINDS,
     chunk_sizes=None,
     tries: int = 8,
     datagrams: int = DATAGRAMS,

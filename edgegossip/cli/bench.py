@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from edgegossip.bench import transport as transport_bench
 from edgegossip.cli.render import emit
 
 
@@ -48,7 +49,7 @@ def kernels(as_json: bool, repeat: int, sizes: tuple[int, ...]) -> None:
     "--transport",
     "transports",
     multiple=True,
-    type=click.Choice(["raw", "udp", "udp-enc", "zmq", "udp-f16", "udp-bf16", "udp-int8"]),
+    type=click.Choice(transport_bench.KINDS),
     help="Limit to these (default: raw, udp, udp-enc, zmq; udp-enc encrypts the "
     "payloads, udp-f16/bf16/int8 compress them).",
 )
@@ -62,10 +63,10 @@ def kernels(as_json: bool, repeat: int, sizes: tuple[int, ...]) -> None:
 )
 def transport(as_json: bool, transports: tuple[str, ...], datagrams: int, repeats: int) -> None:
     """Loopback goodput of a 2.9 M-parameter model per transport beside a raw sendto loop."""
-    from edgegossip.bench import transport as t
-
     emit(
-        t.run(transports or ("raw", "udp", "udp-enc", "zmq"), datagrams=datagrams, repeats=repeats),
+        transport_bench.run(
+            transports or transport_bench.DEFAULT_KINDS, datagrams=datagrams, repeats=repeats
+        ),
         as_json,
         [
             "transport",

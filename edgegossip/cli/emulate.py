@@ -79,13 +79,7 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
     show_default=True,
     help="What runs each agent's training step.",
 )
-@click.option(
-    "--backend",
-    type=click.Choice(["auto", "netns", "loopback"]),
-    default="auto",
-    show_default=True,
-    help="netns needs root; loopback injects loss in the receive path.",
-)
+@options.network_backend("netns needs root; loopback injects loss in the receive path.")
 @click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
@@ -154,14 +148,7 @@ def emulate(
     if export_kind and out is None:
         fail("--export needs --out DIR", exit_codes.USAGE)
     if not export_kind:
-        if backend == "auto":
-            backend = "netns" if netns.is_root() else "loopback"
-        if backend == "netns" and not netns.is_root():
-            fail(
-                "network namespaces need root; rerun as root or add --backend loopback "
-                "(same agents on 127.0.0.0/8, loss injected in the receive path)",
-                exit_codes.NEEDS_ROOT,
-            )
+        backend = options.resolve_network_backend(backend)
     if not duration and not epochs:
         fail("give --duration SECONDS or --epochs E", exit_codes.USAGE)
     rate = None if rate.lower() == "none" else rate

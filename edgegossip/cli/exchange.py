@@ -10,6 +10,7 @@ import time
 import click
 
 from edgegossip import exit_codes
+from edgegossip.cli import options
 from edgegossip.cli.render import fail, table
 
 
@@ -88,7 +89,7 @@ def _run_pair(
 
 @click.command()
 @click.option(
-    "--transport", type=click.Choice(["udp", "zmq", "both"]), default="both", show_default=True
+    "--transport", type=options.choice("transport", ("both",)), default="both", show_default=True
 )
 @click.option(
     "--loss",
@@ -113,26 +114,13 @@ def _run_pair(
     show_default=True,
     help="Send pacing per peer, MB/s.",
 )
-@click.option(
-    "--backend",
-    type=click.Choice(["auto", "netns", "loopback"]),
-    default="auto",
-    show_default=True,
-    help="netns: real kernel loss (root); loopback: injected loss.",
-)
+@options.network_backend("netns: real kernel loss (root); loopback: injected loss.")
 @click.option("--json", "as_json", is_flag=True)
 def exchange(transport, loss, params, rounds, rate_mbps, backend, as_json) -> None:
     """Two processes exchange a model for a few rounds; what arrived is merged by mask."""
-    from edgegossip.emulate.netns import EmulationError, is_root
+    from edgegossip.emulate.netns import EmulationError
 
-    if backend == "auto":
-        backend = "netns" if is_root() else "loopback"
-    if backend == "netns" and not is_root():
-        fail(
-            "--backend netns needs root; use --backend loopback (loss injected in the receive "
-            "path)",
-            exit_codes.NEEDS_ROOT,
-        )
+    backend = options.resolve_network_backend(backend)
     results = []
     for name in ["udp", "zmq"] if transport == "both" else [transport]:
         t0 = time.monotonic()

@@ -9,12 +9,13 @@ import click
 
 from edgegossip import exit_codes
 from edgegossip.cli.render import fail
+from edgegossip.models import EXPORTABLE
 
 
 @click.command()
 @click.argument("checkpoint_dir", type=click.Path(file_okay=False, path_type=Path))
 @click.argument("output", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--model", type=click.Choice(["mlp", "logreg"]), default="mlp", show_default=True)
+@click.option("--model", type=click.Choice(EXPORTABLE), default="mlp", show_default=True)
 @click.option(
     "--check/--no-check",
     default=True,

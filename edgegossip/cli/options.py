@@ -24,4 +24,36 @@ def setting(flag: str, name: str, *, dest: str | None = None, **kw):
     return click.option(flag, *([dest] if dest else []), **kw)
 
 
-__all__ = ["choice", "default", "setting"]
+# where `emulate` and `exchange` run their processes: namespaces with the kernel dropping packets
+# (root), or loopback with the loss injected in the receive path; auto picks by the user
+NETWORK_BACKENDS = ("auto", "netns", "loopback")
+
+
+def network_backend(help: str):
+    return click.option(
+        "--backend",
+        type=click.Choice(NETWORK_BACKENDS),
+        default="auto",
+        show_default=True,
+        help=help,
+    )
+
+
+def resolve_network_backend(backend: str) -> str:
+    """netns or loopback for --backend; netns without root is a one-line error."""
+    from edgegossip import exit_codes
+    from edgegossip.cli.render import fail
+    from edgegossip.emulate.netns import is_root
+
+    if backend == "auto":
+        return "netns" if is_root() else "loopback"
+    if backend == "netns" and not is_root():
+        fail(
+            "network namespaces need root; rerun as root or add --backend loopback "
+            "(the same processes on 127.0.0.0/8, loss injected in the receive path)",
+            exit_codes.NEEDS_ROOT,
+        )
+    return backend
+
+
+__all__ = ["choice", "default", "network_backend", "resolve_network_backend", "setting"]

@@ -11,12 +11,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edgegossip.dataplane import wire
 from edgegossip.dataplane.chunking import ChunkPlan
+from edgegossip.dataplane.gate import Gate
 from edgegossip.dataplane.inbox import Inbox
 from edgegossip.dataplane.keys import LinkKeys
 from edgegossip.dataplane.outbox import Encoder
 from edgegossip.dataplane.payload import CODECS, Codec
+from edgegossip.dataplane.reassembly import Reassembly
 from edgegossip.dataplane.sender import Sender
 from edgegossip.transport import ReceiveThread, Transport, make_transport
 from edgegossip.transport.base import Endpoint, FastPath, Handler
@@ -62,21 +63,20 @@ class DataPlane:
             )
             self._stack.callback(self.transport.close)
             self.transport.bind(spec.listen)
-            self.inbox = Inbox(
+            gate = Gate(
                 plan,
-                keys,
+                LinkKeys.of(keys),
                 spec.fleet,
-                peers=set(spec.senders) if spec.senders is not None else None,
-                rps_blocks=spec.rps_blocks,
                 me=spec.me,
-                group=wire.DEFAULT_GROUP,
+                peers=spec.senders,
                 require_encryption=spec.encrypt,
-                receive_buffers=spec.receive_buffers,
-                stale_s=spec.stale_s,
                 codec=codec,
+                rps_blocks=spec.rps_blocks,
             )
+            rounds = Reassembly(plan, spec.rps_blocks, spec.receive_buffers, spec.stale_s)
+            self.inbox = Inbox(gate, rounds)
             if replay is not None:
-                self.inbox.restore_replay(replay)
+                self.inbox.links.restore(replay)
             handler: Handler = self.inbox.ingest
             fast: FastPath | None = self.inbox.fast
             if spec.inject_loss:  # every datagram must meet the injected loss: no fast path

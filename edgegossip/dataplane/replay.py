@@ -24,6 +24,8 @@ datagram it had accepted before a restart is accepted after it.
 
 from __future__ import annotations
 
+import numpy as np
+
 WINDOW = 4096
 JUMP = 1 << 16  # datagrams (or rounds) a link may skip with no time passing
 RATE = 1 << 17  # and per second of silence: above any sender's datagram rate
@@ -184,3 +186,43 @@ def round_limit(current: int, link: PeerLink, now: float) -> int:
     if current < 0 or not link.baseline:
         return FIRST_ROUND_LIMIT
     return current + JUMP + int(RATE * max(0.0, now - link.last_accept))
+
+
+class Links(dict[int, PeerLink]):
+    """Every incoming link of one receiver, by peer id: the replay state a checkpoint keeps and
+    the loss the receiver observed on each link."""
+
+    def of(self, peer: int) -> PeerLink:
+        link = self.get(peer)
+        if link is None:
+            link = self[peer] = PeerLink()
+        return link
+
+    def loss(self) -> tuple[int, int]:
+        """(datagrams that arrived, datagrams the senders numbered) over every link: the loss
+        this receiver observed, from gaps in the per-link sequence numbers."""
+        arrived = expected = 0
+        for link in list(self.values()):
+            a, e = link.loss()
+            arrived += a
+            expected += e
+        return arrived, expected
+
+    def by_link(self) -> dict[int, float | None]:
+        """Observed loss on each link (None before anything was numbered)."""
+        out = {}
+        for peer, link in list(self.items()):
+            a, e = link.loss()
+            out[peer] = round(1 - a / e, 4) if e else None
+        return out
+
+    def state(self) -> np.ndarray:
+        """(peer, session, highest seq) per peer, for the checkpoint."""
+        rows = [(p, *link.state()) for p, link in list(self.items()) if link.session >= 0]
+        return np.array(rows, np.int64).reshape(-1, 3)
+
+    def restore(self, state: np.ndarray) -> None:
+        """Take back what state() gave before a restart: nothing accepted then is accepted
+        again."""
+        for peer, session, highest in np.asarray(state, np.int64).reshape(-1, 3):
+            self[int(peer)] = PeerLink.restored(int(session), int(highest))

@@ -27,6 +27,9 @@ from pathlib import Path
 from edgegossip import paths
 from edgegossip.errors import EdgegossipError
 
+# the optional dependencies a wheelhouse or a device install may add (pyproject.toml's extras)
+EXTRAS = ("onnx",)
+
 MANIFEST = "edgegossip-wheelhouse.json"
 
 

@@ -28,6 +28,7 @@ def make_model(name: str, seed: int = 0, inputs: int = 784, classes: int = 10) -
 
 
 MODELS = ("mlp", "logreg", "cnn")
+EXPORTABLE = ("mlp", "logreg")  # to ONNX (models/onnx_backend.py)
 
 # onnx and onnxruntime are an optional extra: PyPI has no wheels for them on 32-bit ARM, and a
 # NumPy-only agent does not need them

@@ -10,7 +10,7 @@ import numpy as np
 
 from edgegossip.config import AgentConfig
 from edgegossip.dataplane.chunking import ChunkPlan
-from edgegossip.dataplane.inbox import Inbox
+from edgegossip.dataplane.reassembly import Reassembly
 from edgegossip.dataplane.sender import Sender, Snapshots
 from edgegossip.models.optim import NesterovSGD
 from edgegossip.transport.base import Endpoint
@@ -20,7 +20,7 @@ from edgegossip.transport.base import Endpoint
 class Context:
     cfg: AgentConfig
     plan: ChunkPlan
-    inbox: Inbox | None
+    rounds: Reassembly | None  # the inbox's receive buffers
     sender: Sender | None
     peers: dict[int, Endpoint]
     rng: np.random.Generator
@@ -42,9 +42,9 @@ class Protocol:
 
     # the data plane's parts, for the protocols of algorithms that have one (Algorithm.datagrams)
     @property
-    def inbox(self) -> Inbox:
-        assert self.ctx.inbox is not None, "this algorithm has no data plane"
-        return self.ctx.inbox
+    def rounds(self) -> Reassembly:
+        assert self.ctx.rounds is not None, "this algorithm has no data plane"
+        return self.ctx.rounds
 
     @property
     def sender(self) -> Sender:

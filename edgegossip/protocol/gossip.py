@@ -89,7 +89,7 @@ class GossipProtocol(Protocol):
     def before_step(self, x: np.ndarray, step: int) -> None:
         ctx = self.ctx
         now = time.monotonic()
-        for ev in self.inbox.events():
+        for ev in self.rounds.events():
             self._on_event(ev, x, now)
         self._answer_owed(x, now)
         if ctx.rng.random() < ctx.cfg.p:
@@ -171,10 +171,10 @@ class GossipProtocol(Protocol):
                     self._finish(p)
                     self.ctx.exchanges["timed_out"] += 1
                 continue
-            if not expired and not self.inbox.ready(peer, wire.MsgType.PARAMS, p.round, SETTLE_S):
+            if not expired and not self.rounds.ready(peer, wire.MsgType.PARAMS, p.round, SETTLE_S):
                 continue
             # merged straight from the receive buffer: no copy of the model per exchange
-            r, got = self.inbox.borrow(peer, wire.MsgType.PARAMS, p.round)
+            r, got = self.rounds.borrow(peer, wire.MsgType.PARAMS, p.round)
             self.record(r.mask if r is not None else None, got, self.ctx.plan.n_chunks)
             self.deadlines.observe(
                 peer,
@@ -187,7 +187,7 @@ class GossipProtocol(Protocol):
                 try:
                     self._merge(x, p, r)
                 finally:
-                    self.inbox.give_back(r)
+                    self.rounds.give_back(r)
             else:
                 self._nothing_kept(p)
             self._finish(p)

@@ -39,7 +39,7 @@ class RpsProtocol(Protocol):
         self.blocks = [rps.block_slice(ctx.plan, k, self.W) for k in range(self.W)]
 
     def before_step(self, x: np.ndarray, step: int) -> None:
-        for ev in self.inbox.events():
+        for ev in self.rounds.events():
             if ev.msg_type == wire.MsgType.REDUCE:
                 self.latest_reduce[ev.sender] = ev.round
             elif ev.msg_type == wire.MsgType.GATHER:
@@ -49,9 +49,9 @@ class RpsProtocol(Protocol):
         ctx = self.ctx
         ce = ctx.plan.chunk_elems
         for server, r in list(self.pending_gather.items()):
-            if self.inbox.ready(server, wire.MsgType.GATHER, r, SETTLE_S):
+            if self.rounds.ready(server, wire.MsgType.GATHER, r, SETTLE_S):
                 sl, chunks = self.blocks[server]
-                got = self.inbox.collect(server, wire.MsgType.GATHER, r, 0.0, self._y, self._mask)
+                got = self.rounds.collect(server, wire.MsgType.GATHER, r, 0.0, self._y, self._mask)
                 self.record(self._mask, got, len(chunks))
                 rps.gather(x[sl], self._y[sl], self._mask[chunks.start : chunks.stop], ce)
                 del self.pending_gather[server]
@@ -69,10 +69,10 @@ class RpsProtocol(Protocol):
         sl, chunks = self.blocks[self.me]
         received = []
         for w, r in self.latest_reduce.items():
-            if r > self.used_reduce.get(w, 0) and self.inbox.ready(
+            if r > self.used_reduce.get(w, 0) and self.rounds.ready(
                 w, wire.MsgType.REDUCE, r, SETTLE_S
             ):
-                got = self.inbox.collect(w, wire.MsgType.REDUCE, r, 0.0, self._y, self._mask)
+                got = self.rounds.collect(w, wire.MsgType.REDUCE, r, 0.0, self._y, self._mask)
                 self.used_reduce[w] = r
                 if got:
                     received.append(

@@ -10,6 +10,7 @@ import click
 from edgegossip import exit_codes
 from edgegossip.cli.fleet import exit_for, fleet_options, open_fleet, select
 from edgegossip.cli.render import emit, fail, table
+from edgegossip.fleet.bundle import EXTRAS
 
 COLUMNS = [
     "name",
@@ -55,7 +56,7 @@ def _share(text: str) -> str:
     "machine's platform in FLEET/wheelhouse.",
 )
 @click.option(
-    "--extras", type=click.Choice(["", "onnx"]), default="", help="Install the onnx extra too."
+    "--extras", type=click.Choice(["", *EXTRAS]), default="", help="Install the onnx extra too."
 )
 @fleet_options(timeout=600)
 def deploy(

@@ -9,6 +9,7 @@ import click
 from edgegossip import exit_codes
 from edgegossip.cli.fleet import open_fleet
 from edgegossip.cli.render import emit, fail
+from edgegossip.flash.firstboot import FORMATS
 
 
 @click.command()
@@ -40,7 +41,7 @@ from edgegossip.cli.render import emit, fail
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["cloud-init", "firstrun"]),
+    type=click.Choice(FORMATS),
     default=None,
     help="Override the detection (cloud-init: Trixie images; firstrun: Bookworm).",
 )

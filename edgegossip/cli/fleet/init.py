@@ -9,6 +9,7 @@ import click
 from edgegossip import exit_codes
 from edgegossip.algorithms import DEFAULT as DEFAULT_ALGORITHM
 from edgegossip.algorithms import NAMES as ALGORITHMS
+from edgegossip.cli import options
 from edgegossip.cli.render import emit, fail
 
 
@@ -44,15 +45,13 @@ from edgegossip.cli.render import emit, fail
 @click.option(
     "--profile", default="", help="Device profile from devices/profiles for every device."
 )
-@click.option(
-    "--model", type=click.Choice(["mlp", "logreg", "cnn"]), default="mlp", show_default=True
-)
+@click.option("--model", type=options.choice("model"), default="mlp", show_default=True)
 @click.option(
     "--algorithm", type=click.Choice(ALGORITHMS), default=DEFAULT_ALGORITHM, show_default=True
 )
 @click.option(
     "--split",
-    type=click.Choice(["iid", "dirichlet", "classes"]),
+    type=options.choice("partition"),
     default=None,
     help="Give each device its own file split from MNIST (data/device-ID.npz); "
     "without it every device is shipped MNIST and trains on its id's shard.",

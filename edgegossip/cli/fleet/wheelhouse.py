@@ -11,12 +11,13 @@ import click
 
 from edgegossip import exit_codes
 from edgegossip.cli.render import emit, fail
+from edgegossip.fleet.bundle import EXTRAS
 
 
 @click.command()
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True)
 @click.option(
-    "--extras", type=click.Choice(["", "onnx"]), default="", help="Include the onnx extra."
+    "--extras", type=click.Choice(["", *EXTRAS]), default="", help="Include the onnx extra."
 )
 @click.option(
     "--json",

@@ -1,0 +1,311 @@
+"""Reassembly: the receive buffers of each (sender, message type), filled chunk by chunk with one
+mask byte per chunk, and handed to the agent when complete or settled. Written by the receive
+thread (file()), read by the agent's (events, ready, collect, borrow); one condition guards both.
+Slot buffers are allocated once per (sender, message type), or lent from a shared pool; the hot
+path allocates no payload-sized memory."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from edgegossip import kernels
+from edgegossip.dataplane import wire
+from edgegossip.dataplane.chunking import ChunkPlan
+from edgegossip.dataplane.replay import PeerLink, round_limit
+
+
+@dataclass
+class Event:
+    """First datagram of a new round from a sender: lets the agent answer exchanges."""
+
+    sender: int
+    msg_type: int
+    round: int
+    flags: int
+    block: int
+    weight: float = 0.0  # push-sum weight the message carries (gossip-push)
+
+
+class Round:
+    """One round's receive buffer and mask. The buffer is the round's own (allocated lazily:
+    untouched pages cost no memory), or, with a shared pool, lent while the round is filled and
+    until the agent gives it back."""
+
+    def __init__(self, plan: ChunkPlan, own_buffer: bool = True):
+        self.buf: np.ndarray | None = None
+        self.bytes: np.ndarray | None = None
+        if own_buffer:
+            self.attach(np.zeros(plan.n_params, dtype=np.float32))
+        self.mask = np.zeros(plan.n_chunks, dtype=np.uint8)
+        self.round = -1
+        self.received = 0
+        self.expected = 0
+        self.updated = 0.0
+        self.collected = False  # the agent has taken what arrived
+        self.borrowed = False  # the agent is reading buf in place
+
+    def attach(self, buf: np.ndarray) -> None:
+        self.buf, self.bytes = buf, buf.view(np.uint8)
+
+    def detach(self) -> np.ndarray:
+        buf, self.buf, self.bytes = self.buf, None, None
+        assert buf is not None, "detached twice"
+        return buf
+
+
+class BufferPool:
+    """A fixed number of model-sized receive buffers shared by every sender: memory for the
+    exchanges in flight, not for every peer. Made on first use."""
+
+    def __init__(self, n_params: int, size: int):
+        self.n_params, self.size = n_params, size
+        self.free: list[np.ndarray] = []
+        self.made = 0
+
+    def take(self) -> np.ndarray | None:
+        if self.free:
+            return self.free.pop()
+        if self.made < self.size:
+            self.made += 1
+            return np.zeros(self.n_params, dtype=np.float32)
+        return None
+
+    def give(self, buf: np.ndarray) -> None:
+        self.free.append(buf)
+
+
+class Slot:
+    """Receive buffers of one (sender, message type): the round being filled, and the round
+    before it kept intact, so a peer that starts its next round before we collected the
+    previous one does not overwrite it. The second buffer is only written (and so only becomes
+    resident memory) when that happens: a collected round's buffer is reused."""
+
+    def __init__(self, plan: ChunkPlan, own_buffers: bool = True):
+        self.current = Round(plan, own_buffers)
+        self.previous = Round(plan, own_buffers)
+
+    def upcoming(self, restart: bool = False) -> Round:
+        """The Round that advance() will fill next: the current one if it was collected (or
+        holds nothing, as after the sender restarted), else the one before it."""
+        if restart or self.current.collected or self.current.round < 0:
+            return self.current
+        return self.previous
+
+    def advance(self, round: int, expected: int) -> Round:
+        if self.upcoming() is self.previous:
+            self.current, self.previous = self.previous, self.current
+        cur = self.current
+        cur.collected = False
+        cur.mask[:] = 0
+        cur.round = round
+        cur.received = 0
+        cur.expected = expected
+        return cur
+
+    def settled(self, round: int, settle: float, now: float) -> bool:
+        """Round `round` will get no more chunks worth waiting for: it is complete, a later
+        round of this sender has begun, or (settle > 0) none of its datagrams came for settle
+        seconds after the first. False while it is not here at all."""
+        found = self.find(round)
+        if found is None:
+            return False
+        return (
+            found.received >= found.expected
+            or self.current.round > round
+            or bool(settle and found.received and now - found.updated > settle)
+        )
+
+    def find(self, round: int) -> Round | None:
+        if self.current.round == round:
+            return self.current
+        if self.previous.round == round:
+            return self.previous
+        return None
+
+
+class Reassembly:
+    def __init__(
+        self,
+        plan: ChunkPlan,
+        rps_blocks: int = 0,
+        receive_buffers: int = 0,
+        stale_s: float = 10.0,
+        max_events: int = 1024,
+    ):
+        """receive_buffers: 0 gives every (sender, message type) buffers of its own; N > 0 shares
+        N among all senders (a round that finds none free is dropped as `no_buffer`; a round
+        nobody collected for stale_s seconds gives its buffer up)."""
+        self.plan = plan
+        self.rps_blocks = rps_blocks
+        self.pool = BufferPool(plan.n_params, receive_buffers) if receive_buffers else None
+        self.stale_s = stale_s
+        self.slots: dict[tuple[int, int], Slot] = {}
+        self._events: deque[Event] = deque(maxlen=max_events)
+        self.cond = threading.Condition()
+        self.fast_target: Round | None = None  # the Round the compiled fast path points at
+
+    # -- receive thread ------------------------------------------------------------------------
+    def restarted(self, sender: int) -> None:
+        """The sender restarted: its rounds count from 1 again."""
+        with self.cond:
+            for (s, _), slot in self.slots.items():
+                if s == sender:
+                    slot.current.round = slot.previous.round = -1
+
+    def file(
+        self, h: wire.Header, payload: memoryview, link: PeerLink, now: float, commit
+    ) -> str | None:
+        """Put an admitted chunk in its round's buffer, else the drop reason; commit() records
+        the datagram in its link once nothing can refuse it any more."""
+        new_session = h.session != link.session
+        with self.cond:
+            key = (h.sender, h.msg_type)
+            slot = self.slots.get(key)
+            if slot is None:
+                slot = self.slots[key] = Slot(self.plan, self.pool is None)
+            cur = slot.current
+            current_round = -1 if new_session else cur.round
+            opens = h.round > current_round
+            if h.round < current_round:
+                if h.round != slot.previous.round:
+                    return "old_round"
+                cur = slot.previous  # late chunk of the round before: still useful
+            elif opens and h.round > round_limit(current_round, link, now):
+                return "round_jump"
+            target = slot.upcoming(new_session) if opens else cur
+            if target.buf is None:
+                if not opens and target.collected:
+                    return "collected"  # its reader has merged it and moved on
+                if not self._lend(target, now):
+                    return "no_buffer"
+            # accepted whole from here on: only now may it move the link's replay window
+            commit()
+            if opens:
+                cur = slot.advance(h.round, self._expected_chunks(h))
+                assert cur is target
+                self.event(h)
+            fresh = not cur.mask[h.chunk_index]
+            kernels.scatter_chunk(cur.bytes, cur.mask, payload, h.byte_offset, h.chunk_index)
+            cur.received += fresh
+            cur.updated = now
+            if cur.received >= cur.expected:
+                self.cond.notify_all()
+        return None
+
+    def _lend(self, r: Round, now: float) -> bool:
+        """Give round r a pooled buffer (under self.cond): a free one, else the buffer of a
+        round nobody collected for stale_s seconds. False if all are in use."""
+        assert self.pool is not None  # lending is for the gossip buffers
+        buf = self.pool.take()
+        if buf is None:
+            stale = [
+                x
+                for sl in self.slots.values()
+                for x in (sl.current, sl.previous)
+                if x.buf is not None
+                and not x.borrowed
+                and x is not r
+                and (x.collected or now - x.updated > self.stale_s)
+            ]
+            if not stale:
+                return False
+            victim = min(stale, key=lambda x: x.updated)
+            if self.fast_target is victim:
+                self.fast_target = None
+            buf = victim.detach()
+            victim.mask[:] = 0
+            victim.received = 0
+        r.attach(buf)
+        return True
+
+    def _expected_chunks(self, h: wire.Header) -> int:
+        # the whole model for PARAMS; one block for RPS messages, whose block id names it
+        if self.rps_blocks and h.msg_type in (wire.MsgType.REDUCE, wire.MsgType.GATHER):
+            return len(self.plan.block_chunks(h.block, self.rps_blocks))
+        return self.plan.n_chunks
+
+    def event(self, h: wire.Header) -> None:
+        with self.cond:
+            self._events.append(
+                Event(h.sender, h.msg_type, h.round, h.flags, h.block, wire.weight_value(h.weight))
+            )
+            self.cond.notify_all()
+
+    # -- agent thread --------------------------------------------------------------------------
+    def events(self) -> list[Event]:
+        with self.cond:
+            out = list(self._events)
+            self._events.clear()
+        return out
+
+    def wait_event(self, timeout: float) -> None:
+        with self.cond:
+            if not self._events:
+                self.cond.wait(timeout)
+
+    def ready(self, sender: int, msg_type: int, round: int, settle: float) -> bool:
+        """True when `round` from (sender, msg_type) will get no more chunks worth waiting for:
+        complete, superseded by a later round, or silent for `settle` seconds."""
+        with self.cond:
+            slot = self.slots.get((sender, msg_type))
+            return slot is not None and slot.settled(round, settle, time.monotonic())
+
+    def collect(
+        self,
+        sender: int,
+        msg_type: int,
+        round: int,
+        deadline: float,
+        out: np.ndarray,
+        out_mask: np.ndarray,
+        settle: float = 0.0,
+    ) -> int:
+        """Wait until `round` from (sender, msg_type) is complete, a later round from that
+        sender has begun (this one is then final), no datagram of it came for `settle` seconds,
+        or `deadline` (time.monotonic()) passes; copy what arrived into out/out_mask.
+        Returns the number of chunks that arrived (0: nothing of that round)."""
+        key = (sender, msg_type)
+        with self.cond:
+            while True:
+                slot = self.slots.get(key)
+                now = time.monotonic()
+                if slot is not None and slot.settled(round, settle, now):
+                    break
+                if now >= deadline:
+                    break
+                self.cond.wait(min(deadline - now, 0.05))
+            found = slot.find(round) if slot is not None else None
+            if found is None or found.buf is None:
+                out_mask[:] = 0
+                return 0
+            found.collected = True
+            np.copyto(out, found.buf)
+            np.copyto(out_mask, found.mask)
+            return int(found.received)
+
+    def borrow(self, sender: int, msg_type: int, round: int) -> tuple[Round | None, int]:
+        """What arrived of `round`, in place (no copy): the Round, to read buf and mask, and
+        the chunks that arrived; give_back() it when done. (None, 0) if nothing arrived."""
+        with self.cond:
+            slot = self.slots.get((sender, msg_type))
+            found = slot.find(round) if slot is not None else None
+            if found is None or found.buf is None or not found.received:
+                if found is not None:
+                    found.collected = True
+                return None, 0
+            found.collected = True
+            found.borrowed = True
+            return found, int(found.received)
+
+    def give_back(self, r: Round) -> None:
+        with self.cond:
+            r.borrowed = False
+            if self.pool is not None and r.buf is not None:
+                if self.fast_target is r:
+                    self.fast_target = None
+                self.pool.give(r.detach())
