@@ -121,6 +121,9 @@ class Agent:
         self._replay = np.zeros((0, 3), np.int64)  # the inbox's replay marks, as checkpointed
         self._protocol: Protocol | None = None
         self._kept: dict[str, np.ndarray] = {}  # the protocol's own fields, as checkpointed
+        self.checkpoint_failures = 0
+        self.checkpoint_error: str | None = None
+        self.checkpoint_step, self.checkpoint_at = -1, 0.0  # the last good checkpoint's
         checkpoint.clean(self.out)
         self.resumed = self._resume()
         self.keys = self.link_keys() if self.algorithm.datagrams else None
@@ -140,12 +143,24 @@ class Agent:
         log.info("resumed from step %d", self.step)
         return True
 
-    def save(self) -> None:
+    def save(self) -> bool:
+        """Write a checkpoint; False if the disk refused it (full, out of descriptors). The
+        last good checkpoint then stays as it was, and training goes on: a failed write is
+        counted and said in status, never the end of the agent."""
         replay = self.inbox.links.state() if self.inbox is not None else self._replay
         kept = self._protocol.checkpoint() if self._protocol is not None else self._kept
-        checkpoint.save(
-            self.out, params=self.x, momentum=self.opt.v, step=self.step, replay=replay, **kept
-        )
+        try:
+            checkpoint.save(
+                self.out, params=self.x, momentum=self.opt.v, step=self.step, replay=replay, **kept
+            )
+        except OSError as e:
+            self.checkpoint_failures += 1
+            self.checkpoint_error = e.strerror or str(e)
+            log.warning("checkpoint at step %d not written: %s", self.step, self.checkpoint_error)
+            return False
+        self.checkpoint_error = None
+        self.checkpoint_step, self.checkpoint_at = self.step, time.monotonic()
+        return True
 
     def install_signal_handlers(self) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -155,6 +170,9 @@ class Agent:
         """This device's link keys: from its keyfile, or derived from the fleet secret."""
         cfg = self.cfg
         if not cfg.keys:
+            problem = config_io.secret_problem(cfg.key)
+            if problem is not None:  # a public secret would let anyone forge every datagram
+                raise ConfigError(problem)
             return LinkKeys.of(wire.derive_key(cfg.key))
         try:
             keys = LinkKeys.load(cfg.keys, cfg.id, cfg.fleet)
@@ -187,7 +205,8 @@ class Agent:
             raise ConfigError(f"control: cannot serve {cfg.endpoint}: {e}") from None
 
     def _checkpoint_now(self) -> dict:
-        self.save()
+        if not self.save():
+            raise RuntimeError(f"not written: {self.checkpoint_error}")
         return {"path": str(self.out / checkpoint.NAME), "step": self.step}
 
     def status(self, ctx: Context, inbox, controls) -> dict:

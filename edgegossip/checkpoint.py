@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from edgegossip.errors import EdgegossipError
+
 NAME = "checkpoint.npz"
 SESSION = "session"
 _TMP_PREFIX = ".ckpt-"
@@ -58,12 +60,53 @@ def save(directory: str | Path, **arrays) -> Path:
     return _atomic_write(Path(directory) / NAME, lambda f: _write_npz(f, arrays))
 
 
+MAX_ARRAY_BYTES = 1 << 30  # no model this project trains comes near it
+
+
+class CheckpointError(EdgegossipError, ValueError):
+    pass
+
+
 def load(directory: str | Path) -> dict[str, np.ndarray] | None:
+    """The arrays of the checkpoint in directory, None if there is none. A checkpoint may come
+    from a device the operator does not trust (`fleet collect`): it must be what save() writes,
+    an uncompressed zip of plain numeric .npy members, and each member's header must agree
+    with its size before anything of that size is allocated (np.load would inflate a deflated
+    member of any declared size)."""
     path = Path(directory) / NAME
     if not path.is_file():
         return None
-    with np.load(path) as z:
-        return {k: z[k] for k in z.files}
+    out: dict[str, np.ndarray] = {}
+    try:
+        with zipfile.ZipFile(path) as z:
+            for info in z.infolist():
+                name = info.filename
+                if not name.endswith(".npy") or info.compress_type != zipfile.ZIP_STORED:
+                    raise CheckpointError(f"{path}: member {name!r} is not a stored .npy")
+                if info.file_size > MAX_ARRAY_BYTES + 4096:
+                    raise CheckpointError(f"{path}: member {name!r} is too large")
+                with z.open(info) as m:
+                    version = np.lib.format.read_magic(m)
+                    if version != (1, 0):
+                        raise CheckpointError(f"{path}: member {name!r} has npy version {version}")
+                    shape, fortran, dtype = np.lib.format.read_array_header_1_0(m)
+                    if dtype.hasobject or dtype.kind not in "biuf" or fortran:
+                        raise CheckpointError(f"{path}: member {name!r} is not a numeric array")
+                    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+                    if nbytes != info.file_size - m.tell():
+                        raise CheckpointError(f"{path}: member {name!r} has the wrong size")
+                    a = np.empty(shape, dtype)
+                    view = memoryview(a.reshape(-1)).cast("B")
+                    if nbytes and m.readinto(view) != nbytes:  # type: ignore[attr-defined]
+                        raise CheckpointError(f"{path}: member {name!r} is truncated")
+                out[name[: -len(".npy")]] = a
+    except (zipfile.BadZipFile, OSError, EOFError) as e:
+        raise CheckpointError(f"{path}: not a checkpoint ({e})") from None
+    except ValueError as e:  # a malformed npy header
+        if isinstance(e, CheckpointError):
+            raise
+        raise CheckpointError(f"{path}: not a checkpoint ({e})") from None
+    return out
 
 
 def clean(directory: str | Path) -> int:

@@ -11,6 +11,8 @@ import tomllib
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 
+import tomli_w
+
 from edgegossip import algorithms, models, transport
 from edgegossip.algorithms import NAMES as ALGORITHMS
 from edgegossip.dataplane import payload, wire
@@ -67,7 +69,7 @@ class AgentConfig:
     )
     fleet: int = setting("agent", 1, "fleet id carried in every datagram", scope="managed")
     key: str = setting(
-        "agent", "edgegossip", "fleet secret; every link key is derived from it", scope="managed"
+        "agent", "", "fleet secret; every link key is derived from it", scope="managed"
     )
     keys: str = setting(
         "agent",
@@ -186,6 +188,23 @@ APPLIES_WHEN = {
     "deadline_max_s": ("deadline", ("adaptive",)),
     "gso": ("transport", ("udp",)),
 }
+
+
+# A fleet secret anyone can read is no secret: the placeholders this project ever shipped (and its
+# old default) are refused, and so is anything short enough to guess.
+PUBLIC_SECRETS = ("edgegossip", "replace with a long random fleet secret", "a long fleet secret")
+MIN_SECRET = 16
+
+
+def secret_problem(key: str) -> str | None:
+    """Why `key` cannot be a fleet secret, or None."""
+    if not key:
+        return "no fleet secret: set agent.key (e.g. `openssl rand -hex 16`) or agent.keys"
+    if key.strip().lower() in PUBLIC_SECRETS:
+        return f"agent.key {key!r} is a published placeholder; set a secret of your own"
+    if len(key) < MIN_SECRET:
+        return f"agent.key is {len(key)} characters; a fleet secret needs at least {MIN_SECRET}"
+    return None
 
 
 def section_of(key: str) -> str:
@@ -342,21 +361,14 @@ def to_toml(c: AgentConfig) -> str:
     """Write a config back as TOML (used by `emulate` to configure each agent)."""
 
     def val(v):
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        if isinstance(v, str):
-            return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-        if isinstance(v, tuple):
-            return "[" + ", ".join(val(f"{p.id}@{p.host}:{p.port}") for p in v) + "]"
-        return repr(v)
+        if isinstance(v, tuple):  # the peers, as a file gives them
+            return [f"{p.id}@{p.host}:{p.port}" for p in v]
+        return v
 
     def acts(k: str) -> bool:
         if k == "key" and c.keys:
             return False
         return k not in APPLIES_WHEN or getattr(c, APPLIES_WHEN[k][0]) in APPLIES_WHEN[k][1]
 
-    out = []
-    for section, keys in SECTIONS.items():
-        out.append(f"[{section}]")
-        out += [f"{k} = {val(getattr(c, k))}" for k in keys if acts(k)]
-    return "\n".join(out) + "\n"
+    doc = {s: {k: val(getattr(c, k)) for k in keys if acts(k)} for s, keys in SECTIONS.items()}
+    return tomli_w.dumps(doc)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import resource
 import time
 from pathlib import Path
 
@@ -22,19 +23,23 @@ class MetricsLog:
         self._f.close()
 
 
+_last_peak = 0.0
+
+
 def peak_rss_mb() -> float:
     """This process's peak resident memory, MB. VmHWM, not getrusage's ru_maxrss: Linux carries
     ru_maxrss across execve, so a process started by a large parent (emulate holds MNIST) would
-    report the parent's size as its own."""
+    report the parent's size as its own. Out of descriptors (a flood on the control port), the
+    last value read stands in: a figure is not worth an agent."""
+    global _last_peak
     try:
         with open("/proc/self/status") as f:
             for line in f:
                 if line.startswith("VmHWM:"):
-                    return round(int(line.split()[1]) / 1024, 1)
+                    _last_peak = round(int(line.split()[1]) / 1024, 1)
+                    return _last_peak
     except OSError:
-        pass
-    import resource
-
+        return _last_peak or round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 

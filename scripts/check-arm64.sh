@@ -78,6 +78,7 @@ cat > "$root/tmp/a0.toml" <<TOML
 id = 0
 listen = "127.0.0.1:47100"
 peers = ["1@127.0.0.1:47101"]
+key = "$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')"
 output = "/tmp/a0"
 [train]
 workers = 2

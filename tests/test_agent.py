@@ -28,6 +28,7 @@ def _cfg(tmp_path, free_udp_port, **kw) -> AgentConfig:
         checkpoint_every=100,
         deadline_s=1.0,
         p=0.2,
+        key="agent-test-fleet-secret",
     )
     base.update(kw)
     return AgentConfig(**base)
@@ -160,7 +161,13 @@ def test_peer_killed_at_a_high_round_is_merged_again_after_restart(
 
     p0, p1 = free_udp_port(), free_udp_port()
     common = dict(
-        workers=2, model="logreg", eval_every=50, checkpoint_every=100, deadline_s=2.0, p=0.2
+        workers=2,
+        model="logreg",
+        eval_every=50,
+        checkpoint_every=100,
+        deadline_s=2.0,
+        p=0.2,
+        key="agent-test-fleet-secret",
     )
     cfg0 = AgentConfig(
         id=0,

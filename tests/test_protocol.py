@@ -163,9 +163,8 @@ class Direct(Transport):
         pass
 
 
-def test_gossip_push_agents_merge_by_push_sum_weights_over_the_wire():
-    """Two workers (values 4 and 8) push to a third (0): the weights travel in the headers and
-    the receiver ends at the weighted mean 3 with weight 2, the senders at weight 1/2 each."""
+def _push_receiver():
+    """Worker 0 of a 3-worker gossip-push fleet that only receives: (plan, cfg, inbox, protocol)."""
     plan = ChunkPlan(7850, wire.default_chunk_bytes())
     cfg = AgentConfig(
         id=0,
@@ -179,6 +178,13 @@ def test_gossip_push_agents_merge_by_push_sum_weights_over_the_wire():
     inbox = Inbox.build(plan, KEY, 1, me=0)
     book = PeerBook({p.id: (p.host, p.port) for p in cfg.peers})
     receiver = make_protocol(Context(cfg, plan, inbox.rounds, None, book, np.random.default_rng(0)))
+    return plan, cfg, inbox, receiver
+
+
+def test_gossip_push_agents_merge_by_push_sum_weights_over_the_wire():
+    """Two workers (values 4 and 8) push to a third (0): the weights travel in the headers and
+    the receiver ends at the weighted mean 3 with weight 2, the senders at weight 1/2 each."""
+    plan, cfg, inbox, receiver = _push_receiver()
     pushers = []
     for me, value in ((1, 4.0), (2, 8.0)):
         c = AgentConfig(
@@ -255,3 +261,25 @@ def test_a_protocol_checkpoints_its_own_fields():
     again.restore({})  # a fresh start keeps the initial weight
     assert again.ctx.push_weight == 0.375
     assert proto("elastic-gossip").checkpoint() == {}
+
+
+def test_a_push_weight_no_honest_peer_could_send_is_refused():
+    """Four whole rounds from one key holder, each claiming the weight 65504 (a legal float16),
+    once grew the receiver's weight past what float16 carries: its next push raised and the
+    agent exited. Now such a receipt counts as nothing, and the receiver's weight stays within
+    the fleet's total, so it pushes on."""
+    plan, cfg, inbox, receiver = _push_receiver()
+    hostile = Encoder(plan, KEY, 1, 1)
+    bits, value = wire.weight_bits(65504.0)
+    assert value == 65504.0
+    x = np.zeros(plan.n_params, np.float32)
+    for rnd in range(1, 5):
+        y = np.full(plan.n_params, 100.0, np.float32)
+        for d in hostile.chunks(y, wire.MsgType.PARAMS, rnd, receiver=0, weight=bits):
+            inbox.ingest(memoryview(bytes(d))[1 + len(wire.DEFAULT_GROUP) :])
+        receiver.before_step(x, rnd)
+        receiver.after_step(x, rnd + 1)
+    assert receiver.ctx.push_weight <= cfg.workers
+    assert receiver.weights_refused == 4 and receiver.metrics()["push_weights_refused"] == 4
+    assert (x == 0).all()  # a refused weight merges nothing
+    assert receiver._outgoing_weight() >= 0  # and it can still push

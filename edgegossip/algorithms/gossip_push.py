@@ -23,6 +23,11 @@ s). The fleet's weights then keep summing to W, and no weight drains away with e
 datagram; only a message of which nothing arrived (the receiver never learns of it) loses its s.
 The price: on a lost chunk, the merge depends on order (the receiver's value stands in for the
 sender's), so the rule is exact push-sum only where everything arrived.
+
+A hostile peer: honest weights sum to W, so no worker ever holds more than W and no message
+carries more than W/2 (up to float16's rounding). A receiver takes a weight outside [0, W/2] as
+0 (the message then changes nothing) and never lets its own weight pass W, so what a key holder
+sends can skew a mean but never grow a weight past what float16 carries and end an agent.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from edgegossip import kernels
 from edgegossip.algorithms.base import GossipAlgorithm, World
 from edgegossip.algorithms.elastic_gossip import choose_peers
 
-__all__ = ["choose_peers", "give", "apply", "GossipPush"]
+__all__ = ["choose_peers", "give", "admit", "apply", "GossipPush"]
 
 
 def give(w: float) -> tuple[float, float]:
@@ -43,14 +48,27 @@ def give(w: float) -> tuple[float, float]:
     return s, w - s
 
 
+def admit(s: float, workers: int) -> float:
+    """Receiver: the weight s a message claims, as taken: s if an honest sender could have sent
+    it (0 <= s <= W/2, float16's rounding allowed for), else 0."""
+    ok = np.isfinite(s) and 0.0 <= s <= workers / 2 * (1 + 2**-10)
+    return float(s) if ok else 0.0
+
+
 def apply(
-    x: np.ndarray, y: np.ndarray, mask: np.ndarray, chunk_elems: int, w: float, s: float
+    x: np.ndarray,
+    y: np.ndarray,
+    mask: np.ndarray,
+    chunk_elems: int,
+    w: float,
+    s: float,
+    workers: int | None = None,
 ) -> float:
     """Receiver: merge y (arrived where mask is set), sent with weight s, into x, which has
-    weight w; returns x's new weight."""
+    weight w; returns x's new weight (never above `workers`, the fleet's total, when given)."""
     if s > 0 and w + s > 0:
         kernels.elastic_pull(x, x, y, mask, chunk_elems, s / (w + s))
-    return w + s
+    return w + s if workers is None else min(w + s, float(workers))
 
 
 class GossipPush(GossipAlgorithm):

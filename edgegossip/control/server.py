@@ -18,6 +18,9 @@ from edgegossip.control import messages
 log = logging.getLogger(__name__)
 
 
+HANDSHAKE_MS = 2000
+
+
 class Controls:
     """What the control thread may do to a running agent, and how the loop honours it."""
 
@@ -119,6 +122,9 @@ class ControlServer:
             self.sock.curve_server = True
             self.sock.curve_publickey, self.sock.curve_secretkey = public, secret
             self.sock.setsockopt(zmq.MAXMSGSIZE, messages.MAX_REQUEST)
+            # a connection that has not finished its CURVE handshake in this time is closed: a
+            # flood of idle connections holds descriptors for seconds, not for good
+            self.sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_MS)
             self.sock.linger = 0
             self.sock.bind(f"tcp://{endpoint}")
         except Exception:

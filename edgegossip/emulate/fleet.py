@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -78,6 +79,7 @@ class EmulatedFleet:
         self.procs: list[subprocess.Popen | None] = [None] * spec.nodes
         self.configs: list[AgentConfig] = []
         self.t0 = 0.0
+        self.secret = secrets.token_hex(16)  # this run's own: no two emulations share link keys
 
     def addresses(self) -> list[tuple[str, int]]:
         if self.lan is not None:
@@ -100,7 +102,7 @@ class EmulatedFleet:
             listen=f"{addrs[i][0]}:{addrs[i][1]}",
             peers=tuple(Peer(j, h, p) for j, (h, p) in enumerate(addrs) if j != i),
             fleet=4242,
-            key="edgegossip-emulated-fleet",
+            key=self.secret,
             output=str(s.out / f"agent{i}"),
             algorithm=s.algorithm,
             model=s.model,

@@ -48,7 +48,8 @@ def install_commands(release: str) -> list[str]:
     return [
         "install -d /opt/edgegossip",
         f"rm -rf /opt/edgegossip/incoming && cp -r {b} /opt/edgegossip/incoming",
-        f"EG_NO_START=1 bash /opt/edgegossip/incoming/install.sh /opt/edgegossip/incoming {release} ''",
+        "EG_NO_START=1 bash /opt/edgegossip/incoming/install.sh /opt/edgegossip/incoming "
+        f"{shlex.quote(release)} ''",
         "systemctl enable systemd-time-wait-sync.service",
         f"rm -rf {b}",
         "systemctl start --no-block edgegossip-agent.service",

@@ -16,6 +16,7 @@ import importlib.metadata as md
 import io
 import json
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -127,7 +128,10 @@ def build(dest: Path, extras: tuple[str, ...] = (), progress=print) -> dict:
     digest = source_digest()
     manifest_path = dest / MANIFEST
     if manifest_path.is_file():
-        m = json.loads(manifest_path.read_text())
+        try:
+            m = load(dest)
+        except BundleError:
+            m = {}  # not one we can trust: build it again
         if (
             m.get("source") == digest
             and m.get("platform") == this_platform()
@@ -145,7 +149,7 @@ def build(dest: Path, extras: tuple[str, ...] = (), progress=print) -> dict:
         _pip("wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(dest), str(src))
     else:
         _repack_installed(dest)
-    pins = [f"{name}=={md.version(name)}" for name in ("numpy", "click")]
+    pins = [f"{name}=={md.version(name)}" for name in ("numpy", "click", "tomli_w")]
     draft = _draft_pyzmq()
     if draft is not None:
         shutil.copy2(draft, dest)
@@ -156,15 +160,14 @@ def build(dest: Path, extras: tuple[str, ...] = (), progress=print) -> dict:
     # binary wheels only, with their dependencies (a device compiles nothing)
     _pip("download", "--quiet", "--only-binary", ":all:", "-d", str(dest), *pins)
     wheels = sorted(p.name for p in dest.glob("*.whl"))
-    h = hashlib.sha256()
-    for w in wheels:
-        h.update(w.encode() + (dest / w).read_bytes())
+    digests = {w: sha256_of(dest / w) for w in wheels}
     manifest = {
-        "release": h.hexdigest()[:12],
+        "release": _release(digests),
         "source": digest,
         "platform": this_platform(),
         "extras": list(extras),
         "wheels": wheels,
+        "sha256": digests,
         "zmq_draft": draft is not None,
         "bytes": sum((dest / w).stat().st_size for w in wheels),
         "abi": sysconfig.get_config_var("SOABI"),
@@ -173,13 +176,70 @@ def build(dest: Path, extras: tuple[str, ...] = (), progress=print) -> dict:
     return manifest
 
 
+_RELEASE = re.compile(r"[0-9a-f]{12}")
+_WHEEL = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*\.whl")
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _release(digests: dict[str, str]) -> str:
+    """The release id: a digest of every wheel's name and bytes, so it names exactly them."""
+    h = hashlib.sha256()
+    for name in sorted(digests):
+        h.update(f"{name}\0{digests[name]}\n".encode())
+    return h.hexdigest()[:12]
+
+
 def load(dest: Path) -> dict:
+    """The wheelhouse's manifest, checked before anything of it is used: a wheelhouse may come
+    from another machine, and its release goes into shells run as root on every device and its
+    wheel names into paths. The release must be the 12-hex-digit digest of the wheels it lists,
+    each wheel a plain file name of a regular file in dest whose SHA-256 is the listed one."""
     try:
-        return json.loads((dest / MANIFEST).read_text())
+        m = json.loads((dest / MANIFEST).read_text())
     except (OSError, ValueError):
         raise BundleError(
             f"{dest}: not a wheelhouse (no {MANIFEST}); make one with `edgegossip fleet wheelhouse`"
         ) from None
+
+    def bad(why: str) -> BundleError:
+        return BundleError(
+            f"{dest}: refusing the wheelhouse: {why}; build it again with "
+            "`edgegossip fleet wheelhouse`"
+        )
+
+    if not isinstance(m, dict):
+        raise bad("its manifest is not an object")
+    wheels, digests = m.get("wheels"), m.get("sha256")
+    if not isinstance(wheels, list) or not wheels:
+        raise bad("it lists no wheels")
+    if not isinstance(digests, dict) or sorted(digests) != sorted(wheels):
+        raise bad("it has no SHA-256 for every wheel it lists")
+    for w in wheels:
+        if not isinstance(w, str) or not _WHEEL.fullmatch(w):
+            raise bad(f"{w!r} is not a plain wheel file name")
+        f = dest / w
+        if f.is_symlink() or not f.is_file():
+            raise bad(f"{w} is not a file in it")
+        if sha256_of(f) != digests[w]:
+            raise bad(f"{w} does not have the SHA-256 its manifest gives")
+    release = m.get("release")
+    if not isinstance(release, str) or not _RELEASE.fullmatch(release):
+        raise bad(f"its release {release!r} is not a 12-digit hex digest")
+    if release != _release(digests):
+        raise bad("its release is not the digest of its wheels")
+    plat, extras = m.get("platform"), m.get("extras", [])
+    if not isinstance(plat, dict) or not all(isinstance(v, str) for v in plat.values()):
+        raise bad("its platform is not a table of names")
+    if not isinstance(extras, list) or not set(extras) <= set(EXTRAS):
+        raise bad(f"its extras {extras!r} are not among {', '.join(EXTRAS)}")
+    return m
 
 
 def tar(files: dict[str, bytes | Path]) -> bytes:

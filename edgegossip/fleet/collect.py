@@ -5,11 +5,13 @@ average exported as ONNX."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 
 from edgegossip import checkpoint
+from edgegossip.errors import EdgegossipError
 from edgegossip.fleet import agentconf, parallel, remote
 from edgegossip.fleet.query import ask
 from edgegossip.fleet.ssh import Ssh
@@ -24,8 +26,33 @@ def fetch(fleet, device, deadline: float, out: Path, live: bool) -> dict:
             row["live_step"] = ask(fleet, device, "checkpoint", timeout_s=25)["step"]
         except Exception as e:
             row["note"] = f"no live checkpoint ({e}); took the last one"
-    remote.fetch_output(Ssh(fleet, device, deadline), out / f"agent{device.id}")
+    where = out / f"agent{device.id}"
+    remote.fetch_output(Ssh(fleet, device, deadline), where)
+    try:
+        _check(where, make_model(agentconf.render(fleet, device).model).n_params)
+    except (checkpoint.CheckpointError, ValueError, KeyError) as e:
+        shutil.rmtree(where, ignore_errors=True)  # never averaged, never read again
+        raise CollectError(f"the device's checkpoint is refused: {e}") from None
     return row
+
+
+class CollectError(EdgegossipError, RuntimeError):
+    pass
+
+
+def _check(where: Path, n_params: int) -> None:
+    """What a device sent is a checkpoint of this fleet's model: its parameters of the right
+    shape and all finite, its step a count. Anything else is that device's failed row."""
+    state = checkpoint.load(where)
+    if state is None:
+        raise ValueError("there is none")
+    params, step = state["params"], state["step"]
+    if params.shape != (n_params,) or params.dtype != np.float32:
+        raise ValueError(f"params are {params.dtype}{list(params.shape)}, not float32[{n_params}]")
+    if not np.isfinite(params).all():
+        raise ValueError("params are not all finite")
+    if step.shape != () or step.dtype.kind not in "iu" or int(step) < 0:
+        raise ValueError("its step is not a count")
 
 
 def collect(

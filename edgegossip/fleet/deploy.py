@@ -35,7 +35,7 @@ def device_files(
         data = fleet.root / device.data
         if not data.is_file():
             raise ValueError(f"devices.{device.name}.data: {data} does not exist")
-        if _sha(data) != info.get("data_sha"):
+        if bundle.sha256_of(data) != info.get("data_sha"):
             files["device.npz"] = data
     elif agentconf.render(fleet, device).source == "mnist":
         cache = mnist.cache_path()
@@ -44,22 +44,12 @@ def device_files(
                 f"MNIST is not in this machine's cache ({cache}): "
                 "run `edgegossip data fetch mnist` (the devices get it from here)"
             )
-        if _sha(cache) != info.get("mnist_sha"):
+        if bundle.sha256_of(cache) != info.get("mnist_sha"):
             files["mnist.npz"] = cache
     if include_wheels:
         for w in manifest["wheels"]:
             files[f"wheels/{w}"] = wheelhouse / w
     return files
-
-
-def _sha(path: Path) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _size(content) -> int:

@@ -15,6 +15,8 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import tomli_w
+
 from edgegossip import algorithms, config
 from edgegossip.errors import UsageError
 from edgegossip.fleet.agentconf import render
@@ -267,47 +269,30 @@ def next_id(f: Fleet) -> int:
 # -- writing ------------------------------------------------------------------------------------
 
 
-def _val(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_val(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{ " + ", ".join(f"{k} = {_val(x)}" for k, x in v.items()) + " }" if v else "{}"
-    return repr(v)
-
-
 def dumps(f: Fleet) -> str:
-    out = [
-        "# edgegossip fleet inventory: see `edgegossip fleet --help`. Secrets live in secrets/.",
-        "[fleet]",
-        f"name = {_val(f.name)}",
-        f"id = {f.id}",
-        f"data_port = {f.data_port}",
-        f"control_port = {f.control_port}",
-        f"ssh_key = {_val(f.ssh_key)}",
-    ]
-    for section in ("train", "net", "data"):
-        if f.settings.get(section):
-            out += ["", f"[{section}]"] + [
-                f"{k} = {_val(v)}" for k, v in f.settings[section].items()
-            ]
+    doc: dict = {
+        "fleet": {
+            "name": f.name,
+            "id": f.id,
+            "data_port": f.data_port,
+            "control_port": f.control_port,
+            "ssh_key": f.ssh_key,
+        }
+    }
+    doc |= {s: dict(f.settings[s]) for s in ("train", "net", "data") if f.settings.get(s)}
+    devices = []
     for d in f.devices:
-        out += [
-            "",
-            "[[devices]]",
-            f"name = {_val(d.name)}",
-            f"address = {_val(d.address)}",
-            f"id = {d.id}",
-            f"user = {_val(d.user)}",
-            f"port = {d.port}",
-        ]
-        for key in ("profile", "groups", "overrides", "data"):
-            if getattr(d, key):
-                out.append(f"{key} = {_val(getattr(d, key))}")
-    return "\n".join(out) + "\n"
+        entry = {"name": d.name, "address": d.address, "id": d.id, "user": d.user, "port": d.port}
+        entry |= {
+            k: getattr(d, k) for k in ("profile", "groups", "overrides", "data") if getattr(d, k)
+        }
+        devices.append(entry)
+    if devices:
+        doc["devices"] = devices
+    head = (
+        "# edgegossip fleet inventory: see `edgegossip fleet --help`. Secrets live in secrets/.\n"
+    )
+    return head + tomli_w.dumps(doc)
 
 
 def save(f: Fleet) -> Path:

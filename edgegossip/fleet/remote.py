@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import shlex
 import tarfile
 from pathlib import Path
 
@@ -54,17 +55,29 @@ getent group edgegossip >/dev/null || groupadd --system edgegossip
 getent passwd edgegossip >/dev/null || useradd --system --gid edgegossip --no-create-home \
   --home-dir /var/lib/edgegossip --shell /usr/sbin/nologin edgegossip
 put() {  # put SRC DEST MODE OWNER: replace only when different, and say so
-  if ! cmp -s "$1" "$2"; then install -m "$3" -o "${4%%:*}" -g "${4##*:}" "$1" "$2.new"; mv -f "$2.new" "$2"; changed=1; fi
+  if ! cmp -s "$1" "$2"; then
+    rm -f "$2.new"; install -m "$3" -o "${4%%:*}" -g "${4##*:}" "$1" "$2.new"; mv -f "$2.new" "$2"; changed=1
+  fi
+}
+real_dir() {  # real_dir DIR MODE OWNER: a directory, never a link (root would follow it)
+  if [ -L "$1" ] || { [ -e "$1" ] && [ ! -d "$1" ]; }; then rm -f "$1"; fi
+  install -d -m "$2" -o "${3%%:*}" -g "${3##*:}" "$1"
 }
 install -d -m 0755 /etc/edgegossip
 install -d -m 0750 -o root -g edgegossip /etc/edgegossip/control /etc/edgegossip/control/clients
-install -d -m 0750 -o edgegossip -g edgegossip /var/lib/edgegossip /var/lib/edgegossip/data /var/lib/edgegossip/cache
+# The state folder is root's and the agent writes only out/: an agent (or whoever holds its
+# user) cannot swap data/ or cache/ for a link to, say, /etc/sudoers.d and have root chown it or
+# write through it. The parent becomes root's first, so nothing can race the checks below it.
+real_dir /var/lib/edgegossip 0755 root:root
+real_dir /var/lib/edgegossip/data 0750 root:edgegossip
+real_dir /var/lib/edgegossip/cache 0750 root:edgegossip
+real_dir /var/lib/edgegossip/out 0750 edgegossip:edgegossip
 put "$stage/agent.toml" /etc/edgegossip/agent.toml 0640 root:edgegossip
 put "$stage/link.keys" /etc/edgegossip/link.keys 0640 root:edgegossip
 put "$stage/server.key_secret" /etc/edgegossip/control/server.key_secret 0640 root:edgegossip
 put "$stage/client.key" /etc/edgegossip/control/clients/client.key 0644 root:root
-[ -f "$stage/device.npz" ] && put "$stage/device.npz" /var/lib/edgegossip/data/device.npz 0640 edgegossip:edgegossip
-[ -f "$stage/mnist.npz" ] && put "$stage/mnist.npz" /var/lib/edgegossip/cache/mnist.npz 0640 edgegossip:edgegossip
+[ -f "$stage/device.npz" ] && put "$stage/device.npz" /var/lib/edgegossip/data/device.npz 0640 root:edgegossip
+[ -f "$stage/mnist.npz" ] && put "$stage/mnist.npz" /var/lib/edgegossip/cache/mnist.npz 0640 root:edgegossip
 put "$stage/edgegossip-agent.service" /etc/systemd/system/edgegossip-agent.service 0644 root:root
 put "$stage/60-edgegossip.conf" /etc/sysctl.d/60-edgegossip.conf 0644 root:root
 sysctl -q -p /etc/sysctl.d/60-edgegossip.conf 2>/dev/null || true  # read-only in containers
@@ -95,10 +108,12 @@ def probe(ssh: Ssh) -> dict:
 
 def install(ssh: Ssh, archive: bytes, release: str, extras: str) -> dict:
     """Unpack archive into the stage and run the install there; its {"changed", "version"}."""
-    cmd = (
-        f"bash -c 'set -e; rm -rf {STAGE}; mkdir -p {STAGE}; tar -x -C {STAGE}; "
-        f'bash {STAGE}/install.sh {STAGE} {release} "{extras}"\''
+    # bundle.load() let only a hex release and known extras through; quoted all the same
+    script = (
+        f"set -e; rm -rf {STAGE}; mkdir -p {STAGE}; tar -x -C {STAGE}; "
+        f"bash {STAGE}/install.sh {STAGE} {shlex.quote(release)} {shlex.quote(extras)}"
     )
+    cmd = f"bash -c {shlex.quote(script)}"
     p = ssh.run(cmd, input=archive, timeout=900, check=False)
     if p.returncode != 0:
         err = p.stderr.decode(errors="replace")
@@ -145,24 +160,46 @@ def put_config(ssh: Ssh, toml_text: str) -> None:
     )
 
 
+# what `fleet collect` takes from one device: a checkpoint and the metrics. Far above what an
+# honest agent writes (the seed MLP's checkpoint is 23 MB; metrics are kept within their budget),
+# and the bound on what a compromised device can make the operator hold or write.
+MAX_MEMBER = 256 << 20
+OUTPUT_NAMES = ("checkpoint.npz", "metrics.jsonl")
+
+
 def fetch_output(ssh: Ssh, dest: Path) -> list[str]:
-    """Copy the agent's checkpoint and metrics into dest; the names copied."""
-    names = ("checkpoint.npz", "metrics.jsonl")
+    """Copy the agent's checkpoint and metrics into dest; the names copied. The archive is
+    the device's word: only regular, non-sparse members with the expected names and sizes
+    within MAX_MEMBER are taken, and the whole reply is cut off past what those can total."""
     p = ssh.run(
-        f"bash -c 'cd {paths.OUTPUT} && tar -c --ignore-failed-read {' '.join(names)} 2>/dev/null'",
+        f"bash -c 'cd {paths.OUTPUT} && tar -c --ignore-failed-read "
+        f"{' '.join(OUTPUT_NAMES)} 2>/dev/null'",
         timeout=300,
         check=False,
+        limit=len(OUTPUT_NAMES) * (MAX_MEMBER + (64 << 10)) + (64 << 10),
     )
     dest.mkdir(parents=True, exist_ok=True)
-    got = []
+    got: list[str] = []
     try:
         with tarfile.open(fileobj=io.BytesIO(p.stdout)) as t:
-            for m in t.getmembers():
-                member = t.extractfile(m) if m.isfile() and m.name in names else None
-                if member is not None:
-                    (dest / m.name).write_bytes(member.read())
-                    got.append(m.name)
-    except tarfile.TarError:
+            for m in t:
+                if (
+                    m.name not in OUTPUT_NAMES
+                    or m.name in got
+                    or not m.isreg()
+                    or m.issparse()
+                    or not 0 <= m.size <= MAX_MEMBER
+                ):
+                    continue
+                member = t.extractfile(m)
+                if member is None:
+                    continue
+                data = member.read(MAX_MEMBER + 1)
+                if len(data) != m.size:
+                    continue  # a truncated member is no checkpoint
+                (dest / m.name).write_bytes(data)
+                got.append(m.name)
+    except (tarfile.TarError, OSError, EOFError):
         pass
     if "checkpoint.npz" not in got:
         raise SshError(f"no checkpoint in {paths.OUTPUT} yet")

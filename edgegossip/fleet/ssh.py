@@ -11,13 +11,18 @@ from __future__ import annotations
 
 import hashlib
 import os
+import selectors
 import stat
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 from edgegossip.errors import EdgegossipError
+
+# what one command may send back unless it says otherwise: a probe, a status, a log page
+MAX_OUTPUT = 4 << 20
 
 
 class SshError(EdgegossipError, RuntimeError):
@@ -113,17 +118,21 @@ class Ssh:
         return min(timeout, left)
 
     def run(
-        self, command: str, input: bytes | None = None, timeout: float = 60, check: bool = True
+        self,
+        command: str,
+        input: bytes | None = None,
+        timeout: float = 60,
+        check: bool = True,
+        limit: int = MAX_OUTPUT,
     ) -> subprocess.CompletedProcess:
-        """Run command on the device (as root, through sudo if the SSH user is not root)."""
+        """Run command on the device (as root, through sudo if the SSH user is not root). A
+        device that says more than `limit` bytes (on stdout or stderr) is cut off: the device
+        may be compromised, and what it sends must not fill the operator's memory."""
         try:
-            p = subprocess.run(
-                self.argv(command),
-                input=input,
-                capture_output=True,
-                timeout=self._timeout(timeout),
-                stdin=None if input is not None else subprocess.DEVNULL,
-            )
+            p = bounded_run(self.argv(command), input, self._timeout(timeout), limit)
+        except OutputTooLarge as e:
+            self.close()
+            raise SshError(str(e)) from None
         except subprocess.TimeoutExpired:
             # the shared connection may be left mid-session, and every later command would then
             # fail through it without a word: end it, the next command opens a fresh one
@@ -134,6 +143,70 @@ class Ssh:
         if check and p.returncode != 0:
             raise SshError(last_line(p.stderr) or last_line(p.stdout) or f"exit {p.returncode}")
         return p
+
+
+class OutputTooLarge(Exception):
+    pass
+
+
+def bounded_run(
+    argv: list[str], input: bytes | None, timeout: float, limit: int
+) -> subprocess.CompletedProcess:
+    """subprocess.run(argv, input, capture_output=True, timeout) that kills the command once
+    it has written more than `limit` bytes to stdout or to stderr."""
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    writer = None
+    if input is not None:
+
+        def feed() -> None:
+            try:
+                assert proc.stdin is not None
+                proc.stdin.write(input)
+                proc.stdin.close()
+            except (BrokenPipeError, OSError, ValueError):
+                pass
+
+        writer = threading.Thread(target=feed, daemon=True)
+        writer.start()
+    assert proc.stdout is not None and proc.stderr is not None
+    stdout, stderr = bytearray(), bytearray()
+    bufs = {proc.stdout.fileno(): stdout, proc.stderr.fileno(): stderr}
+    deadline = time.monotonic() + timeout
+    try:
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            sel.register(proc.stderr, selectors.EVENT_READ)
+            while sel.get_map():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise subprocess.TimeoutExpired(argv, timeout)
+                for key, _ in sel.select(min(left, 1.0)):
+                    chunk = os.read(key.fd, 1 << 16)
+                    if not chunk:
+                        sel.unregister(key.fileobj)
+                        continue
+                    buf = bufs[key.fd]
+                    buf += chunk
+                    if len(buf) > limit:
+                        raise OutputTooLarge(
+                            f"the device sent more than {limit // 1024} KiB; cut off"
+                        )
+        rc = proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        proc.stdout.close()
+        proc.stderr.close()
+        if writer is not None:
+            writer.join(timeout=5)
+    return subprocess.CompletedProcess(argv, rc, bytes(stdout), bytes(stderr))
 
 
 def last_line(raw: bytes | str) -> str:
