@@ -28,13 +28,14 @@ from edgegossip.dataplane.inbox import Inbox
 from edgegossip.dataplane.keys import KeyfileError, LinkKeys
 from edgegossip.dataplane.plane import DataPlane, PlaneSpec
 from edgegossip.dataplane.sender import Snapshots
-from edgegossip.metrics import MetricsLog, peak_rss_mb
+from edgegossip.metrics import peak_rss_mb
 from edgegossip.models import ONNX_MISSING, make_model, onnx_available
 from edgegossip.models.base import Model
 from edgegossip.models.mlp import MLP
 from edgegossip.models.optim import NesterovSGD
 from edgegossip.protocol import Context, Protocol, make_protocol
 from edgegossip.protocol.base import Stopped
+from edgegossip.storage import StepTimes, Storage, checkpoint_bytes, metrics_share
 from edgegossip.transport.peers import PeerBook
 
 log = logging.getLogger(__name__)
@@ -121,9 +122,15 @@ class Agent:
         self._replay = np.zeros((0, 3), np.int64)  # the inbox's replay marks, as checkpointed
         self._protocol: Protocol | None = None
         self._kept: dict[str, np.ndarray] = {}  # the protocol's own fields, as checkpointed
-        self.checkpoint_failures = 0
-        self.checkpoint_error: str | None = None
-        self.checkpoint_step, self.checkpoint_at = -1, 0.0  # the last good checkpoint's
+        self.storage: Storage | None = None  # opened by run()
+        self._pool: Snapshots | None = None  # where a background checkpoint copies x to
+        self._next_checkpoint = time.monotonic() + cfg.checkpoint_every_s
+        self._steps = StepTimes()
+        self._next_record = 0.0
+        try:
+            metrics_share(int(cfg.budget_mb * 1e6), checkpoint_bytes(self.plan.n_params))
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
         checkpoint.clean(self.out)
         self.resumed = self._resume()
         self.keys = self.link_keys() if self.algorithm.datagrams else None
@@ -135,7 +142,8 @@ class Agent:
         if state["params"].shape != self.x.shape:
             raise ValueError(f"checkpoint in {self.out} is for another model")
         np.copyto(self.x, state["params"])
-        np.copyto(self.opt.v, state["momentum"])
+        if "momentum" in state:  # checkpoints no longer keep it: it is rebuilt in a few steps
+            np.copyto(self.opt.v, state["momentum"])
         self.step = int(state["step"])
         self._replay = state.get("replay", self._replay)
         self._kept = {k: v for k, v in state.items() if k not in AGENT_FIELDS}
@@ -143,24 +151,39 @@ class Agent:
         log.info("resumed from step %d", self.step)
         return True
 
-    def save(self) -> bool:
-        """Write a checkpoint; False if the disk refused it (full, out of descriptors). The
-        last good checkpoint then stays as it was, and training goes on: a failed write is
-        counted and said in status, never the end of the agent."""
+    def _state(self, params: np.ndarray) -> dict[str, np.ndarray]:
+        """What resuming needs: the parameters, the step, the inbox's replay marks and the
+        protocol's own fields. Not the momentum buffer (as large as the model): a resumed
+        agent rebuilds it within a few steps, and a checkpoint half the size halves the wear."""
         replay = self.inbox.links.state() if self.inbox is not None else self._replay
         kept = self._protocol.checkpoint() if self._protocol is not None else self._kept
-        try:
-            checkpoint.save(
-                self.out, params=self.x, momentum=self.opt.v, step=self.step, replay=replay, **kept
-            )
-        except OSError as e:
-            self.checkpoint_failures += 1
-            self.checkpoint_error = e.strerror or str(e)
-            log.warning("checkpoint at step %d not written: %s", self.step, self.checkpoint_error)
-            return False
-        self.checkpoint_error = None
-        self.checkpoint_step, self.checkpoint_at = self.step, time.monotonic()
-        return True
+        return {"params": params, "step": np.array(self.step), "replay": replay, **kept}
+
+    def save(self) -> bool:
+        """Write a checkpoint now and wait for it (at stop, or when the operator asks); False if
+        the disk refused it. The last good checkpoint then stays, and training goes on."""
+        assert self.storage is not None, "save() belongs to a running agent"
+        job = self.storage.checkpoint(self._state(self.x), self.step)
+        job.finished.wait()
+        return job.ok
+
+    def _checkpoint_in_background(self) -> None:
+        """Hand the storage thread a copy of x to write while training goes on; when no copy
+        is free (both are in an exchange), try again at the next step."""
+        assert self.storage is not None and self._pool is not None
+        if self.storage.busy.is_set():
+            return
+        snap = self._pool.take(self.x, count=False)
+        if snap is None:
+            return
+        self.storage.checkpoint(self._state(snap.vec), self.step, done=snap.release)
+        self._next_checkpoint = time.monotonic() + self.cfg.checkpoint_every_s
+
+    def _checkpoint_due(self) -> bool:
+        cfg = self.cfg
+        by_steps = cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0
+        by_time = cfg.checkpoint_every_s and time.monotonic() >= self._next_checkpoint
+        return bool(by_steps or by_time)
 
     def install_signal_handlers(self) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -206,7 +229,8 @@ class Agent:
 
     def _checkpoint_now(self) -> dict:
         if not self.save():
-            raise RuntimeError(f"not written: {self.checkpoint_error}")
+            assert self.storage is not None
+            raise RuntimeError(self.storage.checkpoint_error or "not written")
         return {"path": str(self.out / checkpoint.NAME), "step": self.step}
 
     def status(self, ctx: Context, inbox, controls) -> dict:
@@ -235,6 +259,7 @@ class Agent:
             "datagrams_dropped": snap["dropped"],
             "peak_rss_mb": peak_rss_mb(),
             "uptime_s": round(time.monotonic() - self._t0, 1),
+            **(self.storage.report() if self.storage is not None else {}),
         }
 
     def _open_plane(self, peers: PeerBook) -> DataPlane | None:
@@ -292,11 +317,17 @@ class Agent:
             control = self._open_control(controls)
             if control is not None:
                 stack.callback(control.close)
-            metrics = MetricsLog(self.out / "metrics.jsonl")
+            self.storage = metrics = Storage(
+                self.out,
+                int(cfg.budget_mb * 1e6),
+                checkpoint_bytes(self.plan.n_params),
+                resumed_step=self.step if self.resumed else -1,
+            )
             stack.callback(metrics.close)
+            self._pool = snapshots or Snapshots(self.plan.n_params, 1)
             self._first_step = self.step
             losses: list[float] = []
-            metrics.write(
+            metrics.record(
                 {
                     "event": "start",
                     "agent": cfg.id,
@@ -311,13 +342,15 @@ class Agent:
             finally:
                 self.save()
                 final = self._record(losses, ctx, sender, inbox, protocol)
-                metrics.write({**final, "event": "stop"})
+                metrics.record({**final, "event": "stop"})
         return final
 
     def _train(
         self, protocol: Protocol, controls, metrics, losses: list[float], seen: tuple
     ) -> None:
         cfg = self.cfg
+        storage = self.storage
+        assert storage is not None
         t0 = time.monotonic()
         while not self.stop_event.is_set():
             if cfg.max_steps and self.step >= cfg.max_steps:
@@ -326,6 +359,7 @@ class Agent:
                 break
             controls.wait_while_paused(self._checkpoint_now)
             controls.serve_checkpoint(self._checkpoint_now)
+            self._steps.start()  # a step's time: not the pause, not the evaluation
             protocol.before_step(self.x, self.step)
             xb, yb = self.shard.batch_at(self.step)
             if self.fused is not None:
@@ -341,13 +375,15 @@ class Agent:
             losses.append(loss)
             self.step += 1
             protocol.after_step(self.x, self.step)
-            if self.step % cfg.eval_every == 0:
+            self._steps.tick(writing=storage.busy.is_set())
+            if self.step % cfg.eval_every == 0 and time.monotonic() >= self._next_record:
+                self._next_record = time.monotonic() + cfg.record_every_s
                 ctx, sender, inbox = seen
                 self._last = self._record(losses, ctx, sender, inbox, protocol)
-                metrics.write(self._last)
+                metrics.record(self._last)
                 losses.clear()
-            if self.step % cfg.checkpoint_every == 0:
-                self.save()
+            if self._checkpoint_due():
+                self._checkpoint_in_background()
 
     def _record(self, losses, ctx: Context, sender, inbox, protocol) -> dict:
         acc = self.data.accuracy(self.model, self.x, self.cfg.eval_examples)
@@ -363,6 +399,8 @@ class Agent:
                 ctx.exchanges["initiated"] / max(1, self.step - self._first_step), 5
             ),
             "peak_rss_mb": peak_rss_mb(),
+            **self._steps.take(),
+            **(self.storage.report() if self.storage is not None else {}),
         }
         if sender is not None:
             snap = inbox.counter.snapshot()

@@ -100,8 +100,10 @@ class AgentConfig:
     max_steps: int = setting("train", 0, "0: no step limit")
     duration_s: float = setting("train", 0.0, "0: no time limit")
     eval_every: int = setting("train", 100, "steps between held-out evaluations")
+    record_every_s: float = setting(
+        "disk", 1.0, "and at least this long between two (each one a metrics record)"
+    )
     eval_examples: int = setting("train", 2000, "size of the held-out slice")
-    checkpoint_every: int = setting("train", 200, "steps between checkpoints")
     rps_period: int = setting("train", 8, "local steps between RPS iterations", scope="fleet")
     inputs: int = setting("train", 784, "features per example (mlp, logreg)", scope="fleet")
     classes: int = setting("train", 10, "labels 0 .. classes - 1", scope="fleet")
@@ -138,9 +140,22 @@ class AgentConfig:
     path: str = setting("data", "", "this device's own .npz or .csv", scope="managed")
     label_column: str = setting("data", "", "csv: header name or index of the label column")
     eval_fraction: float = setting("data", 0.1, "held out from a file without x_eval/y_eval")
-    endpoint: str = setting("control", "", "HOST:PORT of the CURVE control socket; empty: none")
-    server_key: str = setting("control", "", "this agent's CURVE secret certificate (zmq.auth)")
-    client_keys: str = setting("control", "", "folder of the public certificates allowed to ask")
+    checkpoint_every_s: float = setting(
+        "disk", 600.0, "seconds between checkpoints, the most a power cut loses; 0: by steps"
+    )
+    checkpoint_every: int = setting("disk", 0, "steps between checkpoints too; 0: by time only")
+    budget_mb: float = setting(
+        "disk", 200.0, "most the output folder may hold: two checkpoints and metrics.jsonl"
+    )
+    endpoint: str = setting(
+        "control", "", "HOST:PORT of the CURVE control socket; empty: none", scope="managed"
+    )
+    server_key: str = setting(
+        "control", "", "this agent's CURVE secret certificate (zmq.auth)", scope="managed"
+    )
+    client_keys: str = setting(
+        "control", "", "folder of the public certificates allowed to ask", scope="managed"
+    )
 
     def __post_init__(self) -> None:
         # a config built in code is checked as one read from a file is
@@ -158,6 +173,8 @@ CHOICES = {f.name: f.metadata["choices"] for f in fields(AgentConfig) if f.metad
 HELP = {f.name: f.metadata["help"] for f in fields(AgentConfig)}
 FLEET_WIDE = tuple(f.name for f in fields(AgentConfig) if f.metadata["scope"] == "fleet")
 MANAGED = tuple(f.name for f in fields(AgentConfig) if f.metadata["scope"] == "managed")
+# the sections a fleet shares in fleet.toml: those with a setting that is not the tooling's
+SHARED_SECTIONS = tuple(s for s, keys in SECTIONS.items() if set(keys) - set(MANAGED))
 
 
 def default(name: str):
@@ -311,7 +328,10 @@ def validate(c: AgentConfig) -> None:
     need(c.max_steps >= 0, "train.max_steps", "must be >= 0")
     need(c.duration_s >= 0, "train.duration_s", "must be >= 0")
     need(c.eval_every >= 1, "train.eval_every", "must be positive")
-    need(c.checkpoint_every >= 1, "train.checkpoint_every", "must be positive")
+    need(c.checkpoint_every >= 0, "disk.checkpoint_every", "must be >= 0")
+    need(c.checkpoint_every_s >= 0, "disk.checkpoint_every_s", "must be >= 0")
+    need(c.budget_mb > 0, "disk.budget_mb", "must be positive")
+    need(c.record_every_s >= 0, "disk.record_every_s", "must be >= 0")
     need(c.rps_period >= 1, "train.rps_period", "must be positive")
     need(c.rate_mbps > 0, "net.rate_mbps", "must be positive")
     need(c.deadline_s > 0, "net.deadline_s", "must be positive")

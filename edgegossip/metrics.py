@@ -1,27 +1,10 @@
-"""Metrics as JSON lines, one object per record, flushed so a crash loses at most one line."""
+"""Metrics as JSON lines, one object per record (written by storage.py), and reading them back."""
 
 from __future__ import annotations
 
 import json
 import resource
-import time
 from pathlib import Path
-
-
-class MetricsLog:
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        _drop_torn_line(self.path)
-        self._f = open(self.path, "a", buffering=1)
-        self.t0 = time.time()
-
-    def write(self, record: dict) -> None:
-        self._f.write(json.dumps({"time": round(time.time(), 3), **record}) + "\n")
-
-    def close(self) -> None:
-        self._f.close()
-
 
 _last_peak = 0.0
 
@@ -43,7 +26,7 @@ def peak_rss_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
-def _drop_torn_line(path: Path) -> None:
+def drop_torn_line(path: Path) -> None:
     """Cut a last line that a kill or power loss left without its newline, so the next record
     starts a line of its own instead of being glued to the fragment."""
     try:

@@ -59,3 +59,14 @@ def root_only():
         if os.environ.get("CI") == "true":
             pytest.fail("root-only test reached CI without root")
         pytest.skip("needs root (network namespaces, nftables)")
+
+
+@pytest.fixture
+def procs():
+    """Processes a test started: killed at its end if still running, whatever the outcome."""
+    started = []
+    yield started
+    for p in started:
+        if p.poll() is None:
+            p.kill()
+            p.wait()

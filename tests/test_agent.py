@@ -8,8 +8,6 @@ import subprocess
 import sys
 import time
 
-import pytest
-
 from edgegossip import config
 from edgegossip.config import AgentConfig, Peer
 from edgegossip.metrics import read
@@ -60,16 +58,6 @@ def _wait_for_step(out, step, timeout=60, timed_out=0):
                 return recs[-1]
         time.sleep(0.2)
     raise AssertionError(f"agent did not reach step {step}")
-
-
-@pytest.fixture
-def procs():
-    started = []
-    yield started
-    for p in started:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
 
 
 def test_sigterm_stops_cleanly_and_kill9_resumes(tmp_path, free_udp_port, mnist_data, procs):

@@ -9,7 +9,7 @@ import zmq.auth
 
 from edgegossip.control import client
 from tests.helpers.waiting import until
-from tests.test_agent import _cfg, _start, procs  # noqa: F401  (fixture)
+from tests.test_agent import _cfg, _start
 
 
 @pytest.fixture
@@ -75,7 +75,7 @@ def _served(tmp_path, free_udp_port, certs, port, **kw):
     )
 
 
-def test_control_endpoint(tmp_path, free_udp_port, mnist_data, procs, certs):  # noqa: F811
+def test_control_endpoint(tmp_path, free_udp_port, mnist_data, procs, certs):
     port = _port(free_udp_port)
     cfg = _served(tmp_path, free_udp_port, certs, port, eval_every=50)
     p = _start(cfg, tmp_path)
@@ -134,7 +134,7 @@ def test_control_endpoint_config_errors():
         )
 
 
-def test_a_flood_of_idle_connections_is_survived(tmp_path, free_udp_port, mnist_data, procs, certs):  # noqa: F811, E501
+def test_a_flood_of_idle_connections_is_survived(tmp_path, free_udp_port, mnist_data, procs, certs):
     """Issue 21, item 4: idle TCP connections to the control port, kept up for seconds against
     an agent with few descriptors, once made checkpoint writes fail with EMFILE and the agent
     exit, and the operator got no answer after the flood stopped. Handshakes are bounded now,

@@ -13,7 +13,7 @@ import pytest
 
 from edgegossip.flash import disk, partitions
 from edgegossip.flash.boot import FatBoot
-from edgegossip.fleet import create
+from edgegossip.fleet import bundle, create
 
 PASSPHRASE = "correct horse battery staple"
 CMDLINE = "console=serial0,115200 console=tty1 root=PARTUUID=4e639091-02 rootfstype=ext4 fsck.repair=yes rootwait quiet\n"
@@ -75,12 +75,14 @@ def fleet(tmp_path):
     wh.mkdir()
     wheel = "edgegossip-0.1.0-cp311-cp311-linux_aarch64.whl"
     (wh / wheel).write_bytes(b"PK\x03\x04 wheel bytes")
-    (wh / "edgegossip-wheelhouse.json").write_text(
+    digests = {wheel: bundle.sha256_of(wh / wheel)}
+    (wh / bundle.MANIFEST).write_text(
         json.dumps(
             {
-                "release": "0123456789ab",
+                "release": bundle.release_of(digests),
                 "platform": {"machine": "aarch64", "python": "3.11"},
                 "wheels": [wheel],
+                "sha256": digests,
                 "extras": [],
             }
         )

@@ -114,7 +114,7 @@ def _wheelhouse(tmp_path, **change):
     wheels = ["edgegossip-0.1-py3-none-any.whl"]
     digests = {w: bundle.sha256_of(d / w) for w in wheels}
     m = {
-        "release": bundle._release(digests),
+        "release": bundle.release_of(digests),
         "platform": {"machine": "aarch64", "python": "3.11"},
         "extras": [],
         "wheels": wheels,

@@ -1,6 +1,8 @@
-"""`edgegossip bench kernels|transport`."""
+"""`edgegossip bench kernels|transport|mac|train|disk`."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import click
 
@@ -120,4 +122,52 @@ def train(as_json: bool, steps: int) -> None:
         as_json,
         ["model", "backend", "batch", "ms_per_step", "peak_rss_mb"],
         title="train (forward + backward + Nesterov update, one process per row)",
+    )
+
+
+@bench.command()
+@click.option("--json", "as_json", is_flag=True, help="One JSON object instead of a table.")
+@click.option(
+    "--seconds",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(10, 3600),
+    help="How long each agent trains.",
+)
+@click.option(
+    "--model", "models", multiple=True, type=click.Choice(["logreg", "mlp"]), help="Default: both."
+)
+@click.option(
+    "--dir",
+    "where",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where the agents write (default: the current folder; not a tmpfs).",
+)
+def disk(as_json: bool, seconds: float, models: tuple[str, ...], where) -> None:
+    """Disk writes per day per agent by checkpoint policy, and the longest training step while a
+    checkpoint is written, beside a synchronous fsynced write of the same size.
+
+    JSON: {"benchmark": "disk", "seconds", "results": [{"model", "policy", "steps_per_s",
+    "checkpoints", "checkpoint_mb", "written_mb_per_s", "per_day_gb", "step_ms_median",
+    "checkpoint_stall_ms", "sync_write_ms"}, ...]}"""
+    from edgegossip.bench import disk as d
+
+    click.echo(f"two agents per model, {seconds:g} s each", err=True)
+    emit(
+        d.run(models or ("logreg", "mlp"), seconds, where),
+        as_json,
+        [
+            "model",
+            "policy",
+            "steps_per_s",
+            "checkpoints",
+            "checkpoint_mb",
+            "written_mb_per_s",
+            "per_day_gb",
+            "step_ms_median",
+            "checkpoint_stall_ms",
+            "sync_write_ms",
+        ],
+        title="disk (one local-only agent per row; per day at the policy's cadence)",
     )

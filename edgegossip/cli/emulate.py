@@ -243,6 +243,8 @@ def emulate(
         "datagrams_received",
         "datagrams_dropped",
         "peak_rss_mb",
+        "disk_written_mb_per_h",
+        "disk_free_mb",
     ]
     rows = [{k: a[k] for k in cols} for a in summary["agents"]]
     rows.append({"agent": "average", "accuracy": summary["average_model_accuracy"]})

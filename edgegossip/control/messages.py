@@ -3,7 +3,9 @@
 
 status reply: agent, version, config_hash, state (training | paused | stopping), step, epoch,
 loss, accuracy, exchanges {completed, partial, timed_out, skipped}, link_loss {peer: fraction},
-drops {reason: count}, datagrams_dropped, peak_rss_mb, uptime_s.
+drops {reason: count}, datagrams_dropped, peak_rss_mb, uptime_s, and the disk (storage.py):
+disk_written_mb, disk_written_mb_per_h, disk_free_mb, checkpoint_age_s, checkpoint_step,
+checkpoint_failures, disk_note.
 checkpoint reply: path, step.   stop / pause / resume reply: state."""
 
 from __future__ import annotations

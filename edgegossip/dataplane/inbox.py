@@ -24,6 +24,10 @@ from edgegossip.dataplane.gate import Gate
 from edgegossip.dataplane.reassembly import Reassembly
 from edgegossip.dataplane.replay import FIRST_ROUND_LIMIT, Links, PeerLink
 
+# authentic datagrams dropped for want of a buffer: they record nothing in the replay window,
+# but they did arrive, so the loss a receiver observes on the link does not count them
+_ARRIVED = frozenset({"collected", "no_buffer"})
+
 # built without OpenSSL headers: every datagram goes through ingest()
 _wire_c = extensions.load("_wire_c")
 
@@ -86,6 +90,8 @@ class Inbox:
         if reason is None:
             self.counter.accepted += 1
             self.counter.accepted_bytes += h.length
+        elif reason in _ARRIVED and h.session == link.session:
+            link.arrived += 1  # the network delivered it: not a loss, though nothing kept it
         return reason
 
     def _commit(self, link: PeerLink, h: wire.Header, now: float) -> None:

@@ -80,11 +80,12 @@ class Snapshots:
         self._lock = threading.Lock()
         self.skipped = 0  # takes refused because every copy was in use
 
-    def take(self, x: np.ndarray) -> Snapshot | None:
-        """A copy of x held once by the caller, or None (counted) if every buffer is in use."""
+    def take(self, x: np.ndarray, count: bool = True) -> Snapshot | None:
+        """A copy of x held once by the caller, or None (counted, unless count is False: a
+        checkpoint that waits for a free copy skips no exchange) if every buffer is in use."""
         with self._lock:
             if not self._free:
-                self.skipped += 1
+                self.skipped += count
                 return None
             snap = self._free.pop()
             snap._refs = 1

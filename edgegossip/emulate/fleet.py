@@ -56,7 +56,8 @@ class FleetSpec:
         tuple[int, str], ...
     ] = ()  # (node, rate): these nodes' links capped at their own rate
     eval_every: int = 50
-    checkpoint_every: int = 200
+    checkpoint_every: int = agent_config.default("checkpoint_every")
+    checkpoint_every_s: float = agent_config.default("checkpoint_every_s")
 
 
 def rate_to_mbps(rate: str | None) -> float | None:
@@ -116,6 +117,7 @@ class EmulatedFleet:
             duration_s=s.duration_s,
             eval_every=s.eval_every,
             checkpoint_every=s.checkpoint_every,
+            checkpoint_every_s=s.checkpoint_every_s,
             transport=s.transport,
             rate_mbps=0.9 * own if own else 200.0,
             deadline_s=deadline,

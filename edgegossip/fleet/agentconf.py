@@ -23,7 +23,7 @@ def values(fleet, device) -> dict:
     v: dict = {}
     if device.profile:
         v.update(profile_settings(device.profile, f"devices.{device.name}"))
-    for section in ("train", "net", "data"):
+    for section in config.SHARED_SECTIONS:
         v.update(fleet.settings.get(section, {}))
     v.update(device.overrides)
     workers = max(d.id for d in fleet.devices) + 1

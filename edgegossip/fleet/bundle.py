@@ -162,7 +162,7 @@ def build(dest: Path, extras: tuple[str, ...] = (), progress=print) -> dict:
     wheels = sorted(p.name for p in dest.glob("*.whl"))
     digests = {w: sha256_of(dest / w) for w in wheels}
     manifest = {
-        "release": _release(digests),
+        "release": release_of(digests),
         "source": digest,
         "platform": this_platform(),
         "extras": list(extras),
@@ -188,7 +188,7 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
-def _release(digests: dict[str, str]) -> str:
+def release_of(digests: dict[str, str]) -> str:
     """The release id: a digest of every wheel's name and bytes, so it names exactly them."""
     h = hashlib.sha256()
     for name in sorted(digests):
@@ -232,7 +232,7 @@ def load(dest: Path) -> dict:
     release = m.get("release")
     if not isinstance(release, str) or not _RELEASE.fullmatch(release):
         raise bad(f"its release {release!r} is not a 12-digit hex digest")
-    if release != _release(digests):
+    if release != release_of(digests):
         raise bad("its release is not the digest of its wheels")
     plat, extras = m.get("platform"), m.get("extras", [])
     if not isinstance(plat, dict) or not all(isinstance(v, str) for v in plat.values()):

@@ -128,7 +128,7 @@ def from_dict(root: Path, doc: dict) -> Fleet:
     for k in head:
         if k not in ("name", "id", "data_port", "control_port", "ssh_key"):
             raise InventoryError(f"fleet.{k}: unknown key")
-    settings = {s: dict(doc.get(s, {})) for s in ("train", "net", "data")}
+    settings = {s: dict(doc.get(s, {})) for s in config.SHARED_SECTIONS}
     for section, body in settings.items():
         for k in body:
             if k not in config.SECTIONS[section] or k in MANAGED:
@@ -279,7 +279,7 @@ def dumps(f: Fleet) -> str:
             "ssh_key": f.ssh_key,
         }
     }
-    doc |= {s: dict(f.settings[s]) for s in ("train", "net", "data") if f.settings.get(s)}
+    doc |= {s: dict(f.settings[s]) for s in config.SHARED_SECTIONS if f.settings.get(s)}
     devices = []
     for d in f.devices:
         entry = {"name": d.name, "address": d.address, "id": d.id, "user": d.user, "port": d.port}

@@ -20,7 +20,7 @@ def parse(assignment: str) -> tuple[str, str, object]:
         raise InventoryError(f"{assignment!r}: expected KEY=VALUE")
     section, _, name = key.rpartition(".")
     owners = [
-        s for s, keys in config.SECTIONS.items() if name in keys and s in ("train", "net", "data")
+        s for s, keys in config.SECTIONS.items() if name in keys and s in config.SHARED_SECTIONS
     ]
     if not owners or (section and section not in owners) or name in inventory.MANAGED:
         raise InventoryError(f"{key}: not a setting `fleet set` can change")

@@ -145,7 +145,7 @@ class Ssh:
         return p
 
 
-class OutputTooLarge(Exception):
+class OutputTooLarge(EdgegossipError):
     pass
 
 

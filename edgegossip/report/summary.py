@@ -57,6 +57,15 @@ def summarize(
                 "restarts": sum(1 for r in recs if r.get("event") == "start") - 1,
                 "peak_rss_mb": max((r.get("peak_rss_mb") or 0 for r in recs), default=None),
                 "deadline_s_by_link": last.get("deadline_s_by_link", {}),
+                # the disk (storage.py): what this agent wrote, its rate, what was left
+                "disk_written_mb": last.get("disk_written_mb"),
+                "disk_written_mb_per_h": last.get("disk_written_mb_per_h"),
+                "disk_free_mb": last.get("disk_free_mb"),
+                "checkpoint_stall_ms": max(
+                    (r["checkpoint_stall_ms"] for r in recs if r.get("checkpoint_stall_ms")),
+                    default=None,
+                ),
+                "step_ms": last.get("step_ms"),
             }
         )
     avg_acc = None

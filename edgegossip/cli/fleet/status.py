@@ -22,6 +22,9 @@ COLUMNS = [
     "link_loss",
     "dropped",
     "rss_mb",
+    "written_mb_h",
+    "free_mb",
+    "ckpt_age_s",
     "uptime_s",
     "source",
     "note",
@@ -31,10 +34,15 @@ COLUMNS = [
 def _flat(r: dict) -> dict:
     ex = r.get("exchanges") or {}
     losses = [v for v in (r.get("link_loss") or {}).values() if v is not None]
-    note = r.get("error") or (
-        f"no control answer; systemd: {r.get('service')}; {r.get('last_log', '')}"
-        if r.get("source") == "ssh"
-        else ""
+    note = (
+        r.get("error")
+        or (
+            f"no control answer; systemd: {r.get('service')}; {r.get('last_log', '')}"
+            if r.get("source") == "ssh"
+            else ""
+        )
+        or r.get("disk_note")
+        or ""
     )
     return {
         **r,
@@ -44,6 +52,9 @@ def _flat(r: dict) -> dict:
         "dropped": r.get("datagrams_dropped"),
         "link_loss": round(sum(losses) / len(losses), 3) if losses else None,
         "rss_mb": r.get("peak_rss_mb"),
+        "written_mb_h": r.get("disk_written_mb_per_h"),
+        "free_mb": r.get("disk_free_mb"),
+        "ckpt_age_s": r.get("checkpoint_age_s"),
         "note": note[:80],
     }
 
@@ -65,7 +76,10 @@ def status(watch, fleet_dir, as_json, concurrency, timeout_s, only) -> None:
     --json: {"devices": [{"name", "reachable", "state" (training | paused | starting | stopped |
     failed | unreachable), "step", "epoch", "loss", "accuracy", "source" (control | ssh | null),
     "exchanges", "link_loss", "drops", "datagrams_dropped", "peak_rss_mb", "uptime_s",
-    "version", "config_hash", "error", ...}], "time"}"""
+    "disk_written_mb" (since the agent started), "disk_written_mb_per_h", "disk_free_mb",
+    "checkpoint_age_s", "checkpoint_step", "checkpoint_failures", "disk_note" (why metrics
+    or checkpoints are not being written, else null), "version", "config_hash", "error", ...}],
+    "time"}"""
     from edgegossip.fleet import parallel
     from edgegossip.fleet.query import status as device_status
 

@@ -1,0 +1,128 @@
+"""What an agent writes to its disk (issue 20): within its budget whatever the run's length, and a
+disk that fills up under a running agent stops the metrics, keeps the last good checkpoint and
+never stops training."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from edgegossip import checkpoint, config
+from edgegossip.metrics import read
+from edgegossip.storage import METRICS, Storage, checkpoint_bytes, metrics_share
+from tests.helpers.waiting import until
+from tests.test_agent import _cfg
+
+
+def _run(cfg, tmp_path, *args):
+    path = tmp_path / "agent.toml"
+    path.write_text(config.to_toml(cfg))
+    return subprocess.Popen(
+        [sys.executable, "-m", "edgegossip.cli.app", "agent", "--config", str(path), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OPENBLAS_NUM_THREADS": "1"},
+    )
+
+
+def _local(tmp_path, free_udp_port, **kw):
+    return _cfg(tmp_path, free_udp_port, algorithm="local", peers=(), workers=1, **kw)
+
+
+def test_compaction_keeps_events_and_a_thinned_history(tmp_path):
+    s = Storage(tmp_path, budget_bytes=3 << 20, checkpoint_bytes=1 << 10)
+    cap = s.metrics_cap
+    s.record({"event": "start", "step": 0})
+    pad = "x" * 200
+    for i in range(1, 40_001):
+        s.record({"step": i, "pad": pad})
+    s.record({"event": "stop", "step": 40_000})
+    s.close()
+    size = (tmp_path / METRICS).stat().st_size
+    assert s.compactions >= 2 and size <= cap
+    recs = read(tmp_path / METRICS)
+    steps = [r["step"] for r in recs if "event" not in r]
+    assert [r["event"] for r in recs if "event" in r] == ["start", "stop"]
+    assert steps == sorted(steps) and steps[-1] == 40_000 and steps[0] <= 10
+    newest = steps[len(steps) // 2 :]
+    assert newest == list(range(newest[0], 40_001))  # the recent half at full rate
+    assert len(steps) < 40_000 / 2
+
+
+def test_an_agent_stays_within_its_budget(tmp_path, free_udp_port, mnist_data, procs):
+    """A run that writes several times its metrics share ends within it, still readable."""
+    cfg = _local(
+        tmp_path,
+        free_udp_port,
+        eval_every=1,
+        record_every_s=0.0,
+        eval_examples=50,
+        max_steps=8000,
+        budget_mb=2.5,
+    )
+    p = _run(cfg, tmp_path, "--json")
+    procs.append(p)
+    out, err = p.communicate(timeout=240)
+    assert p.returncode == 0, err[-2000:]
+    final = json.loads(out)
+    cap = metrics_share(int(2.5e6), checkpoint_bytes(7850))
+    path = tmp_path / "out" / METRICS
+    recs = read(path)
+    assert path.stat().st_size <= cap + 4096
+    steps = [r["step"] for r in recs if r.get("event") is None]
+    assert steps[-1] == 8000 and len(steps) < 8000  # thinned, not cut: the start is there too
+    assert recs[0]["event"] == "start" and recs[-1]["event"] == "stop"
+    assert final["disk_written_mb"] is not None and final["checkpoint_step"] == 8000
+
+
+def test_a_disk_that_fills_keeps_the_agent_training(
+    tmp_path, free_udp_port, mnist_data, procs, root_only
+):
+    """The output folder on an 8 MB tmpfs, filled while the agent trains: the metrics stop and
+    say why, the last good checkpoint stays loadable, training goes on, SIGTERM still ends it
+    cleanly; once there is room again the metrics resume."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(disk)], check=True)
+    try:
+        cfg = _local(
+            tmp_path,
+            free_udp_port,
+            eval_every=20,
+            eval_examples=200,
+            checkpoint_every=100,
+            output=str(disk / "out"),
+        )
+        p = _run(cfg, tmp_path, "--json")
+        procs.append(p)
+        out = disk / "out"
+        until(lambda: checkpoint.load(out) is not None, timeout=60, what="a first checkpoint")
+        st = os.statvfs(disk)
+        ballast = disk / "ballast"
+        with open(ballast, "wb") as f:  # leave less than a checkpoint and the margin
+            f.write(b"\0" * (st.f_bavail * st.f_frsize - (256 << 10)))
+        size = (out / METRICS).stat().st_size
+        time.sleep(4)
+        assert p.poll() is None, p.communicate(timeout=10)
+        grew = (out / METRICS).stat().st_size - size
+        assert grew < 4096  # a record or two in flight, then nothing
+        good = checkpoint.load(out)
+        assert good is not None and int(good["step"]) >= 100
+        ballast.unlink()
+        until(
+            lambda: (out / METRICS).stat().st_size > size + grew + 1000,
+            timeout=30,
+            what="metrics resuming once there is room",
+        )
+        p.send_signal(signal.SIGTERM)
+        stdout, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err[-2000:]
+        final = json.loads(stdout)
+        assert final["step"] > int(good["step"]) and final["checkpoint_failures"] >= 1
+        assert "disk nearly full" in err
+        assert checkpoint.load(out)["step"] == final["step"]
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
