@@ -340,3 +340,93 @@ def test_a_checkpoint_of_the_wrong_model_is_that_devices_failed_row(tmp_path):
         collect._check(tmp_path, 7850)
     checkpoint.save(tmp_path, params=np.zeros(7850, np.float32), step=3)
     collect._check(tmp_path, 7850)
+
+
+_FIRSTBOOT = r"""
+set -e
+mount -t tmpfs tmpfs /opt
+mount -t tmpfs tmpfs /boot
+mkdir -p /boot/firmware/edgegossip
+cd /boot/firmware/edgegossip
+echo secret > server.key_secret && echo keys > link.keys && chmod 0644 server.key_secret link.keys
+printf '%s\n' "$INSTALL" > install.sh
+bash -c "$LINES" > /dev/null 2>&1 || true
+ls -A /opt/edgegossip/incoming 2>/dev/null | tr '\n' ' '; echo "|"
+ls -A /boot/firmware 2>/dev/null | tr '\n' ' '; echo "|"
+cat /opt/modes 2>/dev/null || true
+"""
+
+
+@pytest.mark.parametrize("outcome", ["fails", "succeeds"])
+def test_first_boot_copies_secrets_privately_and_removes_them_on_failure(outcome, root_only):
+    """Issue 21, item 8b: a failed first-boot install once left the bundle's secrets in
+    /opt/edgegossip/incoming, mode 0644. Run as first boot runs them, in a mount namespace with
+    /opt and /boot of its own: the copy is 0600 in a 0700 folder before install.sh sees it, and
+    a failed install leaves no secret on the device or on the boot partition."""
+    import subprocess
+
+    from edgegossip.flash import firstboot
+
+    install = (
+        "stat -c '%a %n' /opt/edgegossip/incoming /opt/edgegossip/incoming/server.key_secret "
+        "> /opt/modes\n" + ("exit 1" if outcome == "fails" else "exit 0")
+    )
+    lines = "\n".join(firstboot.install_commands("0123456789ab")[:3])
+    p = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "bash", "-c", _FIRSTBOOT],
+        env={"INSTALL": install, "LINES": lines, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert p.returncode == 0, p.stderr
+    left, boot, modes = p.stdout.split("|")
+    assert modes.split() == [
+        "700",
+        "/opt/edgegossip/incoming",
+        "600",
+        "/opt/edgegossip/incoming/server.key_secret",
+    ]
+    if outcome == "fails":
+        assert left.strip() == "" and "edgegossip" not in boot
+    else:
+        assert "server.key_secret" in left
+
+
+def test_first_boot_leaves_no_secret_byte_on_the_card(tmp_path, root_only):
+    """Item 8: a deleted file's blocks keep its bytes; the bundle is overwritten before it is
+    removed, so the raw image read back after first boot holds none of its secrets. (ext2, which
+    like FAT writes a file's blocks in place: this kernel has no vfat driver to loop-mount.)"""
+    import subprocess
+
+    from edgegossip.flash import firstboot
+
+    img = tmp_path / "boot.img"
+    with open(img, "wb") as f:
+        f.truncate(8 << 20)
+    subprocess.run(["mkfs.ext2", "-q", "-F", str(img)], check=True, capture_output=True)
+    marker = "SECRET-" + os.urandom(12).hex()
+    script = f"""set -e
+mount -t tmpfs tmpfs /opt
+mount -t tmpfs tmpfs /boot
+mkdir /boot/firmware
+mount -o loop {img} /boot/firmware
+mkdir -p /boot/firmware/edgegossip
+for f in server.key_secret link.keys agent.toml; do
+  for i in $(seq 200); do echo {marker}; done > /boot/firmware/edgegossip/$f
+done
+echo 'exit 1' > /boot/firmware/edgegossip/install.sh
+sync
+bash -c "$LINES" > /dev/null 2>&1 || true
+umount /boot/firmware
+"""
+    lines = "\n".join(firstboot.install_commands("0123456789ab")[:3])
+    p = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "bash", "-c", script],
+        env={"LINES": lines, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert p.returncode == 0, p.stderr
+    assert marker.encode() not in img.read_bytes()

@@ -43,15 +43,24 @@ def cmdline(old: str, fmt: str, instance: str) -> str:
 
 
 def install_commands(release: str) -> list[str]:
-    """Shell lines, run as root on first boot: install the bundle, clock gate, remove secrets."""
+    """Shell lines, run as root on first boot: install the bundle, clock gate, remove secrets.
+
+    The bundle's secrets are copied into a folder only root can enter, with umask 077, so no
+    byte of them is readable by another user even for a moment (FAT gives every file 0644); if
+    the install fails, the copy and the bundle on the boot partition are removed all the same,
+    and the cause goes to the journal (`journalctl -t edgegossip-firstboot`)."""
     b = f"{FIRMWARE}/{BUNDLE}"
+    inc = "/opt/edgegossip/incoming"
     return [
-        "install -d /opt/edgegossip",
-        f"rm -rf /opt/edgegossip/incoming && cp -r {b} /opt/edgegossip/incoming",
-        "EG_NO_START=1 bash /opt/edgegossip/incoming/install.sh /opt/edgegossip/incoming "
-        f"{shlex.quote(release)} ''",
+        "install -d -m 0755 /opt/edgegossip",
+        f"rm -rf {inc} && install -d -m 0700 {inc} && (umask 077 && cp -r {b}/. {inc}/)",
+        f"EG_NO_START=1 bash {inc}/install.sh {inc} {shlex.quote(release)} '' || "
+        f"{{ logger -t edgegossip-firstboot 'install from the boot partition failed'; "
+        f"rm -rf {inc}; find {b} -type f -exec shred -u -n 1 -z {{}} + ; rm -rf {b}; false; }}",
         "systemctl enable systemd-time-wait-sync.service",
-        f"rm -rf {b}",
+        # overwrite the bundle's bytes, not only its directory entries: FAT writes in place, and
+        # a deleted file's clusters would still hold the keys for whoever reads the card
+        f"find {b} -type f -exec shred -u -n 1 -z {{}} + ; rm -rf {b}",
         "systemctl start --no-block edgegossip-agent.service",
     ]
 
