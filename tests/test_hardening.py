@@ -241,3 +241,40 @@ def test_a_dropped_datagram_does_not_move_the_replay_window():
         inbox.ingest(memoryview(d)[3:])
     assert inbox.counter.drops == {"collected": 1}
     assert inbox.counter.accepted == 2 * PLAN.n_chunks
+
+
+def test_a_session_claimed_on_one_datagrams_word_does_not_lock_the_link():
+    """Issue 21, item 12: one datagram with session + 65,536 (inside session_jump's bound, from
+    a holder of the link's key) once made the receiver drop the real peer as old_session, and
+    persisted the forged session across its own restarts. Now the new session is on probation:
+    the real peer's next datagram in its own session takes the link back, and the checkpoint
+    never holds the forged session."""
+    inbox = Inbox.build(PLAN, KEY, 1, peers={A, C}, me=B)
+    real = Encoder(PLAN, KEY, 1, A, session=3)
+    for d in _frames(real, 1, B):
+        inbox.ingest(memoryview(d)[3:])
+    forged = Encoder(PLAN, KEY, 1, A, session=3 + (1 << 16))
+    inbox.ingest(memoryview(_frames(forged, 1, B)[0])[3:])
+    assert inbox.links.state().tolist() == [[A, 3, PLAN.n_chunks]]  # not persisted
+    for d in _frames(real, 2, B):
+        inbox.ingest(memoryview(d)[3:])
+    assert inbox.counter.drops == {}
+    out = np.zeros(PLAN.n_params, np.float32)
+    mask = np.zeros(PLAN.n_chunks, np.uint8)
+    assert inbox.rounds.collect(A, wire.MsgType.PARAMS, 2, 0, out, mask) == PLAN.n_chunks
+    assert int(inbox.links[A].session) == 3
+    # a forger who claims again is undone again by the real peer's next round
+    inbox.ingest(memoryview(_frames(forged, 2, B)[0])[3:])
+    for d in _frames(real, 3, B):
+        inbox.ingest(memoryview(d)[3:])
+    assert inbox.rounds.collect(A, wire.MsgType.PARAMS, 3, 0, out, mask) == PLAN.n_chunks
+    assert inbox.links.state().tolist() == [[A, 3, 3 * PLAN.n_chunks]]
+
+
+def test_a_real_restart_is_confirmed_and_then_persisted():
+    inbox = Inbox.build(PLAN, KEY, 1, peers={A, C}, me=B)
+    for d in _frames(Encoder(PLAN, KEY, 1, A, session=3), 1, B):
+        inbox.ingest(memoryview(d)[3:])
+    for d in _frames(Encoder(PLAN, KEY, 1, A, session=4), 1, B):  # a whole round: confirmed
+        inbox.ingest(memoryview(d)[3:])
+    assert inbox.links.state().tolist() == [[A, 4, PLAN.n_chunks]]

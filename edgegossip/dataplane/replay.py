@@ -20,6 +20,13 @@ to FIRST_SEQ_LIMIT ahead, which a sender would need years to count.
 
 A receiver persists (session, highest) per peer with its checkpoint and restores them, so no
 datagram it had accepted before a restart is accepted after it.
+
+A newer session is believed on probation. One datagram of it is enough to be heard (a restarted
+peer must not wait), but the session before is kept beside it until the new one has sent
+CONFIRM datagrams: if the peer then speaks again in the session before, with a sequence number
+not seen yet, the new session was not its restart but someone else's word (a holder of the
+link's key), and the link goes back to the session the peer is still using. A session on
+probation is never what the checkpoint persists, so a forged one cannot outlive a restart either.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ JUMP = 1 << 16  # datagrams (or rounds) a link may skip with no time passing
 RATE = 1 << 17  # and per second of silence: above any sender's datagram rate
 SESSION_JUMP = 1 << 16  # restarts of a peer between two datagrams we accept from it
 FIRST_SEQ_LIMIT = 1 << 40
+CONFIRM = 16  # datagrams of a new session before the session it replaced is forgotten
 
 
 class ReplayWindow:
@@ -97,6 +105,8 @@ class PeerLink:
         "arrived",
         "past_expected",
         "past_arrived",
+        "prev",
+        "probation",
     )
 
     def __init__(self) -> None:
@@ -108,6 +118,8 @@ class PeerLink:
         self.arrived = 0
         self.past_expected = 0  # and for the sessions before it
         self.past_arrived = 0
+        self.prev: tuple | None = None  # the session a newer one replaced, while on probation
+        self.probation = 0  # datagrams the newer session must still send to be confirmed
 
     def seq_limit(self, now: float) -> int:
         """Highest sequence number one datagram may carry in the current session now."""
@@ -120,6 +132,10 @@ class PeerLink:
         """None if a datagram of (session, seq) may be accepted, else the drop reason."""
         if self.session >= 0:
             if session < self.session:
+                if self.prev is not None and session == self.prev[0]:
+                    window = self.prev[1]
+                    if window.reason(seq) is None and seq <= window.highest + JUMP:
+                        return None  # the peer still speaks there: see commit()
                 return "old_session"
             if session > self.session:  # a restarted peer numbers from 1 again
                 if session - self.session > SESSION_JUMP:
@@ -132,27 +148,54 @@ class PeerLink:
             return "seq_jump"
         return why
 
+    # what a session on probation would give back if the peer turns out to be still in the old
+    _KEPT = ("session", "window", "first", "arrived", "past_expected", "past_arrived")
+
+    def _fields(self) -> tuple:
+        return tuple(getattr(self, k) for k in self._KEPT)
+
     def commit(self, session: int, seq: int, now: float) -> bool:
-        """Record an accepted datagram; True if it opened a new session of the peer."""
+        """Record an accepted datagram; True if the link's session changed (a new session of
+        the peer, or back to the one a forged newer session had replaced)."""
+        if self.prev is not None and session == self.prev[0] and session < self.session:
+            for k, v in zip(self._KEPT, self.prev):
+                setattr(self, k, v)
+            self.prev, self.probation = None, 0
+            self._record(seq, now)
+            return True
         new = session != self.session
         if new:
+            self.prev = self._fields() if self.session >= 0 else None
+            self.probation = CONFIRM
             if self.arrived:
                 self.past_expected += self.window.highest - self.first + 1
                 self.past_arrived += self.arrived
             self.session = session
             self.window = ReplayWindow()
             self.first, self.arrived = seq, 0
+        elif self.prev is not None:
+            self._confirm(1)
+        self._record(seq, now)
+        return new
+
+    def _confirm(self, n: int) -> None:
+        self.probation -= n
+        if self.probation <= 0:
+            self.prev = None
+
+    def _record(self, seq: int, now: float) -> None:
         self.window.record(seq)
         if seq < self.first or self.first < 0:
             self.first = seq
         self.arrived += 1
         self.last_accept = now
         self.baseline = True
-        return new
 
     def commit_run(self, seqs, now: float) -> None:
         """Record a rising run of accepted sequence numbers of the current session."""
         self.window.advance(seqs)
+        if self.prev is not None:
+            self._confirm(len(seqs))
         self.arrived += len(seqs)
         self.last_accept = now
         self.baseline = True
@@ -163,6 +206,9 @@ class PeerLink:
         return self.past_arrived + self.arrived, self.past_expected + cur
 
     def state(self) -> tuple[int, int]:
+        """(session, highest) to persist: a session on probation is not, the one before is."""
+        if self.prev is not None:
+            return self.prev[0], self.prev[1].highest
         return self.session, self.window.highest
 
     @classmethod
