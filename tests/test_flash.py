@@ -136,6 +136,15 @@ def check_bundle(files: dict[str, bytes], fleet, name: str) -> None:
     )
     assert b"EG_NO_START" in files["edgegossip/install.sh"]
     assert b"time-sync.target" in files["edgegossip/edgegossip-agent.service"]
+    # the device's host key, made by flash and pinned before it ever boots (issue 21, item 2)
+    public = files["edgegossip/ssh_host_ed25519_key.pub"].decode().split()
+    assert files["edgegossip/ssh_host_ed25519_key"].startswith(b"-----BEGIN OPENSSH PRIVATE KEY")
+    pinned = [
+        ln.split()
+        for ln in (fleet.secrets / "known_hosts").read_text().splitlines()
+        if ln.split()[0] == d.address
+    ]
+    assert pinned == [[d.address, public[0], public[1]]]
 
 
 def test_flash_trixie_image_with_cloud_init(fleet, tmp_path):

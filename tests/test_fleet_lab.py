@@ -239,6 +239,36 @@ def test_control_key_not_allowed_gets_no_answer(lab, tmp_path):
     assert all(r["state"] == "training" for r in status(lab).values())
 
 
+def test_an_unpinned_host_key_is_refused_until_its_fingerprint_is_trusted(lab, tmp_path):
+    """Issue 21, item 2: with no key pinned, a device is not trusted on first contact; `fleet
+    trust` pins the one whose fingerprint the operator confirmed, and only that one."""
+    f4 = _copy_fleet(lab, tmp_path / "f4")
+    (f4 / "secrets" / "known_hosts").write_text("")
+    name = f"lab{lab_id(lab)}-0"
+    p = eg("fleet", "restart", "--fleet", str(f4), "--only", name, "--json", check=False)
+    row = json.loads(p.stdout)["devices"][0]
+    assert p.returncode == 1 and row["error"].startswith("no host key pinned"), row
+    p = eg("fleet", "trust", name, "--fleet", str(f4), check=False)
+    assert (
+        p.returncode == 1
+        and "SHA256:" in p.stdout
+        and (f4 / "secrets" / "known_hosts").read_text() == ""
+    )
+    pub = (lab / "lab" / name / "hostkeys" / "ssh_host_ed25519_key.pub").read_text()
+    fp = subprocess.run(
+        ["ssh-keygen", "-lf", "-"], input=pub, capture_output=True, text=True, check=True
+    ).stdout.split()[1]
+    assert js("fleet", "trust", name, "--fleet", str(f4), "--fingerprint", fp)["pinned"] == fp
+    res = js("fleet", "restart", "--fleet", str(f4), "--only", name)
+    assert res["devices"][0]["ok"], res
+    until(
+        lambda: status(lab, "--only", name)[name]["state"] == "training",
+        timeout=90,
+        what="the restarted agent",
+        every=1,
+    )
+
+
 def test_full_disk_fails_that_device_only_and_changes_nothing(lab):
     name = f"lab{lab_id(lab)}-2"
     before = status(lab, "--only", name)[name]

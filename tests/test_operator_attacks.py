@@ -155,7 +155,9 @@ def test_a_hostile_wheelhouse_manifest_is_refused(tmp_path):
 def test_a_release_is_quoted_where_it_meets_a_shell():
     from edgegossip.flash import firstboot
 
-    line = firstboot.install_commands("x'; touch /tmp/pwned; '")[2]
+    line = next(
+        c for c in firstboot.install_commands("x'; touch /tmp/pwned; '") if "install.sh" in c
+    )
     assert "'x'\"'\"'; touch /tmp/pwned; '\"'\"''" in line
 
 
@@ -342,6 +344,12 @@ def test_a_checkpoint_of_the_wrong_model_is_that_devices_failed_row(tmp_path):
     collect._check(tmp_path, 7850)
 
 
+def _until_install(commands: list[str]) -> str:
+    """First boot's lines up to and with the install (the rest start services)."""
+    end = next(i for i, c in enumerate(commands) if "install.sh" in c)
+    return "\n".join(commands[: end + 1])
+
+
 _FIRSTBOOT = r"""
 set -e
 mount -t tmpfs tmpfs /opt
@@ -371,7 +379,7 @@ def test_first_boot_copies_secrets_privately_and_removes_them_on_failure(outcome
         "stat -c '%a %n' /opt/edgegossip/incoming /opt/edgegossip/incoming/server.key_secret "
         "> /opt/modes\n" + ("exit 1" if outcome == "fails" else "exit 0")
     )
-    lines = "\n".join(firstboot.install_commands("0123456789ab")[:3])
+    lines = _until_install(firstboot.install_commands("0123456789ab"))
     p = subprocess.run(
         ["unshare", "-m", "--propagation", "private", "bash", "-c", _FIRSTBOOT],
         env={"INSTALL": install, "LINES": lines, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
@@ -420,7 +428,7 @@ sync
 bash -c "$LINES" > /dev/null 2>&1 || true
 umount /boot/firmware
 """
-    lines = "\n".join(firstboot.install_commands("0123456789ab")[:3])
+    lines = _until_install(firstboot.install_commands("0123456789ab"))
     p = subprocess.run(
         ["unshare", "-m", "--propagation", "private", "bash", "-c", script],
         env={"LINES": lines, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
@@ -430,3 +438,42 @@ umount /boot/firmware
     )
     assert p.returncode == 0, p.stderr
     assert marker.encode() not in img.read_bytes()
+
+
+def test_no_host_key_is_trusted_on_first_contact_unless_told(tmp_path):
+    """Issue 21, item 2: StrictHostKeyChecking=accept-new gave a device's bundle to whoever
+    answered its address first. Now only a pinned key is trusted, unless deploy is told."""
+    from edgegossip.fleet import create
+
+    hosts = [{"name": f"pi{i}", "address": f"192.0.2.{i + 1}", "user": "pi"} for i in (0, 1)]
+    f = create.create(tmp_path / "f", "t", hosts, {"train": {}}, progress=lambda m: None)
+    strict = ssh.Ssh(f, f.device("pi0")).base
+    assert (
+        "StrictHostKeyChecking=yes" in strict and "StrictHostKeyChecking=accept-new" not in strict
+    )
+    told = ssh.Ssh(f, f.device("pi0"), accept_new=True).base
+    assert "StrictHostKeyChecking=accept-new" in told
+    assert "-F" in strict and strict[strict.index("-F") + 1] == "none"
+    why = ssh.unreachable_reason(
+        "No ED25519 host key is known for 192.0.2.1 and you have requested strict checking.\n"
+        "Host key verification failed.\n"
+    )
+    assert "fleet trust" in why and "--accept-new-host-keys" in why
+
+
+def test_fleet_trust_pins_only_the_fingerprint_confirmed(tmp_path, monkeypatch):
+    from edgegossip.fleet import create, hostkeys
+
+    hosts = [{"name": f"pi{i}", "address": f"192.0.2.{i + 1}", "user": "pi", "port": 2222}
+             for i in (0, 1)]  # fmt: skip
+    f = create.create(tmp_path / "f", "t", hosts, {"train": {}}, progress=lambda m: None)
+    _, offered = hostkeys.make("pi0")
+    monkeypatch.setattr(hostkeys, "scan", lambda device, timeout_s=10: [offered])
+    fp = hostkeys.fingerprint(offered)
+    assert hostkeys.trust(f, f.device("pi0"), None)["pinned"] is None
+    assert (f.secrets / "known_hosts").read_text() == ""
+    with pytest.raises(hostkeys.HostKeyError, match="nothing pinned"):
+        hostkeys.trust(f, f.device("pi0"), "SHA256:" + "A" * 43)
+    assert hostkeys.trust(f, f.device("pi0"), fp)["pinned"] == fp
+    line = (f.secrets / "known_hosts").read_text().split()
+    assert line[0] == "[192.0.2.1]:2222" and line[1:] == offered.split()[:2]

@@ -22,6 +22,7 @@ import shlex
 FORMATS = ("cloud-init", "firstrun")
 BUNDLE = "edgegossip"  # folder on the boot partition
 FIRMWARE = "/boot/firmware"  # where Raspberry Pi OS mounts the boot partition
+HOST_KEY = "ssh_host_ed25519_key"  # in the bundle: the host key `fleet flash` made and pinned
 RUN_ARGS = (
     "systemd.run=/boot/firmware/firstrun.sh systemd.run_success_action=reboot "
     "systemd.unit=kernel-command-line.target"
@@ -54,6 +55,11 @@ def install_commands(release: str) -> list[str]:
     return [
         "install -d -m 0755 /opt/edgegossip",
         f"rm -rf {inc} && install -d -m 0700 {inc} && (umask 077 && cp -r {b}/. {inc}/)",
+        f"if [ -f {inc}/{HOST_KEY} ]; then "
+        f"install -m 0600 {inc}/{HOST_KEY} /etc/ssh/{HOST_KEY} && "
+        f"install -m 0644 {inc}/{HOST_KEY}.pub /etc/ssh/{HOST_KEY}.pub && "
+        f"rm -f {inc}/{HOST_KEY} {inc}/{HOST_KEY}.pub && "
+        "{ systemctl try-reload-or-restart ssh 2>/dev/null || true; }; fi",
         f"EG_NO_START=1 bash {inc}/install.sh {inc} {shlex.quote(release)} '' || "
         f"{{ logger -t edgegossip-firstboot 'install from the boot partition failed'; "
         f"rm -rf {inc}; find {b} -type f -exec shred -u -n 1 -z {{}} + ; rm -rf {b}; false; }}",

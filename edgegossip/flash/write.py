@@ -7,6 +7,7 @@ import secrets
 from pathlib import Path
 
 from edgegossip.flash import firstboot
+from edgegossip.fleet import hostkeys
 from edgegossip.fleet.deploy import device_files
 
 
@@ -26,6 +27,11 @@ def flash(
     except OSError:
         raise ValueError(f"{pub}: the fleet's SSH public key is missing") from None
     files = device_files(fleet, device, {}, True, wheelhouse, manifest)
+    # the device's SSH host key, made here and pinned before it ever boots: its first contact
+    # is checked like every later one (first boot installs it, then shreds the bundle)
+    host_secret, host_public = hostkeys.make(device.name)
+    files[firstboot.HOST_KEY] = host_secret
+    files[firstboot.HOST_KEY + ".pub"] = (host_public + "\n").encode()
     issue = (boot.read("issue.txt") or b"").decode(errors="replace")
     found = fmt or firstboot.detect(boot.names(), issue)
     for name, content in files.items():
@@ -51,6 +57,7 @@ def flash(
     out["cmdline.txt"] = firstboot.cmdline(old, found, instance)
     for name, text in out.items():
         boot.write(name, text.encode())
+    hostkeys.pin(fleet, device, host_public)
     return {
         "name": device.name,
         "format": found,
@@ -61,4 +68,5 @@ def flash(
         "files": written + list(out),
         "release": manifest["release"],
         "platform": manifest["platform"],
+        "host_key": hostkeys.fingerprint(host_public),
     }

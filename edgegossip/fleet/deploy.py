@@ -64,8 +64,9 @@ def deploy_one(
     manifest: dict,
     extras: str,
     wait_s: float = 60,
+    accept_new: bool = False,
 ) -> dict:
-    ssh = Ssh(fleet, device, deadline)
+    ssh = Ssh(fleet, device, deadline, accept_new=accept_new)
     info = remote.probe(ssh)
     want = manifest["platform"]
     if (info["machine"], info["python"]) != (want["machine"], want["python"]):

@@ -2,7 +2,7 @@
 
 master.key             the root of every link key; each device gets only its links' keys
 ssh/id_ed25519[.pub]   the fleet's SSH key pair (unless fleet.ssh_key names the user's)
-known_hosts            the devices' SSH host keys, learned at first contact or from the lab
+known_hosts            the devices' SSH host keys (made by flash, the lab's, or `fleet trust`)
 control/client.key[_secret]     the operator's CURVE certificate for the control sockets
 control/NAME.key[_secret]       each device's CURVE server certificate
 """

@@ -4,8 +4,10 @@ Why OpenSSH and not asyncssh or Fabric: it is already on every machine that mana
 the user's ~/.ssh/config (jump hosts, agents, hardware keys) as the user expects, it multiplexes
 one TCP connection per device (ControlMaster) so the many short commands of a deploy cost one
 handshake, and it adds no dependency. The price, one process per command, is small beside a
-pip install. Host keys are pinned in the fleet's own known_hosts: learned at first contact
-(accept-new, as Ansible does by default) or written by the lab, and refused if they change."""
+pip install. Host keys are pinned in the fleet's own known_hosts before the first
+contact (`fleet flash` makes the device's host key, the lab writes its machines'), or pinned by
+the operator (`fleet trust`, after comparing the fingerprint) or learned at a deploy told so
+(`--accept-new-host-keys`); never silently on first use, and refused if they change."""
 
 from __future__ import annotations
 
@@ -61,7 +63,9 @@ def _control_dir() -> str:
 
 
 class Ssh:
-    def __init__(self, fleet, device, deadline: float | None = None):
+    def __init__(self, fleet, device, deadline: float | None = None, accept_new: bool = False):
+        """accept_new: learn the host key of a device none is pinned for (said explicitly, by
+        `fleet deploy --accept-new-host-keys`); by default only a pinned key is trusted."""
         self.device = device
         self.deadline = deadline  # time.monotonic() after which nothing more is started
         key = fleet.ssh_key_path()
@@ -76,7 +80,7 @@ class Ssh:
             "-o",
             f"UserKnownHostsFile={fleet.secrets / 'known_hosts'}",
             "-o",
-            "StrictHostKeyChecking=accept-new",
+            f"StrictHostKeyChecking={'accept-new' if accept_new else 'yes'}",
             "-o",
             "ConnectTimeout=5",
             "-o",
@@ -219,6 +223,12 @@ def unreachable_reason(stderr: str) -> str:
     line = last_line(stderr)
     if "Permission denied" in line:
         return f"SSH key refused ({line})"
-    if "REMOTE HOST IDENTIFICATION HAS CHANGED" in stderr or "Host key verification failed" in line:
+    if "REMOTE HOST IDENTIFICATION HAS CHANGED" in stderr:
         return "host key differs from the one pinned in secrets/known_hosts (a different device?)"
+    if "host key is known" in stderr or "Host key verification failed" in line:
+        return (
+            "no host key pinned for this device: compare its fingerprint and run "
+            "`edgegossip fleet trust NAME --fingerprint SHA256:...`, or deploy with "
+            "--accept-new-host-keys"
+        )
     return f"unreachable ({line or 'ssh failed'})"

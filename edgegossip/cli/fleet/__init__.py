@@ -99,10 +99,12 @@ def _register() -> None:
         service,
         settings,
         status,
+        trust,
         wheelhouse,
     )
 
-    for mod in (init, devices, wheelhouse, flash, deploy, status, service, logs, settings, collect):
+    mods = (init, devices, wheelhouse, flash, trust, deploy, status, service, logs, settings)
+    for mod in (*mods, collect):
         for cmd in mod.COMMANDS:
             fleet.add_command(cmd)
 

@@ -58,9 +58,16 @@ def _share(text: str) -> str:
 @click.option(
     "--extras", type=click.Choice(["", *EXTRAS]), default="", help="Install the onnx extra too."
 )
+@click.option(
+    "--accept-new-host-keys",
+    "accept_new",
+    is_flag=True,
+    help="Learn the SSH host key of a device none is pinned for (trust on first use; flashed "
+    "and lab devices have theirs pinned already, `fleet trust` pins one after a check).",
+)
 @fleet_options(timeout=600)
 def deploy(
-    batch, max_fail, wheel_dir, extras, fleet_dir, as_json, concurrency, timeout_s, only
+    batch, max_fail, wheel_dir, extras, accept_new, fleet_dir, as_json, concurrency, timeout_s, only
 ) -> None:
     """Ship the wheelhouse, config, keys, data and unit to each device, install, enable and
     (re)start the agent, batch by batch. Idempotent: a device that has it all is only started.
@@ -89,7 +96,7 @@ def deploy(
     def run_batch(group):
         return parallel.each(
             group,
-            lambda d, dl: deploy_one(f, d, dl, wheel_dir, manifest, extra),
+            lambda d, dl: deploy_one(f, d, dl, wheel_dir, manifest, extra, accept_new=accept_new),
             concurrency,
             timeout_s,
             verb="deployed",
