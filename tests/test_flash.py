@@ -284,3 +284,17 @@ def test_device_refuses_a_fixed_disk_for_real(fleet, tmp_path, root_only):
     finally:
         subprocess.run(["losetup", "-d", loop.stdout.strip()])
     assert p.returncode == 2 and "not a removable disk" in p.stderr
+
+
+def test_a_card_flashed_for_another_device_is_refused(fleet, tmp_path):
+    """Issue 21, item 8: flashing B over a card flashed for A left A's secrets on the card."""
+    boot = tmp_path / "bootfs"
+    boot.mkdir()
+    for name, text in BOOKWORM.items():
+        (boot / name).write_text(text)
+    assert flash(fleet, "pi0", "--boot", str(boot)).returncode == 0
+    assert flash(fleet, "pi0", "--boot", str(boot)).returncode == 0  # the same device again
+    p = flash(fleet, "pi1", "--boot", str(boot))
+    assert p.returncode == 2 and "--over-another-device" in p.stderr
+    assert p.stderr.strip().count("\n") == 0
+    assert flash(fleet, "pi1", "--boot", str(boot), "--over-another-device").returncode == 0

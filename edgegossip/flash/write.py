@@ -19,8 +19,12 @@ def flash(
     wifi: tuple[str, str, str] | None,
     wheelhouse: Path,
     manifest: dict,
+    over_another: bool = False,
 ) -> dict:
-    """wifi: (ssid, hashed psk, country) or None."""
+    """wifi: (ssid, hashed psk, country) or None. A card that still carries another device's
+    bundle (flashed, never booted) is refused unless over_another: written over, that device's
+    secrets would stay in the card's free clusters beside this one's."""
+    _check_not_another(boot, fleet, device, over_another)
     pub = fleet.ssh_key_path().with_name(fleet.ssh_key_path().name + ".pub")
     try:
         ssh_key = pub.read_text().strip()
@@ -70,3 +74,20 @@ def flash(
         "platform": manifest["platform"],
         "host_key": hostkeys.fingerprint(host_public),
     }
+
+
+def _check_not_another(boot, fleet, device, over_another: bool) -> None:
+    import tomllib
+
+    prior = boot.read(f"{firstboot.BUNDLE}/agent.toml")
+    if not prior or over_another:
+        return
+    try:
+        agent = tomllib.loads(prior.decode(errors="replace")).get("agent", {})
+    except tomllib.TOMLDecodeError:
+        agent = {}
+    if (agent.get("fleet"), agent.get("id")) != (fleet.id, device.id):
+        raise ValueError(
+            f"{boot.label} still carries the bundle of agent {agent.get('id')} of fleet "
+            f"{agent.get('fleet')}: write a fresh image, or pass --over-another-device"
+        )

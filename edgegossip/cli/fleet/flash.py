@@ -61,11 +61,18 @@ from edgegossip.flash.firstboot import FORMATS
     "FLEET/wheelhouse.",
 )
 @click.option(
+    "--over-another-device",
+    "over_another",
+    is_flag=True,
+    help="Flash a card that still carries another device's bundle (its secrets may linger in "
+    "the card's free space: better a fresh image).",
+)
+@click.option(
     "--json",
     "as_json",
     is_flag=True,
     help='Print {"name", "format", "detected", "target", "instance_id", "wifi", "files", '
-    '"release", "platform"}.',
+    '"release", "platform", "host_key"}.',
 )
 def flash(
     name,
@@ -78,6 +85,7 @@ def flash(
     wifi_country,
     wifi_psk_file,
     wheel_dir,
+    over_another,
     as_json,
 ) -> None:
     """Write what device NAME needs on first boot: hostname, a user with the fleet's SSH key and
@@ -107,7 +115,9 @@ def flash(
         if disk is not None:
             disks.check(disk)
         target = boot.DirBoot(boot_dir) if boot_dir else boot.FatBoot(Path(image or disk))
-        row = write(f, d, target, fmt, creds, wheel_dir or f.root / "wheelhouse", manifest)
+        row = write(
+            f, d, target, fmt, creds, wheel_dir or f.root / "wheelhouse", manifest, over_another
+        )
     except (EdgegossipError, ValueError) as e:  # all of them the operator's to fix: usage
         fail(str(e), exit_codes.USAGE)
     except OSError as e:
