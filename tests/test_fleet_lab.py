@@ -5,6 +5,7 @@ the ways it must fail: unreachable host, wrong SSH key, full disk, a control key
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -261,6 +262,52 @@ def test_an_unpinned_host_key_is_refused_until_its_fingerprint_is_trusted(lab, t
     assert js("fleet", "trust", name, "--fleet", str(f4), "--fingerprint", fp)["pinned"] == fp
     res = js("fleet", "restart", "--fleet", str(f4), "--only", name)
     assert res["devices"][0]["ok"], res
+    until(
+        lambda: status(lab, "--only", name)[name]["state"] == "training",
+        timeout=90,
+        what="the restarted agent",
+        every=1,
+    )
+
+
+def test_a_passphrase_protected_key_is_used_through_ssh_agent(lab, tmp_path, monkeypatch):
+    """Issue 21, item 11: the fleet's SSH key is root on every device; it may carry a
+    passphrase, and the fleet commands then use it through the operator's ssh-agent. Without
+    the agent the row says what to do."""
+    f5 = _copy_fleet(lab, tmp_path / "f5")
+    name = f"lab{lab_id(lab)}-0"
+    key = tmp_path / "protected"
+    secret = "a passphrase long enough"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", secret, "-f", str(key)], check=True)
+    keys = lab / "lab" / name / "authorized_keys"
+    keys.write_text(keys.read_text() + key.with_suffix(".pub").read_text())
+    text = (f5 / "fleet.toml").read_text()
+    (f5 / "fleet.toml").write_text(
+        text.replace('ssh_key = "secrets/ssh/id_ed25519"', f'ssh_key = "{key}"')
+    )
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    p = eg("fleet", "restart", "--fleet", str(f5), "--only", name, "--json", check=False)
+    row = json.loads(p.stdout)["devices"][0]
+    assert p.returncode == 1 and "has a passphrase" in row["error"] and "ssh-add" in row["error"]
+    agent = subprocess.run(["ssh-agent", "-s"], capture_output=True, text=True, check=True).stdout
+    env = dict(re.findall(r"(SSH_AUTH_SOCK|SSH_AGENT_PID)=([^;]+);", agent))
+    askpass = tmp_path / "askpass"
+    askpass.write_text(f"#!/bin/sh\necho '{secret}'\n")
+    askpass.chmod(0o700)
+    try:
+        subprocess.run(
+            ["ssh-add", str(key)],
+            env={**os.environ, **env, "SSH_ASKPASS": str(askpass), "SSH_ASKPASS_REQUIRE": "force"},
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            check=True,
+            timeout=30,
+        )
+        monkeypatch.setenv("SSH_AUTH_SOCK", env["SSH_AUTH_SOCK"])
+        res = js("fleet", "restart", "--fleet", str(f5), "--only", name)
+        assert res["devices"][0]["ok"], res
+    finally:
+        os.kill(int(env["SSH_AGENT_PID"]), 15)
     until(
         lambda: status(lab, "--only", name)[name]["state"] == "training",
         timeout=90,

@@ -43,6 +43,7 @@ def create(
     profile: str = "",
     split: str | None = None,
     progress=print,
+    passphrase: str = "",
 ) -> Fleet:
     if (root / inventory.NAME).exists():
         raise InventoryError(f"{root / inventory.NAME}: a fleet is there already")
@@ -69,7 +70,7 @@ def create(
     )
     inventory.validate(fleet)  # before anything is written
     root.mkdir(parents=True, exist_ok=True)
-    secrets.create(root / "secrets", make_ssh_key=ssh_key is None)
+    secrets.create(root / "secrets", make_ssh_key=ssh_key is None, passphrase=passphrase)
     if split:
         from edgegossip.data.split import split_mnist
 

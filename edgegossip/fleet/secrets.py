@@ -29,8 +29,9 @@ def private_write(path: Path, data: bytes | str, mode: int = 0o600) -> None:
         f.write(data.encode() if isinstance(data, str) else data)
 
 
-def create(folder: Path, make_ssh_key: bool) -> None:
-    """A new secrets folder; refuses to overwrite one."""
+def create(folder: Path, make_ssh_key: bool, passphrase: str = "") -> None:
+    """A new secrets folder; refuses to overwrite one. With a passphrase, the fleet's SSH key is
+    protected by it (then used through ssh-agent): the key is root on every device."""
     if (folder / "master.key").exists():
         raise SecretsError(f"{folder}: secrets exist already; a fleet's keys are made once")
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -46,7 +47,7 @@ def create(folder: Path, make_ssh_key: bool) -> None:
                 "-t",
                 "ed25519",
                 "-N",
-                "",
+                passphrase,
                 "-C",
                 "edgegossip-fleet",
                 "-f",

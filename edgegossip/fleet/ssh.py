@@ -98,7 +98,10 @@ class Ssh:
             "-F",
             "none",
         ]
+        self.key = key
         if key.is_file():
+            # a passphrase-protected key is used through the user's ssh-agent: with BatchMode
+            # ssh asks for no passphrase, and IdentitiesOnly still picks this key from the agent
             self.base += ["-i", str(key), "-o", "IdentitiesOnly=yes"]
         self.target = f"{device.user}@{device.address}"
         self.sudo = "" if device.user == "root" else "sudo -n "
@@ -143,7 +146,13 @@ class Ssh:
             self.close()
             raise SshError(f"timed out after {timeout:g} s") from None
         if p.returncode == 255:
-            raise SshError(unreachable_reason(p.stderr.decode(errors="replace")))
+            why = unreachable_reason(p.stderr.decode(errors="replace"))
+            if why.startswith("SSH key refused") and needs_agent(self.key):
+                why = (
+                    f"SSH key refused: {self.key} has a passphrase and no ssh-agent holds it "
+                    f"(run `ssh-add {self.key}` in this shell)"
+                )
+            raise SshError(why)
         if check and p.returncode != 0:
             raise SshError(last_line(p.stderr) or last_line(p.stdout) or f"exit {p.returncode}")
         return p
@@ -211,6 +220,16 @@ def bounded_run(
         if writer is not None:
             writer.join(timeout=5)
     return subprocess.CompletedProcess(argv, rc, bytes(stdout), bytes(stderr))
+
+
+def needs_agent(key: Path) -> bool:
+    """The private key is passphrase-protected (so only an ssh-agent can use it in batch)."""
+    if not key.is_file():
+        return False
+    p = subprocess.run(
+        ["ssh-keygen", "-y", "-P", "", "-f", str(key)], capture_output=True, timeout=10
+    )
+    return p.returncode != 0
 
 
 def last_line(raw: bytes | str) -> str:

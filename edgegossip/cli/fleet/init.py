@@ -41,6 +41,14 @@ from edgegossip.cli.render import emit, fail
     default=None,
     help="Use this private key instead of making a fleet key pair.",
 )
+@click.option(
+    "--ssh-key-passphrase-file",
+    "passphrase_file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="Protect the fleet's SSH key with the passphrase in this file (then `ssh-add` it: "
+    "the fleet commands use it through your ssh-agent). The key is root on every device.",
+)
 @click.option("--user", default="pi", show_default=True, help="SSH user for --devices.")
 @click.option(
     "--profile", default="", help="Device profile from devices/profiles for every device."
@@ -69,6 +77,7 @@ def init(
     ansible_file,
     name,
     ssh_key,
+    passphrase_file,
     user,
     profile,
     model,
@@ -105,6 +114,7 @@ def init(
             profile,
             split,
             progress=lambda m: click.echo(m, err=True),
+            passphrase=passphrase_file.read_text().rstrip("\r\n") if passphrase_file else "",
         )
     except (InventoryError, SecretsError, DataError) as e:
         fail(str(e), exit_codes.USAGE)
