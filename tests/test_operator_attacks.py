@@ -269,7 +269,7 @@ class _Device:
     def run(self, command, input=None, timeout=60, check=True, limit=0):
         import subprocess
 
-        assert limit and len(self.reply) <= limit
+        assert len(self.reply) <= (limit or ssh.MAX_OUTPUT)
         return subprocess.CompletedProcess(command, 0, self.reply, b"")
 
 
@@ -477,3 +477,16 @@ def test_fleet_trust_pins_only_the_fingerprint_confirmed(tmp_path, monkeypatch):
     assert hostkeys.trust(f, f.device("pi0"), fp)["pinned"] == fp
     line = (f.secrets / "known_hosts").read_text().split()
     assert line[0] == "[192.0.2.1]:2222" and line[1:] == offered.split()[:2]
+
+
+def test_a_failed_first_boot_install_is_in_the_status_row():
+    """Item 8b: the row said only `stopped`; now it gives first boot's own line."""
+    from edgegossip.fleet import remote
+
+    never_ran = _Device(b"inactive\nF:install failed: no matching distribution for numpy\n")
+    assert remote.service_state(never_ran) == (
+        "inactive",
+        "first boot: install failed: no matching distribution for numpy",
+    )
+    ran = _Device(b"active\nF:install failed: old\nstep 100 loss 0.3\n")
+    assert remote.service_state(ran) == ("active", "step 100 loss 0.3")

@@ -19,6 +19,8 @@ from __future__ import annotations
 import json
 import shlex
 
+from edgegossip.fleet.agentconf import FIRSTBOOT_TAG
+
 FORMATS = ("cloud-init", "firstrun")
 BUNDLE = "edgegossip"  # folder on the boot partition
 FIRMWARE = "/boot/firmware"  # where Raspberry Pi OS mounts the boot partition
@@ -60,8 +62,8 @@ def install_commands(release: str) -> list[str]:
         f"install -m 0644 {inc}/{HOST_KEY}.pub /etc/ssh/{HOST_KEY}.pub && "
         f"rm -f {inc}/{HOST_KEY} {inc}/{HOST_KEY}.pub && "
         "{ systemctl try-reload-or-restart ssh 2>/dev/null || true; }; fi",
-        f"EG_NO_START=1 bash {inc}/install.sh {inc} {shlex.quote(release)} '' || "
-        f"{{ logger -t edgegossip-firstboot 'install from the boot partition failed'; "
+        f"out=$(EG_NO_START=1 bash {inc}/install.sh {inc} {shlex.quote(release)} '' 2>&1) || "
+        f'{{ logger -t {FIRSTBOOT_TAG} "install failed: $(printf %s "$out" | tail -n 1)"; '
         f"rm -rf {inc}; find {b} -type f -exec shred -u -n 1 -z {{}} + ; rm -rf {b}; false; }}",
         "systemctl enable systemd-time-wait-sync.service",
         # overwrite the bundle's bytes, not only its directory entries: FAT writes in place, and

@@ -17,6 +17,7 @@ OUTPUT = f"{STATE}/out"
 DATA = f"{STATE}/data/device.npz"
 CACHE = f"{STATE}/cache"
 UNIT = "edgegossip-agent"
+FIRSTBOOT_TAG = "edgegossip-firstboot"  # the journal's tag of a failed first-boot install
 
 
 def values(fleet, device) -> dict:

@@ -134,14 +134,22 @@ def service(ssh: Ssh, action: str) -> str:
 
 
 def service_state(ssh: Ssh) -> tuple[str, str]:
-    """(systemd's state of the unit, its last log line)."""
+    """(systemd's state of the unit, its last log line; or, where first boot's install failed
+    and the agent never ran, that failure)."""
     p = ssh.run(
-        f"bash -c 'systemctl is-active {UNIT}; journalctl -u {UNIT} -n 1 -o cat --no-pager'",
+        f"bash -c 'systemctl is-active {UNIT}; "
+        f"journalctl -t {paths.FIRSTBOOT_TAG} -n 1 -o cat --no-pager | sed s/^/F:/; "
+        f"journalctl -u {UNIT} -n 1 -o cat --no-pager'",
         check=False,
         timeout=20,
     )
-    lines = p.stdout.decode(errors="replace").splitlines()
-    return (lines[0].strip() if lines else "unknown"), (lines[-1].strip() if len(lines) > 1 else "")
+    lines = [ln.strip() for ln in p.stdout.decode(errors="replace").splitlines()]
+    active = lines[0] if lines else "unknown"
+    failed = [ln[2:] for ln in lines[1:] if ln.startswith("F:")]
+    logs = [ln for ln in lines[1:] if not ln.startswith("F:") and ln]
+    if failed and not logs:  # the agent never ran: say why
+        return active, f"first boot: {failed[-1]}"
+    return active, (logs[-1] if logs else "")
 
 
 def logs_command(lines: int, follow: bool) -> str:
