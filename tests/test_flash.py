@@ -215,7 +215,8 @@ def test_flash_bookworm_image_with_firstrun(fleet, tmp_path):
     text = files["firstrun.sh"].decode()
     psk = hashlib.pbkdf2_hmac("sha1", PASSPHRASE.encode(), b"farm", 4096, 32).hex()
     assert f"psk={psk}" in text and PASSPHRASE not in text
-    assert "rm -f /boot/firmware/firstrun.sh" in text and "rm -rf /boot/firmware/edgegossip" in text
+    assert "shred -u -n 1 -z /boot/firmware/firstrun.sh" in text
+    assert "rm -rf /boot/firmware/edgegossip" in text
     assert "systemd-time-wait-sync" in text and "echo pi2 > /etc/hostname" in text
     assert PASSPHRASE.encode() not in img.read_bytes()
 

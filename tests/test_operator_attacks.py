@@ -490,3 +490,16 @@ def test_a_failed_first_boot_install_is_in_the_status_row():
     )
     ran = _Device(b"active\nF:install failed: old\nstep 100 loss 0.3\n")
     assert remote.service_state(ran) == ("active", "step 100 loss 0.3")
+
+
+def test_cloud_init_first_boot_leaves_no_psk_on_the_card():
+    """Item 8: network-config (the hashed PSK) stayed on the boot partition for good."""
+    import json
+
+    from edgegossip.flash import firstboot
+
+    doc = json.loads(firstboot.user_data("pi0", "pi", "ssh-ed25519 AAAA k", "0123456789ab")[14:])
+    last = doc["runcmd"][-1][-1]
+    assert "shred -u" in last and firstboot.NETWORK_CONFIG in last
+    installs = [i for i, c in enumerate(doc["runcmd"]) if "install.sh" in c[-1]]
+    assert installs and installs[-1] < len(doc["runcmd"]) - 1

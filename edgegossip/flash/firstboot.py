@@ -25,6 +25,7 @@ FORMATS = ("cloud-init", "firstrun")
 BUNDLE = "edgegossip"  # folder on the boot partition
 FIRMWARE = "/boot/firmware"  # where Raspberry Pi OS mounts the boot partition
 HOST_KEY = "ssh_host_ed25519_key"  # in the bundle: the host key `fleet flash` made and pinned
+NETWORK_CONFIG = f"{FIRMWARE}/network-config"
 RUN_ARGS = (
     "systemd.run=/boot/firmware/firstrun.sh systemd.run_success_action=reboot "
     "systemd.unit=kernel-command-line.target"
@@ -89,7 +90,11 @@ def user_data(hostname: str, user: str, ssh_key: str, release: str) -> str:
             }
         ],
         "runcmd": [["systemctl", "enable", "--now", "ssh"]]
-        + [["bash", "-c", c] for c in install_commands(release)],
+        + [["bash", "-c", c] for c in install_commands(release)]
+        # the hashed PSK joins the Wi-Fi as well as the passphrase: once cloud-init has rendered
+        # it into /etc (root's), the card keeps no copy. NoCloud applies network config to a new
+        # instance only, so later boots of this one do not read it again.
+        + [["bash", "-c", f"[ ! -f {NETWORK_CONFIG} ] || shred -u -n 1 -z {NETWORK_CONFIG}"]],
     }
     return "#cloud-config\n" + json.dumps(doc, indent=1) + "\n"  # JSON is YAML
 
@@ -180,8 +185,9 @@ def firstrun(
         ]
     lines += install_commands(release)[:-1]  # the reboot starts the agent; no start now
     lines += [
-        f"rm -f {FIRMWARE}/firstrun.sh",
         f"sed -i 's| systemd.run.*||g' {FIRMWARE}/cmdline.txt",
-        "exit 0",
+        # the script holds the hashed PSK: overwritten, not only unlinked. One group on the
+        # last line, which bash reads whole before it runs it, so nothing is read back after
+        f"{{ shred -u -n 1 -z {FIRMWARE}/firstrun.sh; exit 0; }}",
     ]
     return "\n".join(lines) + "\n"
