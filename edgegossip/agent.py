@@ -223,7 +223,9 @@ class Agent:
         from edgegossip.control.server import ControlServer
 
         try:
-            return ControlServer(cfg.endpoint, cfg.server_key, cfg.client_keys, controls).start()
+            return ControlServer(
+                cfg.endpoint, cfg.server_key, cfg.client_keys, controls, cfg.allow_from
+            ).start()
         except (OSError, ValueError, zmq.ZMQError) as e:
             raise ConfigError(f"control: cannot serve {cfg.endpoint}: {e}") from None
 

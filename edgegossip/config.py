@@ -156,6 +156,12 @@ class AgentConfig:
     client_keys: str = setting(
         "control", "", "folder of the public certificates allowed to ask", scope="managed"
     )
+    allow_from: str = setting(
+        "control",
+        "",
+        "addresses or networks (a,b/24) that may connect; empty: any (CURVE keys still decide)",
+        scope="managed",
+    )
 
     def __post_init__(self) -> None:
         # a config built in code is checked as one read from a file is
@@ -222,6 +228,17 @@ def secret_problem(key: str) -> str | None:
     if len(key) < MIN_SECRET:
         return f"agent.key is {len(key)} characters; a fleet secret needs at least {MIN_SECRET}"
     return None
+
+
+def is_network(text) -> bool:
+    """An IPv4 or IPv6 address or network (CIDR), as the control socket's filter takes it."""
+    import ipaddress
+
+    try:
+        ipaddress.ip_network(text, strict=False)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def section_of(key: str) -> str:
@@ -332,6 +349,11 @@ def validate(c: AgentConfig) -> None:
     need(c.checkpoint_every_s >= 0, "disk.checkpoint_every_s", "must be >= 0")
     need(c.budget_mb > 0, "disk.budget_mb", "must be positive")
     need(c.record_every_s >= 0, "disk.record_every_s", "must be >= 0")
+    need(
+        all(is_network(n.strip()) for n in c.allow_from.split(",") if n.strip()),
+        "control.allow_from",
+        "must be addresses or networks, comma-separated",
+    )
     need(c.rps_period >= 1, "train.rps_period", "must be positive")
     need(c.rate_mbps > 0, "net.rate_mbps", "must be positive")
     need(c.deadline_s > 0, "net.deadline_s", "must be positive")

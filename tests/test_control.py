@@ -186,3 +186,44 @@ def test_a_flood_of_idle_connections_is_survived(tmp_path, free_udp_port, mnist_
     assert _ask(port, "stop", certs)["state"] == "stopping"
     out, err = p.communicate(timeout=30)
     assert p.returncode == 0, err[-2000:]
+
+
+@pytest.mark.parametrize("allow,answered", [("127.0.0.2", False), ("127.0.0.0/8", True)])
+def test_the_control_port_takes_only_the_allowed_addresses(
+    tmp_path, free_udp_port, mnist_data, procs, certs, allow, answered
+):
+    """Issue 21, item 4: the control port accepts connections from control.allow_from only
+    (fleet.toml's [fleet] control_from); from elsewhere even an allow-listed key gets nothing."""
+    port = _port(free_udp_port)
+    cfg = _served(tmp_path, free_udp_port, certs, port, allow_from=allow, max_steps=0)
+    p = _start(cfg, tmp_path)
+    procs.append(p)
+    if answered:
+        assert until(lambda: _try(port, certs))["state"] == "training"
+    else:
+        time.sleep(3)
+        assert _try(port, certs) is None and p.poll() is None
+    p.terminate()
+    p.communicate(timeout=30)
+
+
+def test_control_from_goes_from_fleet_toml_into_every_agent_toml(tmp_path):
+    from edgegossip.fleet import agentconf, create, inventory
+    from edgegossip.fleet.inventory import InventoryError
+
+    hosts = [{"name": f"pi{i}", "address": f"192.0.2.{i + 1}", "user": "pi"} for i in (0, 1)]
+    f = create.create(tmp_path / "f", "t", hosts, {"train": {}}, progress=lambda m: None)
+    text = (f.root / "fleet.toml").read_text()
+    (f.root / "fleet.toml").write_text(
+        text.replace("[fleet]\n", '[fleet]\ncontrol_from = ["192.0.2.100", "10.1.0.0/16"]\n', 1)
+    )
+    f = inventory.load(f.root)
+    assert f.control_from == ("192.0.2.100", "10.1.0.0/16")
+    assert agentconf.render(f, f.devices[0]).allow_from == "192.0.2.100,10.1.0.0/16"
+    inventory.save(f)
+    assert inventory.load(f.root).control_from == f.control_from
+    (f.root / "fleet.toml").write_text(
+        (f.root / "fleet.toml").read_text().replace('"10.1.0.0/16"', '"not a net"')
+    )
+    with pytest.raises(InventoryError, match="control_from"):
+        inventory.load(f.root)

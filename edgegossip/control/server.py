@@ -106,7 +106,16 @@ class ZapHandler:
 
 
 class ControlServer:
-    def __init__(self, endpoint: str, server_key: str, client_keys: str, controls: Controls):
+    def __init__(
+        self,
+        endpoint: str,
+        server_key: str,
+        client_keys: str,
+        controls: Controls,
+        allow_from: str = "",
+    ):
+        """allow_from: addresses or networks, comma-separated, whose connections libzmq accepts
+        at all (others are closed at once, holding no descriptor); empty: any."""
         import zmq.utils.z85  # noqa: F401  (ZapHandler)
         from zmq.auth.certs import load_certificate
 
@@ -125,6 +134,8 @@ class ControlServer:
             # a connection that has not finished its CURVE handshake in this time is closed: a
             # flood of idle connections holds descriptors for seconds, not for good
             self.sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_MS)
+            for net in filter(None, (n.strip() for n in allow_from.split(","))):
+                self.sock.setsockopt(zmq.TCP_ACCEPT_FILTER, net.encode())
             self.sock.linger = 0
             self.sock.bind(f"tcp://{endpoint}")
         except Exception:

@@ -39,6 +39,7 @@ def values(fleet, device) -> dict:
         endpoint=f"0.0.0.0:{fleet.control_port}",
         server_key=SERVER_KEY,
         client_keys=CLIENT_KEYS,
+        allow_from=",".join(fleet.control_from),
     )
     if device.data:
         v.update(source="file", path=DATA)

@@ -1,7 +1,8 @@
 """fleet.toml, the inventory: the fleet's shared agent settings and one entry per device.
 
-    [fleet]      name, id (carried in every datagram), data_port, control_port, ssh_key
-    [train] [net] [data]   agent settings shared by every device (config.py's keys)
+    [fleet]      name, id (carried in every datagram), data_port, control_port, ssh_key,
+                 control_from (addresses or networks the control sockets accept; empty: any)
+    [train] [net] [data] [disk]   agent settings shared by every device (config.py's keys)
     [[devices]]  name, address, user, port (SSH), id (agent id: assigned once, never reused),
                  profile (devices/profiles/NAME.toml), groups, overrides {key = value}, data
                  (this device's own data file, shipped by deploy)
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass, field, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 
 import tomli_w
@@ -55,6 +56,8 @@ class Fleet:
     data_port: int = 47000
     control_port: int = 47100
     ssh_key: str = "secrets/ssh/id_ed25519"
+    # addresses or networks the agents' control sockets accept connections from; empty: any
+    control_from: tuple[str, ...] = ()
 
     @property
     def secrets(self) -> Path:
@@ -104,6 +107,17 @@ def load(root: str | Path) -> Fleet:
     return from_dict(root, doc)
 
 
+def _head() -> dict[str, tuple[type, object]]:
+    """[fleet]'s keys, their types and defaults (None: required), from Fleet's own fields."""
+    out = {}
+    for f in fields(Fleet):
+        if f.name in ("root", "devices", "settings"):
+            continue
+        typ = {"str": str, "int": int}.get(str(f.type), list)
+        out[f.name] = (typ, None if f.default is MISSING else f.default)
+    return out
+
+
 def _get(table: dict, key: str, typ: type, where: str, default=None):
     if key not in table:
         if default is None:
@@ -117,6 +131,9 @@ def _get(table: dict, key: str, typ: type, where: str, default=None):
     return v
 
 
+HEAD = _head()
+
+
 def from_dict(root: Path, doc: dict) -> Fleet:
     known = {"fleet", "devices", *config.SECTIONS} - {"agent"}
     for k in doc:
@@ -126,7 +143,7 @@ def from_dict(root: Path, doc: dict) -> Fleet:
     if not isinstance(head, dict):
         raise InventoryError("fleet: missing [fleet] table")
     for k in head:
-        if k not in ("name", "id", "data_port", "control_port", "ssh_key"):
+        if k not in HEAD:
             raise InventoryError(f"fleet.{k}: unknown key")
     settings = {s: dict(doc.get(s, {})) for s in config.SHARED_SECTIONS}
     for section, body in settings.items():
@@ -140,16 +157,9 @@ def from_dict(root: Path, doc: dict) -> Fleet:
     if not isinstance(rows, list):
         raise InventoryError("devices: must be an array of tables ([[devices]])")
     devices = tuple(_device(r, i) for i, r in enumerate(rows))
-    fleet = Fleet(
-        root=root,
-        name=_get(head, "name", str, "fleet"),
-        id=_get(head, "id", int, "fleet"),
-        devices=devices,
-        settings=settings,
-        data_port=_get(head, "data_port", int, "fleet", 47000),
-        control_port=_get(head, "control_port", int, "fleet", 47100),
-        ssh_key=_get(head, "ssh_key", str, "fleet", "secrets/ssh/id_ed25519"),
-    )
+    values = {k: _get(head, k, typ, "fleet", default) for k, (typ, default) in HEAD.items()}
+    values["control_from"] = tuple(values["control_from"])
+    fleet = Fleet(root=root, devices=devices, settings=settings, **values)
     validate(fleet)
     return fleet
 
@@ -210,6 +220,8 @@ def validate(f: Fleet) -> None:
     for key in ("data_port", "control_port"):
         need(0 < getattr(f, key) < 65536, f"fleet.{key}", "must be a port number")
     need(f.data_port != f.control_port, "fleet.control_port", "must differ from fleet.data_port")
+    for net in f.control_from:
+        need(config.is_network(net), "fleet.control_from", f"{net!r} is not an address or network")
     seen_names: set[str] = set()
     seen_ids: dict[int, str] = {}
     seen_addr: dict[str, str] = {}
@@ -270,15 +282,10 @@ def next_id(f: Fleet) -> int:
 
 
 def dumps(f: Fleet) -> str:
-    doc: dict = {
-        "fleet": {
-            "name": f.name,
-            "id": f.id,
-            "data_port": f.data_port,
-            "control_port": f.control_port,
-            "ssh_key": f.ssh_key,
-        }
-    }
+    head = {k: getattr(f, k) for k in HEAD}
+    doc: dict = {"fleet": {k: list(v) if isinstance(v, tuple) else v for k, v in head.items()}}
+    if not f.control_from:
+        del doc["fleet"]["control_from"]
     doc |= {s: dict(f.settings[s]) for s in config.SHARED_SECTIONS if f.settings.get(s)}
     devices = []
     for d in f.devices:
@@ -289,10 +296,10 @@ def dumps(f: Fleet) -> str:
         devices.append(entry)
     if devices:
         doc["devices"] = devices
-    head = (
+    title = (
         "# edgegossip fleet inventory: see `edgegossip fleet --help`. Secrets live in secrets/.\n"
     )
-    return head + tomli_w.dumps(doc)
+    return title + tomli_w.dumps(doc)
 
 
 def save(f: Fleet) -> Path:
