@@ -209,14 +209,14 @@ def test_loopback_backend_labels_injected_loss(tmp_path, mnist_data):
 def test_allreduce_ring_over_tcp_under_loss(fleet_factory, mnist_data):
     """The retransmitting baseline: a TCP ring through the same nftables loss. MLP blocks (3.9 MB)
     outgrow the TCP send buffer, so each is still in flight while the next phase runs; the
-    replicas must stay bit-identical all the same. 30 s: under 10% TCP loss a retransmission
-    timeout can hold a whole ring phase, and one CI run with 15 s saw every agent at step 1."""
+    replicas must stay bit-identical all the same. 3% loss, not 10%: with CUBIC (netns pins it)
+    10% random loss leaves this ring at about one step in 30 s; at 3% it took about 30."""
     from edgegossip import checkpoint
 
-    fleet = fleet_factory(algorithm="allreduce", model="mlp", loss=0.1, duration_s=30)
+    fleet = fleet_factory(algorithm="allreduce", model="mlp", loss=0.03, duration_s=30)
     _wait_done(fleet)
     assert not fleet.failed()
-    s = summarize(fleet.spec.out, 3, "mlp", 0.1, "kernel", 0, None, mnist_data)
+    s = summarize(fleet.spec.out, 3, "mlp", 0.03, "kernel", 0, None, mnist_data)
     steps = [a["steps"] for a in s["agents"]]
     assert min(steps) >= 2 and max(steps) - min(steps) <= 1  # lock-step ring
     # three agents at most one step apart: at least two stopped at the same step (which one

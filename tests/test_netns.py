@@ -43,6 +43,20 @@ def test_loss_rules_text():
         netns.loss_rules(1.5)
 
 
+def test_namespaces_pin_tcp_congestion_control(lan_factory):
+    """Whatever the host's default (BBR on some, CUBIC on most), each node runs the devices' TCP:
+    the all-reduce baseline's cost under loss depends on it."""
+    lan = lan_factory(2, 0.0)
+    for i in range(2):
+        got = subprocess.run(
+            ["ip", "netns", "exec", lan.ns(i), "cat", "/proc/sys/net/ipv4/tcp_congestion_control"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        assert got == netns.TCP_CONGESTION_CONTROL == "cubic"
+
+
 @pytest.mark.parametrize("transport", ["udp", "zmq"])
 def test_exchange_under_kernel_loss(lan_factory, transport):
     lan_factory(1, 0.0)  # proves root and gives the fixture's teardown check something to do

@@ -11,7 +11,13 @@ from __future__ import annotations
 
 import re
 
-from edgegossip.emulate.netns import EmulationError, _run, kill_namespace_processes, loss_rules
+from edgegossip.emulate.netns import (
+    EmulationError,
+    _run,
+    kill_namespace_processes,
+    loss_rules,
+    pin_tcp,
+)
 
 PREFIX = "egl"
 
@@ -81,6 +87,7 @@ def up(lab: int, n: int, loss: float, rate: str | None) -> None:
         _run("ip", "-n", ns, "addr", "add", f"{address(lab, i)}/24", "dev", "eth0")
         _run("ip", "-n", ns, "link", "set", "eth0", "up")
         _run("ip", "-n", ns, "link", "set", "lo", "up")
+        pin_tcp(ns)
         if rate:
             _run(
                 "ip",
