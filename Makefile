@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml setup.py native/_kernels_c.pyx native/_udp_c.pyx native
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "setuptools>=77" wheel "Cython>=3.0" numpy
 	bash scripts/install-pyzmq-draft.sh $(PY)
-	$(PY) -m pip install --quiet --no-build-isolation -e ".[test,lint,onnx]"
+	$(PY) -m pip install --quiet --no-build-isolation -e ".[test,lint,onnx,fleet]"
 	$(PY) -c "import edgegossip.kernels as k; print('kernels:', k.IMPLEMENTATION)"
 	touch $(STAMP)
 

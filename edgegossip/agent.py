@@ -229,14 +229,28 @@ class Agent:
         except (OSError, ValueError, zmq.ZMQError) as e:
             raise ConfigError(f"control: cannot serve {cfg.endpoint}: {e}") from None
 
+    def _open_metrics(self, status):
+        """The /metrics endpoint, when the config asks for one; None otherwise (the client
+        library is not even imported then)."""
+        cfg = self.cfg
+        if not cfg.metrics_endpoint:
+            return None
+        from edgegossip.control.prometheus import MetricsServer
+
+        try:
+            return MetricsServer(cfg.metrics_endpoint, status, cfg.metrics_allow_from).start()
+        except OSError as e:
+            raise ConfigError(f"metrics: cannot serve {cfg.metrics_endpoint}: {e}") from None
+
     def _checkpoint_now(self) -> dict:
         if not self.save():
             assert self.storage is not None
             raise RuntimeError(self.storage.checkpoint_error or "not written")
         return {"path": str(self.out / checkpoint.NAME), "step": self.step}
 
-    def status(self, ctx: Context, inbox, controls) -> dict:
-        """What the control endpoint's `status` answers (control/messages.py)."""
+    def status(self, ctx: Context, sender, inbox, controls, protocol) -> dict:
+        """What the control endpoint's `status` answers (control/messages.py), and what a
+        /metrics scrape reads (control/prometheus.py): counters only, nothing evaluated."""
         last = self._last or {}
         state = (
             "stopping"
@@ -245,9 +259,9 @@ class Agent:
             if controls.paused.is_set()
             else "training"
         )
-        snap = inbox.counter.snapshot() if inbox is not None else {"drops": {}, "dropped": 0}
         return {
             "agent": self.cfg.id,
+            "algorithm": self.cfg.algorithm,
             "version": __version__,
             "config_hash": self.config_hash,
             "state": state,
@@ -256,9 +270,7 @@ class Agent:
             "loss": last.get("loss"),
             "accuracy": last.get("accuracy"),
             "exchanges": dict(ctx.exchanges),
-            "link_loss": inbox.links.by_link() if inbox is not None else {},
-            "drops": snap["drops"],
-            "datagrams_dropped": snap["dropped"],
+            **self._traffic(ctx, sender, inbox, protocol),
             "peak_rss_mb": peak_rss_mb(),
             "uptime_s": round(time.monotonic() - self._t0, 1),
             **(self.storage.report() if self.storage is not None else {}),
@@ -315,7 +327,9 @@ class Agent:
             stack.callback(protocol.close)
             protocol.restore(self._kept)
             self._protocol = protocol
-            controls = Controls(lambda: self.status(ctx, inbox, controls), self.stop_event)
+            controls = Controls(
+                lambda: self.status(ctx, sender, inbox, controls, protocol), self.stop_event
+            )
             control = self._open_control(controls)
             if control is not None:
                 stack.callback(control.close)
@@ -326,6 +340,9 @@ class Agent:
                 resumed_step=self.step if self.resumed else -1,
             )
             stack.callback(metrics.close)
+            scrape = self._open_metrics(controls.status)
+            if scrape is not None:
+                stack.callback(scrape.close)
             self._pool = snapshots or Snapshots(self.plan.n_params, 1)
             self._first_step = self.step
             losses: list[float] = []
@@ -404,30 +421,37 @@ class Agent:
             **self._steps.take(),
             **(self.storage.report() if self.storage is not None else {}),
         }
-        if sender is not None:
-            snap = inbox.counter.snapshot()
-            link_arrived, link_expected = inbox.links.loss()
-            rec.update(
-                link_arrived=link_arrived,
-                link_expected=link_expected,
-                session=sender.encoder.session,
-                bytes_sent=sender.encoder.bytes,
-                datagrams_sent=sender.encoder.datagrams,
-                bytes_received=snap["accepted_bytes"],
-                datagrams_received=snap["accepted"],
-                datagrams_dropped=snap["dropped"],
-                drops=snap["drops"],
-                send_skipped=ctx.snapshots.skipped if ctx.snapshots is not None else 0,
-                send_unresolved=sender.peers.skipped,
-            )
-        else:  # no data plane: nothing sent, unless the protocol says so (the all-reduce ring)
-            rec.update(
-                bytes_sent=0,
-                datagrams_sent=0,
-                bytes_received=0,
-                datagrams_received=0,
-                datagrams_dropped=0,
-                drops={},
-            )
-        rec.update(protocol.metrics())
+        rec.update(self._traffic(ctx, sender, inbox, protocol))
         return rec
+
+    @staticmethod
+    def _traffic(ctx: Context, sender, inbox, protocol) -> dict:
+        """What crossed the network: for each record, `status` and the /metrics scrape."""
+        if sender is None:  # no data plane: nothing sent, unless the protocol says so (the ring)
+            return {
+                "bytes_sent": 0,
+                "datagrams_sent": 0,
+                "bytes_received": 0,
+                "datagrams_received": 0,
+                "datagrams_dropped": 0,
+                "drops": {},
+                "link_loss": {},
+                **protocol.metrics(),
+            }
+        snap = inbox.counter.snapshot()
+        link_arrived, link_expected = inbox.links.loss()
+        return {
+            "link_arrived": link_arrived,
+            "link_expected": link_expected,
+            "link_loss": inbox.links.by_link(),  # observed on each incoming link, by peer id
+            "session": sender.encoder.session,
+            "bytes_sent": sender.encoder.bytes,
+            "datagrams_sent": sender.encoder.datagrams,
+            "bytes_received": snap["accepted_bytes"],
+            "datagrams_received": snap["accepted"],
+            "datagrams_dropped": snap["dropped"],
+            "drops": snap["drops"],
+            "send_skipped": ctx.snapshots.skipped if ctx.snapshots is not None else 0,
+            "send_unresolved": sender.peers.skipped,
+            **protocol.metrics(),
+        }

@@ -2,7 +2,8 @@
 errors that name the bad key. Each setting is declared once, below, with its section, default,
 allowed values and help (field metadata); the TOML sections (SECTIONS), the allowed values
 (CHOICES) and their checks, the fleet's per-device rules and the CLI's choices derive from it.
-Sections: [agent] [train] [net] [data] (data/device.py) [control] (control/server.py).
+Sections: [agent] [train] [net] [data] (data/device.py) [disk] (storage.py) [control]
+(control/server.py) [metrics] (control/prometheus.py).
 """
 
 from __future__ import annotations
@@ -160,6 +161,18 @@ class AgentConfig:
         "control",
         "",
         "addresses or networks (a,b/24) that may connect; empty: any (CURVE keys still decide)",
+        scope="managed",
+    )
+    metrics_endpoint: str = setting(
+        "metrics",
+        "",
+        "HOST:PORT of the Prometheus /metrics endpoint (plain HTTP); empty: none",
+        scope="managed",
+    )
+    metrics_allow_from: str = setting(
+        "metrics",
+        "",
+        "addresses or networks (a,b/24) whose scrapes are answered; empty: any",
         scope="managed",
     )
 
@@ -349,11 +362,15 @@ def validate(c: AgentConfig) -> None:
     need(c.checkpoint_every_s >= 0, "disk.checkpoint_every_s", "must be >= 0")
     need(c.budget_mb > 0, "disk.budget_mb", "must be positive")
     need(c.record_every_s >= 0, "disk.record_every_s", "must be >= 0")
-    need(
-        all(is_network(n.strip()) for n in c.allow_from.split(",") if n.strip()),
-        "control.allow_from",
-        "must be addresses or networks, comma-separated",
-    )
+    for key, nets in (
+        ("control.allow_from", c.allow_from),
+        ("metrics.metrics_allow_from", c.metrics_allow_from),
+    ):
+        need(
+            all(is_network(n.strip()) for n in nets.split(",") if n.strip()),
+            key,
+            "must be addresses or networks, comma-separated",
+        )
     need(c.rps_period >= 1, "train.rps_period", "must be positive")
     need(c.rate_mbps > 0, "net.rate_mbps", "must be positive")
     need(c.deadline_s > 0, "net.deadline_s", "must be positive")
@@ -373,6 +390,8 @@ def validate(c: AgentConfig) -> None:
         _endpoint(c.endpoint, "control.endpoint")
         need(bool(c.server_key), "control.server_key", "needed when control.endpoint is set")
         need(bool(c.client_keys), "control.client_keys", "needed when control.endpoint is set")
+    if c.metrics_endpoint:
+        _endpoint(c.metrics_endpoint, "metrics.metrics_endpoint")
     ids = [p.id for p in c.peers]
     need(len(set(ids)) == len(ids), "agent.peers", "duplicate peer id")
     need(c.id not in ids, "agent.peers", "lists this agent itself")

@@ -33,6 +33,8 @@ test    runc                runc                                       podman ru
 test    netavark            /usr/lib/podman/netavark                   podman networks
 test    aardvark-dns        /usr/lib/podman/aardvark-dns               podman service names
 test    cloud-init          /usr/lib/python3/dist-packages/cloudinit   first-boot user-data checked
+test    chromium            chromium                                   report.html rendered headless
+test    prometheus          prometheus                                 a real scrape of a lab fleet
 '
 
 includes() {  # the groups a group stands for

@@ -4,6 +4,7 @@ import socket
 import pytest
 
 from edgegossip import _kernels_py
+from tests.helpers.ports import free_port
 
 try:
     from edgegossip import _kernels_c
@@ -28,14 +29,12 @@ def pytest_sessionstart(session):
 
 @pytest.fixture
 def free_udp_port():
-    def pick():
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-        s.close()
-        return port
+    return free_port
 
-    return pick
+
+@pytest.fixture
+def free_tcp_port():
+    return lambda: free_port(socket.SOCK_STREAM)
 
 
 @pytest.fixture(scope="session")

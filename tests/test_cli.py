@@ -169,4 +169,37 @@ def test_simulate_history_rows_match_shorter_runs(mnist_data, tmp_path):
     for key in ("steps", "acc_worker0", "acc_average", "bytes_sent_per_worker", "datagrams_lost"):
         assert rows[0][key] == short[key], key
     res = CliRunner().invoke(cli, [*base, "--epochs", "0.1", "--eval-every", "0.1"])
-    assert res.exit_code == 2 and "go together" in res.output
+    assert res.exit_code == 2 and "needs --history or --plot" in res.output
+
+
+def test_simulate_plot_draws_png_and_svg(tmp_path):
+    from matplotlib.image import imread
+
+    stem = tmp_path / "plots" / "acc"
+    res = CliRunner().invoke(
+        cli,
+        [
+            "simulate",
+            "--algorithm",
+            "elastic-gossip",
+            "--model",
+            "logreg",
+            "--epochs",
+            "0.5",
+            "--eval-every",
+            "0.1",
+            "--plot",
+            str(stem),
+            "--json",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    plots = json.loads(res.output.strip().splitlines()[-1])["plots"]
+    assert sorted(p.rsplit(".", 1)[1] for p in plots) == ["png", "png", "svg", "svg"]
+    for p in plots:
+        if p.endswith(".png"):
+            assert imread(p).shape[:2] == (420, 750)  # 7.5 x 4.2 inches at 100 dpi
+        else:
+            assert "<svg" in open(p).read()
+    res = CliRunner().invoke(cli, ["simulate", "--algorithm", "local", "--plot", str(stem)])
+    assert res.exit_code == 2 and "need --eval-every" in res.output

@@ -26,11 +26,9 @@ def certs(tmp_path):
 def _port(free_udp_port):
     import socket
 
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    from tests.helpers.ports import free_port
+
+    return free_port(socket.SOCK_STREAM)
 
 
 def _ask(port, op, certs, who="operator", timeout_s=3.0):

@@ -118,7 +118,7 @@ def test_emulate_cli_json_observed_loss(root_only, tmp_path, mnist_data):
     assert "gso = false" in (tmp_path / "run" / "agent0.toml").read_text()
     assert abs(out["observed_loss"] - 0.2) <= 0.02, out["observed_loss"]
     assert out["average_model_accuracy"] > 0.85
-    assert (tmp_path / "run" / "accuracy_vs_time.svg").is_file()
+    assert (tmp_path / "run" / "accuracy_vs_time.png").is_file()
 
 
 # the average of the agents' final models: one snapshot of each, so it carries their swing (one

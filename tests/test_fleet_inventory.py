@@ -344,3 +344,41 @@ def test_rollout_batches_and_max_fail():
     seen.clear()
     rows = rollout(ds, "1", "20%", run)  # one failure is allowed: 1 <= 5 * 20%
     assert seen == [d.name for d in ds] and sum(not r["ok"] for r in rows) == 1
+
+
+def test_metrics_port_reaches_every_agent_and_the_file_sd_list(tmp_path):
+    from dataclasses import replace
+
+    from click.testing import CliRunner
+
+    from edgegossip.cli.app import cli
+
+    f = _fleet(tmp_path)
+    f = replace(f, control_from=("192.0.2.200",))
+    inventory.save(f)
+    cfg = agentconf.render(f, f.devices[1])
+    assert cfg.metrics_endpoint == "0.0.0.0:47200" and cfg.metrics_allow_from == "192.0.2.200"
+    out = tmp_path / "sd.json"
+    res = CliRunner().invoke(
+        cli, ["fleet", "prometheus", "--fleet", str(f.root), "--out", str(out), "--json"]
+    )
+    assert res.exit_code == 0, res.output
+    assert json.loads(out.read_text()) == [
+        {
+            "targets": [f"192.0.2.{i + 1}:47200"],
+            "labels": {"device": f"pi{i}", "group": g, "fleet": "test"},
+        }
+        for i, g in enumerate("baa")
+    ]
+    # a fleet without /metrics says so, and nothing is written
+    _edit(tmp_path, "metrics_port = 47200", "metrics_port = 0")
+    out.unlink()
+    res = CliRunner().invoke(
+        cli, ["fleet", "prometheus", "--fleet", str(f.root), "--out", str(out)]
+    )
+    assert res.exit_code == 2 and "metrics_port is 0" in res.output and not out.exists()
+    off = inventory.load(f.root)
+    assert agentconf.render(off, off.devices[0]).metrics_endpoint == ""
+    _edit(tmp_path, "metrics_port = 0", "metrics_port = 47100")
+    with pytest.raises(InventoryError, match="ports must differ"):
+        inventory.load(f.root)

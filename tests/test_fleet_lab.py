@@ -168,6 +168,9 @@ def test_fleet_end_to_end(lab, tmp_path):
     col = js("fleet", "collect", "--fleet", str(lab), "--out", str(out), "--live", timeout=600)
     assert col["average_model_accuracy"] >= 0.85, col
     assert Path(col["onnx"]).is_file() and (out / "summary.json").is_file()
+    assert Path(col["report"]).is_file() and all(Path(p).is_file() for p in col["plots"])
+    html = Path(col["report"]).read_text()
+    assert all(name in html for name in st)  # rows by device name, not agent id
     assert all(r["ok"] and r["accuracy"] > 0.8 and r["step"] > 0 for r in col["devices"]), col[
         "devices"
     ]
@@ -182,6 +185,64 @@ def test_fleet_end_to_end(lab, tmp_path):
 
     logs = eg("fleet", "logs", victim, "--fleet", str(lab), "--lines", "20").stdout
     assert "edgegossip" in logs
+
+
+def test_a_real_prometheus_scrapes_the_lab_through_file_sd(lab, tmp_path, free_tcp_port):
+    """Debian's Prometheus, started here on loopback, finds the deployed devices through the
+    file_sd list `fleet prometheus` writes, and a query for held-out accuracy gives one series
+    per device, each labelled with its device name and the fleet."""
+    import urllib.parse
+    import urllib.request
+
+    exe = shutil.which("prometheus")
+    assert exe, "prometheus is not installed: bash scripts/system-packages.sh install test"
+    sd = tmp_path / "targets.json"
+    got = js("fleet", "prometheus", "--fleet", str(lab), "--out", str(sd))
+    assert len(got["targets"]) == 3 and json.loads(sd.read_text()) == got["targets"]
+    from edgegossip.fleet import inventory
+    from edgegossip.fleet import prometheus as fleet_prometheus
+
+    conf = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "scrape_configs": [fleet_prometheus.scrape_config(sd, interval_s=1)],
+    }
+    (tmp_path / "prometheus.yml").write_text(json.dumps(conf))  # JSON is YAML
+    port = free_tcp_port()
+    p = subprocess.Popen(
+        [
+            exe,
+            f"--config.file={tmp_path / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp_path / "prometheus.log", "w"),
+    )
+
+    def query(q):
+        url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": q})
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                return json.loads(r.read())["data"]["result"]
+        except OSError:
+            return None
+
+    try:
+        result = until(
+            lambda: (r := query("edgegossip_heldout_accuracy_ratio")) and len(r) == 3 and r,
+            timeout=90,
+            what="three series of held-out accuracy",
+            every=1,
+        )
+        names = sorted(d.name for d in inventory.load(lab).devices)
+        assert sorted(s["metric"]["device"] for s in result) == names
+        assert {s["metric"]["fleet"] for s in result} == {f"lab{lab_id(lab)}"}
+        assert all(0 <= float(s["value"][1]) <= 1 for s in result)
+        up = query('up{job="edgegossip"}')
+        assert len(up) == 3 and all(s["value"][1] == "1" for s in up), up
+    finally:
+        p.terminate()
+        p.wait(timeout=30)
 
 
 def lab_id(lab: Path) -> str:

@@ -183,3 +183,23 @@ def test_chunk_plan_blocks_cover_model():
         covered = [c for b in range(n_blocks) for c in plan.block_chunks(b, n_blocks)]
         assert covered == list(range(plan.n_chunks))
     assert plan.chunk_range(plan.n_chunks - 1)[1] == plan.model_bytes
+
+
+def test_loss_counts_datagrams_nothing_kept_and_is_never_negative():
+    """Datagrams dropped as collected or no_buffer arrived (no loss), and their numbers bound
+    what was sent: a link whose newest datagrams all went unkept must not show arrivals above
+    what the peer numbered (an emulated run showed -35% before)."""
+    from edgegossip.dataplane.replay import PeerLink
+
+    link = PeerLink()
+    for seq in range(1, 11):
+        assert link.admit(1, seq, 0.0) is None
+        link.commit(1, seq, 0.0)
+    for seq in range(11, 101):  # every later one dropped for want of a buffer
+        link.note_arrival(seq)
+    assert link.loss() == (100, 100)
+    for seq in (40, 41):  # replayed copies of unkept datagrams count again, capped
+        link.note_arrival(seq)
+    assert link.loss() == (100, 100)
+    link.commit(1, 110, 0.0)  # 101..109 lost
+    assert link.loss() == (101, 110)

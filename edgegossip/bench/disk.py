@@ -22,10 +22,7 @@ bytes the kernel counted per second while it ran, times 86400."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -33,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from edgegossip import checkpoint, config
+from edgegossip.bench import local_agent
 from edgegossip.metrics import read
 from edgegossip.storage import METRICS
 
@@ -41,27 +39,7 @@ DEFAULT_EVERY_S = config.default("checkpoint_every_s")
 
 
 def _agent(model: str, out: Path, seconds: float, policy: dict) -> list[dict]:
-    cfg = config.AgentConfig(
-        id=0,
-        listen="127.0.0.1:1",
-        algorithm="local",
-        workers=1,
-        model=model,
-        duration_s=seconds,
-        output=str(out),
-        **policy,
-    )
-    path = out.parent / f"{out.name}.toml"
-    path.write_text(config.to_toml(cfg))
-    p = subprocess.run(
-        [sys.executable, "-m", "edgegossip.cli.app", "agent", "--config", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=seconds + 300,
-        env={**os.environ, "OPENBLAS_NUM_THREADS": "1"},
-    )
-    if p.returncode != 0:
-        raise RuntimeError(f"agent ({model}): {p.stderr.strip().splitlines()[-1:]}")
+    local_agent.finish(local_agent.start(model, out, seconds, **policy), model, seconds + 300)
     return read(out / METRICS)
 
 

@@ -1,4 +1,4 @@
-"""`edgegossip bench kernels|transport|mac|train|disk`."""
+"""`edgegossip bench kernels|transport|mac|train|disk|metrics`."""
 
 from __future__ import annotations
 
@@ -8,6 +8,21 @@ import click
 
 from edgegossip.bench import transport as transport_bench
 from edgegossip.cli.render import emit
+
+# the options of the benchmarks that run whole agents
+_seconds = click.option(
+    "--seconds",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(10, 3600),
+    help="How long each agent trains.",
+)
+
+
+def _models(help: str):
+    return click.option(
+        "--model", "models", multiple=True, type=click.Choice(["logreg", "mlp"]), help=help
+    )
 
 
 @click.group()
@@ -127,16 +142,8 @@ def train(as_json: bool, steps: int) -> None:
 
 @bench.command()
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of a table.")
-@click.option(
-    "--seconds",
-    default=30.0,
-    show_default=True,
-    type=click.FloatRange(10, 3600),
-    help="How long each agent trains.",
-)
-@click.option(
-    "--model", "models", multiple=True, type=click.Choice(["logreg", "mlp"]), help="Default: both."
-)
+@_seconds
+@_models("Default: both.")
 @click.option(
     "--dir",
     "where",
@@ -170,4 +177,44 @@ def disk(as_json: bool, seconds: float, models: tuple[str, ...], where) -> None:
             "sync_write_ms",
         ],
         title="disk (one local-only agent per row; per day at the policy's cadence)",
+    )
+
+
+@bench.command()
+@click.option("--json", "as_json", is_flag=True, help="One JSON object instead of a table.")
+@_seconds
+@click.option(
+    "--every",
+    "every_s",
+    default=1.0,
+    show_default=True,
+    type=click.FloatRange(0.1, 60),
+    help="Seconds between two scrapes.",
+)
+@_models("Default: mlp.")
+def metrics(as_json: bool, seconds: float, every_s: float, models: tuple[str, ...]) -> None:
+    """What the /metrics exporter costs an agent: peak RSS and steps per second with no exporter
+    and with one scraped every --every seconds, and how long a scrape takes.
+
+    JSON: {"benchmark": "metrics", "seconds", "results": [{"model", "exporter", "steps_per_s",
+    "peak_rss_mb", "scrapes", "scrape_ms_median", "scrape_ms_max", "scrape_bytes",
+    "rss_added_mb" (the exporter's row: its peak RSS minus the reference's)}, ...]}"""
+    from edgegossip.bench import scrape
+
+    click.echo(f"two agents per model, {seconds:g} s each", err=True)
+    emit(
+        scrape.run(models or ("mlp",), seconds, every_s),
+        as_json,
+        [
+            "model",
+            "exporter",
+            "steps_per_s",
+            "peak_rss_mb",
+            "rss_added_mb",
+            "scrapes",
+            "scrape_ms_median",
+            "scrape_ms_max",
+            "scrape_bytes",
+        ],
+        title="metrics (one local-only agent per row; the reference has no exporter)",
     )

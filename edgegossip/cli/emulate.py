@@ -100,6 +100,14 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
 @click.option(
     "--base", default=None, help="With --export: the base image (default debian:bookworm-slim)."
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    show_default=True,
+    help="Serve each agent's Prometheus /metrics on this port (loopback: PORT + id; netns: at "
+    "the agent's address inside its namespace); 0: none.",
+)
 @click.option("--json", "as_json", is_flag=True)
 def emulate(
     nodes,
@@ -121,15 +129,20 @@ def emulate(
     cleanup,
     export_kind,
     base,
+    metrics_port,
     as_json,
 ) -> None:
     """Run NODES agents, each a light device in its own network namespace on one bridge, for a
     while. --json: the summary, with per agent rows (agent, accuracy, steps, exchanges,
     exchanges_initiated_per_step beside the configured p, bytes and datagrams, drops, peak_rss_mb,
-    deadline_s_by_link: each link's last deadline, peer id -> seconds)."""
+    deadline_s_by_link: each link's last deadline, peer id -> seconds; link_loss: the loss
+    observed on each incoming link, peer id -> fraction), "plots" (PNG and SVG paths) and
+    "report" (OUT/report.html)."""
     from edgegossip.data import mnist
     from edgegossip.emulate import netns
     from edgegossip.emulate.fleet import EmulatedFleet, FleetSpec, rate_to_mbps
+    from edgegossip.errors import UsageError
+    from edgegossip.report import page, plot
     from edgegossip.report.summary import summarize
 
     if cleanup:
@@ -154,8 +167,10 @@ def emulate(
     rate = None if rate.lower() == "none" else rate
     try:
         rate_to_mbps(rate)
+        if not export_kind:
+            plot.require()  # refused now, not after the run
         mnist.load()
-    except ValueError as e:
+    except (ValueError, UsageError) as e:
         fail(str(e), exit_codes.USAGE)
     except mnist.DataError as e:
         fail(str(e), exit_codes.MISSING_DATA)
@@ -176,6 +191,7 @@ def emulate(
         slow=slow,
         deadline=deadline,
         payload=payload,
+        metrics_port=metrics_port,
     )
     if export_kind:
         _export(spec, base, as_json)
@@ -227,6 +243,14 @@ def emulate(
     summary.update(
         algorithm=algorithm, transport=transport, nodes=nodes, rate=rate, backend=backend
     )
+    settings = {
+        k: v
+        for k, v in dataclasses.asdict(spec).items()
+        if k not in ("out", "backend") and v not in ((), None)
+    }
+    summary["report"] = str(
+        page.write(out, "emulate", summary, {**settings, "network": loss_kind}, None)
+    )
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     if as_json:
         click.echo(json.dumps(summary))
@@ -255,7 +279,7 @@ def emulate(
         f"{'n/a (TCP)' if obs is None else f'{obs:.1%}'}; test accuracy of the average model "
         f"{summary['average_model_accuracy']:.4f}"
     )
-    click.echo(f"plots: {' '.join(summary['plots'])}")
+    click.echo(f"report: {summary['report']}")
     if summary["loss_alarm"]:
         fail(summary["loss_alarm"], exit_codes.FAILURE)
 

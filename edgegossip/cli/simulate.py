@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from fractions import Fraction
+from pathlib import Path
 
 import click
 
@@ -12,6 +13,7 @@ from edgegossip import exit_codes
 from edgegossip.algorithms import NAMES as ALGORITHMS
 from edgegossip.cli import options
 from edgegossip.cli.render import fail, table
+from edgegossip.errors import UsageError
 
 
 class Probability(click.ParamType):
@@ -101,6 +103,12 @@ class Probability(click.ParamType):
     default=None,
     help="JSON-lines file receiving one result row per --eval-every.",
 )
+@click.option(
+    "--plot",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="With --eval-every: draw test accuracy against epochs and bytes to PLOT.png and .svg.",
+)
 @click.option("--json", "as_json", is_flag=True)
 def simulate(
     algorithm,
@@ -120,6 +128,7 @@ def simulate(
     seed,
     eval_every,
     history,
+    plot,
     as_json,
 ) -> None:
     """Train W workers in one process; every datagram is lost with probability LOSS.
@@ -150,12 +159,19 @@ def simulate(
         classes_per_worker=classes_per_worker,
         payload=payload,
     )
-    if (eval_every is None) != (history is None):
-        fail("--eval-every and --history go together", exit_codes.USAGE)
+    if eval_every is None and (history is not None or plot is not None):
+        fail("--history and --plot need --eval-every", exit_codes.USAGE)
+    if eval_every is not None and history is None and plot is None:
+        fail("--eval-every needs --history or --plot", exit_codes.USAGE)
+    rows: list[dict] = []
     try:
+        if plot is not None:
+            from edgegossip.report import plot as plots
+
+            plots.require()
         cfg.check()
         data = mnist.load()
-    except ValueError as e:
+    except (ValueError, UsageError) as e:
         fail(str(e), exit_codes.USAGE)
     except mnist.DataError as e:
         fail(str(e), exit_codes.MISSING_DATA)
@@ -169,15 +185,19 @@ def simulate(
             bar.update(1)
 
         def record(row):
-            with open(history, "a") as f:
-                f.write(json.dumps(row) + "\n")
+            rows.append(row)
+            if history:
+                with open(history, "a") as f:
+                    f.write(json.dumps(row) + "\n")
 
         try:
-            result = run(cfg, data, progress, eval_every, record if history else None)
+            result = run(cfg, data, progress, eval_every, record)
         except OSError as e:
             fail(f"cannot write history: {e}", exit_codes.USAGE)
-        if history:
+        if history or plot:
             record(result)
+    if plot is not None:
+        result["plots"] = _plot(plot, rows, algorithm)
     if as_json:
         click.echo(json.dumps(result))
         return
@@ -195,3 +215,31 @@ def simulate(
         }
     ]
     click.echo(table(rows, list(rows[0])))
+
+
+def _plot(stem: Path, rows: list[dict], algorithm: str) -> list[str]:
+    """Worker 0's and the average model's test accuracy, against epochs and against bytes."""
+    from edgegossip.report import plot
+
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    paths = plot.lines(
+        stem.with_name(stem.name + "_vs_epochs"),
+        {
+            "worker 0": [(r["epochs"], r["acc_worker0"]) for r in rows],
+            "average model": [(r["epochs"], r["acc_average"]) for r in rows],
+        },
+        "epochs",
+        "test accuracy",
+        f"{algorithm}: accuracy against epochs",
+    )
+    paths += plot.lines(
+        stem.with_name(stem.name + "_vs_bytes"),
+        {
+            "worker 0": [(r["bytes_sent_per_worker"] / 1e6, r["acc_worker0"]) for r in rows],
+            "average model": [(r["bytes_sent_per_worker"] / 1e6, r["acc_average"]) for r in rows],
+        },
+        "MB sent per worker",
+        "test accuracy",
+        f"{algorithm}: accuracy against bytes sent",
+    )
+    return paths

@@ -91,7 +91,7 @@ class Inbox:
             self.counter.accepted += 1
             self.counter.accepted_bytes += h.length
         elif reason in _ARRIVED and h.session == link.session:
-            link.arrived += 1  # the network delivered it: not a loss, though nothing kept it
+            link.note_arrival(h.seq)  # the network delivered it: not a loss, though nothing kept it
         return reason
 
     def _commit(self, link: PeerLink, h: wire.Header, now: float) -> None:

@@ -105,6 +105,7 @@ class PeerLink:
         "arrived",
         "past_expected",
         "past_arrived",
+        "noted",
         "prev",
         "probation",
     )
@@ -118,6 +119,7 @@ class PeerLink:
         self.arrived = 0
         self.past_expected = 0  # and for the sessions before it
         self.past_arrived = 0
+        self.noted = ReplayWindow()  # what arrived but was not kept (note_arrival)
         self.prev: tuple | None = None  # the session a newer one replaced, while on probation
         self.probation = 0  # datagrams the newer session must still send to be confirmed
 
@@ -149,7 +151,7 @@ class PeerLink:
         return why
 
     # what a session on probation would give back if the peer turns out to be still in the old
-    _KEPT = ("session", "window", "first", "arrived", "past_expected", "past_arrived")
+    _KEPT = ("session", "window", "first", "arrived", "noted", "past_expected", "past_arrived")
 
     def _fields(self) -> tuple:
         return tuple(getattr(self, k) for k in self._KEPT)
@@ -168,11 +170,11 @@ class PeerLink:
             self.prev = self._fields() if self.session >= 0 else None
             self.probation = CONFIRM
             if self.arrived:
-                self.past_expected += self.window.highest - self.first + 1
+                self.past_expected += self._expected()
                 self.past_arrived += self.arrived
             self.session = session
             self.window = ReplayWindow()
-            self.first, self.arrived = seq, 0
+            self.first, self.arrived, self.noted = seq, 0, ReplayWindow()
         elif self.prev is not None:
             self._confirm(1)
         self._record(seq, now)
@@ -200,10 +202,26 @@ class PeerLink:
         self.last_accept = now
         self.baseline = True
 
+    def note_arrival(self, seq: int) -> None:
+        """An authentic datagram of the current session that nothing kept (its round was
+        collected, or no buffer was free): the network delivered it, so it is no loss, but the
+        replay window records nothing of it. Its number still bounds what the peer sent; a
+        window of its own keeps a replayed copy from counting twice."""
+        if self.noted.check(seq) is not None:
+            return
+        self.arrived += 1
+        if seq < self.first or self.first < 0:
+            self.first = seq
+
+    def _expected(self) -> int:
+        return max(self.window.highest, self.noted.highest) - self.first + 1 if self.arrived else 0
+
     def loss(self) -> tuple[int, int]:
-        """(datagrams that arrived, datagrams the peer numbered for us), all sessions."""
-        cur = self.window.highest - self.first + 1 if self.arrived else 0
-        return self.past_arrived + self.arrived, self.past_expected + cur
+        """(datagrams that arrived, datagrams the peer numbered for us), all sessions. A
+        datagram noted, then kept by a later copy, counts twice: arrived is capped at expected,
+        so that can hide loss, never make it negative."""
+        arrived, expected = self.past_arrived + self.arrived, self.past_expected + self._expected()
+        return min(arrived, expected), expected
 
     def state(self) -> tuple[int, int]:
         """(session, highest) to persist: a session on probation is not, the one before is."""

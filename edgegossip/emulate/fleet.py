@@ -58,6 +58,7 @@ class FleetSpec:
     eval_every: int = 50
     checkpoint_every: int = agent_config.default("checkpoint_every")
     checkpoint_every_s: float = agent_config.default("checkpoint_every_s")
+    metrics_port: int = 0  # each agent's /metrics on this port (loopback: port + id); 0: none
 
 
 def rate_to_mbps(rate: str | None) -> float | None:
@@ -124,8 +125,14 @@ class EmulatedFleet:
             deadline=s.deadline,
             payload=s.payload,
             inject_loss=s.loss if s.backend == "loopback" else 0.0,
-            gso=s.backend != "netns",
-        )  # nftables must see, and drop, single datagrams
+            gso=s.backend != "netns",  # nftables must see, and drop, single datagrams
+            metrics_endpoint=self.metrics_target(i, addrs) if s.metrics_port else "",
+        )
+
+    def metrics_target(self, i: int, addrs) -> str:
+        """Agent i's /metrics: its namespace's address, or a port of its own on loopback."""
+        port = self.spec.metrics_port + (0 if self.spec.backend == "netns" else i)
+        return f"{addrs[i][0]}:{port}"
 
     def up(self) -> None:
         s = self.spec

@@ -1,6 +1,7 @@
 """Each device's agent.toml, rendered from the inventory: defaults < the device's profile < the
-fleet's shared [train]/[net]/[data] < the device's overrides; ids, peers, keys, paths and the
-control socket are the tooling's. Where the files live on a device is fixed here, once."""
+fleet's shared [train]/[net]/[data] < the device's overrides; ids, peers, keys, paths, the
+control socket and /metrics are the tooling's. Where the files live on a device is fixed here,
+once."""
 
 from __future__ import annotations
 
@@ -40,6 +41,8 @@ def values(fleet, device) -> dict:
         server_key=SERVER_KEY,
         client_keys=CLIENT_KEYS,
         allow_from=",".join(fleet.control_from),
+        metrics_endpoint=f"0.0.0.0:{fleet.metrics_port}" if fleet.metrics_port else "",
+        metrics_allow_from=",".join(fleet.control_from),
     )
     if device.data:
         v.update(source="file", path=DATA)

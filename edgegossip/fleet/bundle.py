@@ -78,6 +78,19 @@ def _pip(*args: str, env: dict | None = None) -> None:
         raise BundleError(f"pip {args[0]} failed: {tail[0] if tail else p.returncode}")
 
 
+def core_dependencies() -> list[str]:
+    """The names of edgegossip's own requirements without an extra (pyproject.toml's
+    dependencies), as installed here: what every device needs."""
+    names = []
+    for req in md.requires("edgegossip") or []:
+        if "extra ==" in req:
+            continue
+        m = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", req)
+        if m:
+            names.append(m.group(0))
+    return names
+
+
 def _draft_pyzmq() -> Path | None:
     """The draft-enabled pyzmq wheel scripts/install-pyzmq-draft.sh built for this Python."""
     tag = f"cp{sys.version_info[0]}{sys.version_info[1]}"
@@ -149,7 +162,7 @@ def build(dest: Path, extras: tuple[str, ...] = (), progress=print) -> dict:
         _pip("wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(dest), str(src))
     else:
         _repack_installed(dest)
-    pins = [f"{name}=={md.version(name)}" for name in ("numpy", "click", "tomli_w")]
+    pins = [f"{name}=={md.version(name)}" for name in core_dependencies() if name != "pyzmq"]
     draft = _draft_pyzmq()
     if draft is not None:
         shutil.copy2(draft, dest)

@@ -16,6 +16,7 @@ from edgegossip.fleet import agentconf, parallel, remote
 from edgegossip.fleet.query import ask
 from edgegossip.fleet.ssh import Ssh
 from edgegossip.models import ONNX_MISSING, make_model, onnx_available
+from edgegossip.report import page
 from edgegossip.report.summary import average, summarize
 
 
@@ -86,6 +87,12 @@ def collect(
         )
     summary["onnx"], summary["onnx_error"] = _export(out, [d.id for d in got], model_name)
     summary.update(devices=rows, model=model_name, fleet=fleet.name)
+    settings = {"fleet": fleet.name, "devices": len(devices), "collected": len(got)}
+    settings |= {
+        f"{s}.{k}": v for s in sorted(fleet.settings) for k, v in fleet.settings[s].items()
+    }
+    names = {d.id: d.name for d in devices}
+    summary["report"] = str(page.write(out, f"fleet {fleet.name}", summary, settings, names))
     summary.pop("agents", None)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary

@@ -1,7 +1,8 @@
 """fleet.toml, the inventory: the fleet's shared agent settings and one entry per device.
 
-    [fleet]      name, id (carried in every datagram), data_port, control_port, ssh_key,
-                 control_from (addresses or networks the control sockets accept; empty: any)
+    [fleet]      name, id (carried in every datagram), data_port, control_port, metrics_port
+                 (each agent's Prometheus /metrics; 0: none), ssh_key, control_from (addresses
+                 or networks the control sockets and /metrics answer; empty: any)
     [train] [net] [data] [disk]   agent settings shared by every device (config.py's keys)
     [[devices]]  name, address, user, port (SSH), id (agent id: assigned once, never reused),
                  profile (devices/profiles/NAME.toml), groups, overrides {key = value}, data
@@ -55,6 +56,7 @@ class Fleet:
     settings: dict  # {"train": {...}, "net": {...}, "data": {...}}
     data_port: int = 47000
     control_port: int = 47100
+    metrics_port: int = 47200  # 0: no /metrics on the devices
     ssh_key: str = "secrets/ssh/id_ed25519"
     # addresses or networks the agents' control sockets accept connections from; empty: any
     control_from: tuple[str, ...] = ()
@@ -219,7 +221,9 @@ def validate(f: Fleet) -> None:
     need(0 <= f.id < 2**32, "fleet.id", "must fit 32 bits")
     for key in ("data_port", "control_port"):
         need(0 < getattr(f, key) < 65536, f"fleet.{key}", "must be a port number")
-    need(f.data_port != f.control_port, "fleet.control_port", "must differ from fleet.data_port")
+    need(0 <= f.metrics_port < 65536, "fleet.metrics_port", "must be a port number, or 0")
+    ports = [f.data_port, f.control_port] + ([f.metrics_port] if f.metrics_port else [])
+    need(len(set(ports)) == len(ports), "fleet.control_port", "the fleet's ports must differ")
     for net in f.control_from:
         need(config.is_network(net), "fleet.control_from", f"{net!r} is not an address or network")
     seen_names: set[str] = set()

@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,10 @@ def up(
         fleet = fleet_create.create(
             out, f"lab{lab}", hosts, settings or {}, split=split, progress=progress
         )
+        # the operator's side of the lab is the host's veth: only it may reach the control
+        # sockets and /metrics, as a fleet.toml with control_from = [the laptop] would say
+        fleet = replace(fleet, control_from=(network.host_address(lab),))
+        inventory.save(fleet)
         pub = (fleet.ssh_key_path().with_suffix(".pub")).read_text()
         progress(f"booting {n} devices from {root}")
         for i, nm in enumerate(names):

@@ -68,7 +68,7 @@ class PushProtocol(GossipProtocol):
 
     def metrics(self) -> dict:
         # weight on its way in: receipts announced but not merged yet
-        pending = sum(p.weight for p in self.pending.values())
+        pending = sum(p.weight for p in list(self.pending.values()))  # read by scrapes too
         return {
             **super().metrics(),
             "push_weight": round(self.ctx.push_weight, 6),

@@ -1,56 +1,77 @@
-"""Line plots as standalone SVG files: no plotting library on the controller or the device."""
+"""A run's plots, drawn by matplotlib and written as PNG and SVG each. matplotlib is the
+operator's (the `fleet` extra), never a device's: this module is imported only by host-side
+commands, and `require()` lets them refuse before a run rather than after it."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
+from edgegossip.errors import UsageError
+
+FORMATS = ("png", "svg")
+MISSING = "plots need matplotlib, which is the operator's extra: pip install 'edgegossip[fleet]'"
 
 
-def line_plot(
-    path: Path,
+def require() -> None:
+    """One line, before any work, when matplotlib is not installed."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise UsageError(MISSING) from None
+
+
+def _figure(title: str, xlabel: str, ylabel: str):
+    # a Figure of its own, not pyplot: no global state, no display, nothing left open
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7.5, 4.2), dpi=100, layout="constrained")
+    ax = fig.add_subplot()
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+    return fig, ax
+
+
+def _save(fig, stem: Path) -> list[str]:
+    paths = []
+    for fmt in FORMATS:
+        path = stem.with_suffix(f".{fmt}")
+        fig.savefig(path, format=fmt, metadata={"Date": None} if fmt == "svg" else None)
+        paths.append(str(path))
+    return paths
+
+
+def lines(
+    stem: Path,
     series: dict[str, list[tuple[float, float]]],
     xlabel: str,
     ylabel: str,
     title: str,
-    width: int = 640,
-    height: int = 400,
-) -> None:
-    pts = [p for s in series.values() for p in s]
-    if not pts:
-        path.write_text(
-            f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="60">'
-            f'<text x="10" y="30">{title}: no data</text></svg>'
-        )
-        return
-    x0, x1 = min(p[0] for p in pts), max(p[0] for p in pts)
-    y0, y1 = min(p[1] for p in pts), max(p[1] for p in pts)
-    x1 = x1 if x1 > x0 else x0 + 1
-    y1 = y1 if y1 > y0 else y0 + 1e-3
-    L, R, T, B = 70, 20, 40, 50
-    sx = lambda x: L + (x - x0) / (x1 - x0) * (width - L - R)  # noqa: E731
-    sy = lambda y: height - B - (y - y0) / (y1 - y0) * (height - T - B)  # noqa: E731
-    out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'font-family="sans-serif" font-size="12">',
-        f'<rect width="{width}" height="{height}" fill="white"/>',
-        f'<text x="{width / 2}" y="20" text-anchor="middle" font-size="14">{title}</text>',
-        f'<line x1="{L}" y1="{height - B}" x2="{width - R}" y2="{height - B}" stroke="black"/>',
-        f'<line x1="{L}" y1="{T}" x2="{L}" y2="{height - B}" stroke="black"/>',
-        f'<text x="{width / 2}" y="{height - 10}" text-anchor="middle">{xlabel}</text>',
-        f'<text x="15" y="{height / 2}" transform="rotate(-90 15 {height / 2})" '
-        f'text-anchor="middle">{ylabel}</text>',
-    ]
-    for k in range(5):
-        xv, yv = x0 + (x1 - x0) * k / 4, y0 + (y1 - y0) * k / 4
-        out.append(
-            f'<text x="{sx(xv):.1f}" y="{height - B + 16}" text-anchor="middle">{xv:.3g}</text>'
-        )
-        out.append(f'<text x="{L - 6}" y="{sy(yv) + 4:.1f}" text-anchor="end">{yv:.3g}</text>')
-    for n, (name, s) in enumerate(series.items()):
-        c = COLORS[n % len(COLORS)]
-        pts_s = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in sorted(s))
-        out.append(f'<polyline fill="none" stroke="{c}" stroke-width="1.5" points="{pts_s}"/>')
-        out.append(f'<text x="{width - R - 100}" y="{T + 15 * n}" fill="{c}">{name}</text>')
-    out.append("</svg>")
-    path.write_text("\n".join(out))
+    marks: dict[str, tuple[float, float]] | None = None,
+) -> list[str]:
+    """One line per series (sorted by x), and a marker per entry of `marks`; the legend sits
+    outside the axes so it never covers a line."""
+    fig, ax = _figure(title, xlabel, ylabel)
+    for name, pts in series.items():
+        if pts:
+            xs, ys = zip(*sorted(pts))
+            ax.plot(xs, ys, linewidth=1.4, label=name)
+    for name, (x, y) in (marks or {}).items():
+        ax.plot([x], [y], marker="*", markersize=12, linestyle="none", color="black", label=name)
+    if not any(series.values()) and not marks:
+        ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
+    elif ax.get_legend_handles_labels()[0]:
+        fig.legend(loc="outside right upper", fontsize="small")
+    return _save(fig, stem)
+
+
+def bars(stem: Path, values: dict[str, float], xlabel: str, ylabel: str, title: str) -> list[str]:
+    fig, ax = _figure(title, xlabel, ylabel)
+    if values:
+        names = list(values)
+        ax.bar(names, [values[n] for n in names], color="#4c72b0")
+        ax.tick_params(axis="x", labelrotation=45 if len(names) > 6 else 0)
+    else:
+        ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
+    return _save(fig, stem)

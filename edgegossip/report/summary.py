@@ -11,7 +11,7 @@ from edgegossip import checkpoint
 from edgegossip.data import mnist
 from edgegossip.metrics import read as read_metrics
 from edgegossip.models import make_model
-from edgegossip.report.plot import line_plot
+from edgegossip.report import plot
 
 
 def summarize(
@@ -57,6 +57,7 @@ def summarize(
                 "restarts": sum(1 for r in recs if r.get("event") == "start") - 1,
                 "peak_rss_mb": max((r.get("peak_rss_mb") or 0 for r in recs), default=None),
                 "deadline_s_by_link": last.get("deadline_s_by_link", {}),
+                "link_loss": last.get("link_loss", {}),
                 # the disk (storage.py): what this agent wrote, its rate, what was left
                 "disk_written_mb": last.get("disk_written_mb"),
                 "disk_written_mb_per_h": last.get("disk_written_mb_per_h"),
@@ -78,8 +79,8 @@ def summarize(
     expected = sum(a["link_expected"] for a in agents)
     observed = round(1 - arrived / expected, 4) if expected else None
     alarm = loss_alarm(configured_loss, observed, expected) if configured_loss is not None else None
-    _plots(out, histories)
     t0 = min((r["time"] for h in histories.values() for r in h[:1]), default=None)
+    plots = _plots(out, histories, agents, avg_acc)
     return {
         "time_to_accuracy_s": {str(t): time_to(histories, t, t0) for t in (0.95, 0.97)},
         "configured_loss": configured_loss,
@@ -90,7 +91,7 @@ def summarize(
         "elapsed_s": round(elapsed_s, 1),
         "kernel_dropped_packets": kernel_dropped,
         "agents": agents,
-        "plots": [str(out / "accuracy_vs_time.svg"), str(out / "accuracy_vs_bytes.svg")],
+        "plots": plots,
     }
 
 
@@ -128,17 +129,23 @@ def time_to(histories: dict[int, list[dict]], target: float, t0: float | None) -
     }
 
 
-def _plots(out: Path, histories: dict[int, list[dict]]) -> None:
+def _plots(out: Path, histories: dict[int, list[dict]], agents: list[dict], avg_acc) -> list[str]:
+    """Held-out accuracy against time and against bytes sent per agent, with the average
+    model's test accuracy at the end; the loss observed on each link; exchanges over time."""
     t0 = min((h[0]["time"] for h in histories.values() if h), default=0.0)
-    line_plot(
-        out / "accuracy_vs_time.svg",
+    end = max((h[-1]["time"] - t0 for h in histories.values() if h), default=0.0)
+    sent = [a["bytes_sent"] / 1e6 for a in agents]
+    mark = "average model (test set)"
+    paths = plot.lines(
+        out / "accuracy_vs_time",
         {f"agent {i}": [(r["time"] - t0, r["accuracy"]) for r in h] for i, h in histories.items()},
         "seconds",
         "held-out accuracy",
         "accuracy against time",
+        {mark: (end, avg_acc)} if avg_acc is not None else None,
     )
-    line_plot(
-        out / "accuracy_vs_bytes.svg",
+    paths += plot.lines(
+        out / "accuracy_vs_bytes",
         {
             f"agent {i}": [(r.get("bytes_sent", 0) / 1e6, r["accuracy"]) for r in h]
             for i, h in histories.items()
@@ -146,4 +153,33 @@ def _plots(out: Path, histories: dict[int, list[dict]]) -> None:
         "MB sent",
         "held-out accuracy",
         "accuracy against bytes sent",
+        {mark: (float(np.mean(sent)), avg_acc)} if avg_acc is not None and sent else None,
     )
+    paths += plot.bars(
+        out / "loss_by_link",
+        {
+            f"{a['agent']} <- {peer}": loss
+            for a in agents
+            for peer, loss in sorted(a["link_loss"].items(), key=lambda kv: int(kv[0]))
+            if loss is not None
+        },
+        "link (receiver <- sender)",
+        "observed loss",
+        "loss observed on each link",
+    )
+    paths += plot.lines(
+        out / "exchanges_over_time",
+        {
+            f"agent {i}": [(r["time"] - t0, _merged(r["exchanges"])) for r in h]
+            for i, h in histories.items()
+        },
+        "seconds",
+        "exchanges merged (all chunks or some)",
+        "exchanges over time",
+    )
+    return paths
+
+
+def _merged(exchanges: dict) -> int:
+    """Exchanges that merged a peer's parameters: with every chunk, or (under loss) some."""
+    return exchanges.get("completed", 0) + exchanges.get("partial", 0)

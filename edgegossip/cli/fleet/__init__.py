@@ -96,6 +96,7 @@ def _register() -> None:
         flash,
         init,
         logs,
+        prometheus,
         service,
         settings,
         status,
@@ -104,7 +105,7 @@ def _register() -> None:
     )
 
     mods = (init, devices, wheelhouse, flash, trust, deploy, status, service, logs, settings)
-    for mod in (*mods, collect):
+    for mod in (*mods, collect, prometheus):
         for cmd in mod.COMMANDS:
             fleet.add_command(cmd)
 

@@ -20,15 +20,21 @@ from edgegossip.cli.render import emit, fail, table
 def collect(out, live, fleet_dir, as_json, concurrency, timeout_s, only) -> None:
     """Fetch each device's latest checkpoint and metrics into OUT/agentID/, score each model and
     their average on the MNIST test set, export the average as OUT/average.onnx, and write
-    OUT/summary.json and the plots `emulate` writes.
+    OUT/summary.json, the plots `emulate` draws (PNG and SVG) and OUT/report.html.
 
     --json: {"average_model_accuracy", "onnx" (path or null), "onnx_error", "model", "fleet",
-    "observed_loss", "plots", "devices": [{"name", "ok", "error", "agent", "accuracy", "step",
-    "peak_rss_mb", "seconds"}], ...}"""
+    "observed_loss", "plots", "report", "devices": [{"name", "ok", "error", "agent", "accuracy",
+    "step", "peak_rss_mb", "seconds"}], ...}"""
     from edgegossip.data.mnist import DataError
+    from edgegossip.errors import UsageError
     from edgegossip.fleet.collect import collect as run
+    from edgegossip.report import plot
 
     f = open_fleet(fleet_dir)
+    try:
+        plot.require()
+    except UsageError as e:
+        fail(str(e), exit_codes.USAGE)
     try:
         s = run(f, select(f, only), out, live, concurrency, timeout_s)
     except DataError as e:
@@ -42,7 +48,7 @@ def collect(out, live, fleet_dir, as_json, concurrency, timeout_s, only) -> None
         acc = s["average_model_accuracy"]
         click.echo(
             f"average model: test accuracy {'n/a' if acc is None else f'{acc:.4f}'}; "
-            f"onnx: {s['onnx'] or s['onnx_error']}; summary: {out / 'summary.json'}"
+            f"onnx: {s['onnx'] or s['onnx_error']}; report: {s['report']}"
         )
     exit_for(s["devices"])
 
