@@ -28,7 +28,7 @@ from edgegossip.dataplane.inbox import Inbox
 from edgegossip.dataplane.keys import KeyfileError, LinkKeys
 from edgegossip.dataplane.plane import DataPlane, PlaneSpec
 from edgegossip.dataplane.sender import Snapshots
-from edgegossip.metrics import peak_rss_mb
+from edgegossip.metrics import peak_rss_mb, thread_cpu_s
 from edgegossip.models import ONNX_MISSING, make_model, onnx_available
 from edgegossip.models.base import Model
 from edgegossip.models.mlp import MLP
@@ -127,6 +127,7 @@ class Agent:
         self._next_checkpoint = time.monotonic() + cfg.checkpoint_every_s
         self._steps = StepTimes()
         self._next_record = 0.0
+        self._threads: dict = {}  # the agent's other threads by role, for their CPU time
         try:
             metrics_share(int(cfg.budget_mb * 1e6), checkpoint_bytes(self.plan.n_params))
         except ValueError as e:
@@ -314,6 +315,7 @@ class Agent:
             plane = self._open_plane(peers)
             if plane is not None:
                 stack.callback(plane.close)
+                self._threads.update(plane.threads())
             inbox = plane.inbox if plane is not None else None
             sender = plane.sender if plane is not None else None
             # two copies of the parameters in flight at most: an exchange we started and one we
@@ -340,6 +342,7 @@ class Agent:
                 resumed_step=self.step if self.resumed else -1,
             )
             stack.callback(metrics.close)
+            self._threads["storage"] = metrics._thread
             scrape = self._open_metrics(controls.status)
             if scrape is not None:
                 stack.callback(scrape.close)
@@ -418,11 +421,21 @@ class Agent:
                 ctx.exchanges["initiated"] / max(1, self.step - self._first_step), 5
             ),
             "peak_rss_mb": peak_rss_mb(),
+            "cpu_s": self._cpu(),
             **self._steps.take(),
             **(self.storage.report() if self.storage is not None else {}),
         }
         rec.update(self._traffic(ctx, sender, inbox, protocol))
         return rec
+
+    def _cpu(self) -> dict:
+        """CPU seconds so far: the training thread (records are made on it), each other thread
+        of the agent by role, and the whole process; what the data plane costs the device."""
+        out: dict[str, float | None] = {"train": round(time.thread_time(), 3)}
+        for role, thread in self._threads.items():
+            out[role] = thread_cpu_s(thread)
+        out["process"] = round(time.process_time(), 3)
+        return out
 
     @staticmethod
     def _traffic(ctx: Context, sender, inbox, protocol) -> dict:

@@ -26,6 +26,19 @@ def peak_rss_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
+def thread_cpu_s(thread) -> float | None:
+    """CPU seconds a running thread has used (Linux: its own CPU clock), None once it ended."""
+    import time
+
+    ident = getattr(thread, "ident", None)
+    if ident is None or not thread.is_alive():
+        return None
+    try:
+        return round(time.clock_gettime(time.pthread_getcpuclockid(ident)), 3)
+    except (OSError, AttributeError):
+        return None
+
+
 def drop_torn_line(path: Path) -> None:
     """Cut a last line that a kill or power loss left without its newline, so the next record
     starts a line of its own instead of being glued to the fragment."""

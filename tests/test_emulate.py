@@ -455,3 +455,43 @@ def test_compressed_payloads_between_real_agents(tmp_path, mnist_data, codec):
         # bytes on the wire per datagram: the compressed payload plus framing, never float32's
         assert a["bytes_sent"] / a["datagrams_sent"] <= per_datagram + 67 + 1, a
     assert out["average_model_accuracy"] > 0.85
+
+
+def test_bench_overhead_json(root_only, tmp_path):
+    """The overhead benchmark's JSON shape, from a short real run: local first (its ratio is 1 by
+    definition), then the gossip variant, each agent with the CPU of its own threads."""
+    res = CliRunner().invoke(
+        cli,
+        [
+            "bench",
+            "overhead",
+            "--nodes",
+            "2",
+            "--seconds",
+            "20",
+            "--model",
+            "logreg",
+            "--variant",
+            "elastic-gossip:int8",
+            "--target",
+            "0.8",
+            "--out",
+            str(tmp_path),
+            "--json",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output.strip().splitlines()[-1])
+    assert [(r["algorithm"], r["payload"]) for r in out["runs"]] == [
+        ("local", "float32"),
+        ("elastic-gossip", "int8"),
+    ]
+    local, gossip = out["runs"]
+    assert local["of_local"] == 1.0 and 0 < gossip["of_local"] < 2
+    for a in gossip["agents"]:
+        assert a["steps"] > 0 and a["train_cpu_s"] > 0
+        assert a["receive_cpu_s"] > 0 and a["send_cpu_s"] > 0 and a["mb_exchanged"] > 0
+        assert a["time_to_target_s"] is not None  # logreg passes 0.8 within seconds
+    assert all(a["receive_cpu_s"] is None for a in local["agents"])  # no data plane at all
+    res = CliRunner().invoke(cli, ["bench", "overhead", "--variant", "nope:int8"])
+    assert res.exit_code == 2 and "ALGORITHM:PAYLOAD" in res.output

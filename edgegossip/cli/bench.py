@@ -1,4 +1,4 @@
-"""`edgegossip bench kernels|transport|mac|train|disk|metrics`."""
+"""`edgegossip bench kernels|transport|mac|train|disk|metrics|overhead`."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ from pathlib import Path
 
 import click
 
+from edgegossip import exit_codes
 from edgegossip.bench import transport as transport_bench
-from edgegossip.cli.render import emit
+from edgegossip.cli.render import emit, fail
 
 # the options of the benchmarks that run whole agents
 _seconds = click.option(
@@ -217,4 +218,114 @@ def metrics(as_json: bool, seconds: float, every_s: float, models: tuple[str, ..
             "scrape_bytes",
         ],
         title="metrics (one local-only agent per row; the reference has no exporter)",
+    )
+
+
+@bench.command()
+@click.option("--json", "as_json", is_flag=True, help="One JSON object instead of tables.")
+@click.option("--nodes", type=click.IntRange(2, 32), default=4, show_default=True)
+@click.option(
+    "--seconds",
+    type=click.FloatRange(20, 3600),
+    default=150.0,
+    show_default=True,
+    help="How long each fleet trains.",
+)
+@click.option("--model", type=click.Choice(["mlp", "logreg"]), default="mlp", show_default=True)
+@click.option("--loss", type=click.FloatRange(0, 0.9), default=0.1, show_default=True)
+@click.option("--rate", default="20mbit", show_default=True, help="Link cap per node, or 'none'.")
+@click.option(
+    "--variant",
+    "variants",
+    multiple=True,
+    metavar="ALGORITHM:PAYLOAD",
+    help="A gossip run beside the local one (repeatable). Default: elastic-gossip:float32 and "
+    "elastic-gossip:int8.",
+)
+@click.option("--target", type=click.FloatRange(0, 1), default=0.95, show_default=True)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where each fleet's output goes (default: a new temporary folder).",
+)
+def overhead(as_json, nodes, seconds, model, loss, rate, variants, target, out) -> None:
+    """The same emulated fleet (root: namespaces) trained local-only, the reference, then with
+    each gossip variant: per agent steps per second and their share of local's, CPU seconds of
+    the training, receive and send threads, and time to the held-out TARGET accuracy.
+
+    JSON: {"benchmark": "overhead", "nodes", "seconds", "model", "loss", "rate", "target",
+    "output", "runs": [{"algorithm", "payload", "steps_per_s", "of_local",
+    "time_to_target_first_s", "time_to_target_all_s", "average_model_accuracy",
+    "observed_loss", "agents": [{"agent", "steps", "steps_per_s", "of_local", "train_cpu_s",
+    "receive_cpu_s", "send_cpu_s", "process_cpu_s", "mb_exchanged", "net_cpu_ms_per_mb",
+    "time_to_target_s"}]}]}"""
+    from edgegossip.algorithms import NAMES
+    from edgegossip.dataplane import payload as payloads
+    from edgegossip.emulate import netns
+    from edgegossip.emulate import overhead as o
+
+    if not netns.is_root():
+        fail(
+            "bench overhead emulates a fleet in network namespaces: run it as root",
+            exit_codes.NEEDS_ROOT,
+        )
+    parsed = []
+    for v in variants or ("elastic-gossip:float32", "elastic-gossip:int8"):
+        alg, _, pay = v.partition(":")
+        if alg not in NAMES or alg == "local" or pay not in payloads.NAMES:
+            fail(
+                f"--variant {v!r}: write ALGORITHM:PAYLOAD, e.g. elastic-gossip:int8",
+                exit_codes.USAGE,
+            )
+        parsed.append((alg, pay))
+    result = o.run(
+        nodes,
+        seconds,
+        model,
+        loss,
+        None if rate.lower() == "none" else rate,
+        tuple(parsed),
+        target,
+        progress=lambda m: click.echo(m, err=True),
+        out=out,
+    )
+    if as_json:
+        emit(result, True, [])
+        return
+    emit(
+        {"results": result["runs"]},
+        False,
+        [
+            "algorithm",
+            "payload",
+            "steps_per_s",
+            "of_local",
+            "time_to_target_first_s",
+            "time_to_target_all_s",
+            "average_model_accuracy",
+            "observed_loss",
+        ],
+        title=f"overhead ({nodes} agents, {model}, {loss:.0%} loss, {rate}, {seconds:g} s each)",
+    )
+    agents = [
+        {"run": f"{r['algorithm']} {r['payload']}", **a}
+        for r in result["runs"]
+        for a in r["agents"]
+    ]
+    emit(
+        {"results": agents},
+        False,
+        [
+            "run",
+            "agent",
+            "steps",
+            "of_local",
+            "train_cpu_s",
+            "receive_cpu_s",
+            "send_cpu_s",
+            "net_cpu_ms_per_mb",
+            "time_to_target_s",
+        ],
+        title="per agent",
     )

@@ -103,6 +103,13 @@ class DataPlane:
             self._stack.close()
             raise
 
+    def threads(self) -> dict:
+        """The data plane's threads by role, for their CPU time (metrics.thread_cpu_s)."""
+        out = {"receive": self.receiver._thread}
+        if self.sender is not None:
+            out["send"] = self.sender._thread
+        return out
+
     def close(self) -> None:
         """Stop sending, stop receiving, close the socket; safe to call twice."""
         self._stack.close()

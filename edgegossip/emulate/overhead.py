@@ -1,0 +1,130 @@
+"""`edgegossip bench overhead`: what gossip costs the training it is there to help. It lives
+beside the emulator because it drives emulated fleets.
+
+One invocation runs the same emulated fleet (namespaces, kernel loss, tbf caps: emulate's) once
+as local-only training, the reference, and once per gossip variant (algorithm and payload), each
+for --seconds. Per agent, from its own records: steps per second and their ratio to the local
+run's mean, the CPU seconds of its training thread, receive thread and send thread (each
+thread's own CPU clock), and the seconds until its held-out accuracy first reached the target.
+Per run: the mean ratio, the first and the last agent to reach the target, and the test
+accuracy of the average model. Agents share this machine's cores, so a data plane's CPU is taken
+from the training of every agent: the ratio is what gossip costs here, not on a device with
+cores of its own; the CPU seconds per exchanged megabyte are what carries over."""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+from pathlib import Path
+
+from edgegossip.emulate.fleet import EmulatedFleet, FleetSpec
+from edgegossip.metrics import read
+from edgegossip.report.summary import summarize, time_to
+
+
+def _fleet(spec: FleetSpec, progress) -> None:
+    fleet = EmulatedFleet(spec)
+    try:
+        fleet.up()
+        fleet.wait(spec.duration_s + 120)
+        if fleet.failed():
+            raise RuntimeError(f"agent {fleet.failed()[0]} failed; see {spec.out}")
+    finally:
+        fleet.down()
+    progress(f"{spec.algorithm} {spec.payload}: done")
+
+
+def _agent_row(recs: list[dict]) -> dict:
+    start = next(r for r in recs if r.get("event") == "start")
+    stop = [r for r in recs if r.get("event") == "stop"][-1]
+    span = max(stop["time"] - start["time"], 1e-9)
+    cpu = stop.get("cpu_s") or {}
+    mb = (stop.get("bytes_sent", 0) + stop.get("bytes_received", 0)) / 1e6
+    net_cpu = (cpu.get("receive") or 0) + (cpu.get("send") or 0)
+    return {
+        "steps": stop["step"],
+        "steps_per_s": round(stop["step"] / span, 2),
+        "train_cpu_s": cpu.get("train"),
+        "receive_cpu_s": cpu.get("receive"),
+        "send_cpu_s": cpu.get("send"),
+        "process_cpu_s": cpu.get("process"),
+        "mb_exchanged": round(mb, 1),
+        "net_cpu_ms_per_mb": round(net_cpu * 1e3 / mb, 2) if mb else None,
+    }
+
+
+def run(
+    nodes: int = 4,
+    seconds: float = 150.0,
+    model: str = "mlp",
+    loss: float = 0.1,
+    rate: str | None = "20mbit",
+    variants: tuple[tuple[str, str], ...] = (
+        ("elastic-gossip", "float32"),
+        ("elastic-gossip", "int8"),
+    ),
+    target: float = 0.95,
+    progress=print,
+    out: Path | None = None,
+) -> dict:
+    from edgegossip.data import mnist
+
+    data = mnist.load()
+    base = out or Path(tempfile.mkdtemp(prefix="bench-overhead-"))
+    runs = []
+    reference_rate = None
+    for algorithm, payload in (("local", "float32"), *variants):
+        folder = base / f"{algorithm}-{payload}"
+        spec = FleetSpec(
+            nodes=nodes,
+            algorithm=algorithm,
+            loss=loss,
+            rate=rate,
+            backend="netns",
+            out=folder,
+            duration_s=seconds,
+            model=model,
+            payload=payload,
+        )
+        progress(f"{algorithm} {payload}: {nodes} agents for {seconds:g} s")
+        _fleet(spec, progress)
+        s = summarize(folder, nodes, model, loss, "kernel", seconds, None, data)
+        rows = []
+        histories = {}
+        for i in range(nodes):
+            recs = read(folder / f"agent{i}" / "metrics.jsonl")
+            histories[i] = [r for r in recs if "accuracy" in r and r.get("accuracy") is not None]
+            rows.append({"agent": i, **_agent_row(recs)})
+        t0 = min((h[0]["time"] for h in histories.values() if h), default=None)
+        reached = time_to(histories, target, t0)
+        per_agent = {i: time_to({i: histories[i]}, target, t0)["first_agent"] for i in histories}
+        mean_rate = statistics.mean(r["steps_per_s"] for r in rows)
+        if algorithm == "local":
+            reference_rate = mean_rate
+        for r in rows:
+            r["of_local"] = round(r["steps_per_s"] / reference_rate, 3) if reference_rate else None
+            r["time_to_target_s"] = per_agent[r["agent"]]
+        runs.append(
+            {
+                "algorithm": algorithm,
+                "payload": payload,
+                "steps_per_s": round(mean_rate, 2),
+                "of_local": round(mean_rate / reference_rate, 3) if reference_rate else None,
+                "time_to_target_first_s": reached["first_agent"],
+                "time_to_target_all_s": reached["all_agents"],
+                "average_model_accuracy": s["average_model_accuracy"],
+                "observed_loss": s["observed_loss"],
+                "agents": rows,
+            }
+        )
+    return {
+        "benchmark": "overhead",
+        "nodes": nodes,
+        "seconds": seconds,
+        "model": model,
+        "loss": loss,
+        "rate": rate,
+        "target": target,
+        "runs": runs,
+        "output": str(base),
+    }
