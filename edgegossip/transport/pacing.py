@@ -7,7 +7,9 @@ import time
 
 
 class Pacer:
-    def __init__(self, rate_bytes_per_s: float | None, burst_s: float = 0.002):
+    # 10 ms: at 20 Mbit/s, 25 KB a wake-up; 2 ms woke the sender for every third datagram and
+    # cost it 2.4x the CPU (edgegossip bench overhead, README)
+    def __init__(self, rate_bytes_per_s: float | None, burst_s: float = 0.010):
         self.rate = rate_bytes_per_s if rate_bytes_per_s and rate_bytes_per_s > 0 else None
         self.burst_s = burst_s
         self._next = time.perf_counter()
