@@ -6,12 +6,18 @@ from __future__ import annotations
 import time
 
 
+# At most this much leaves back to back: the zmq transport's DISH keeps the kernel's default
+# receive buffer (212 KB; libzmq ignores ZMQ_RCVBUF on UDP), and a receiver busy training must
+# hold a whole burst there
+MAX_BURST_BYTES = 64 << 10
+
+
 class Pacer:
     # 10 ms: at 20 Mbit/s, 25 KB a wake-up; 2 ms woke the sender for every third datagram and
-    # cost it 2.4x the CPU (edgegossip bench overhead, README)
+    # cost it 2.4x the CPU (edgegossip bench overhead, README). Faster links: MAX_BURST_BYTES.
     def __init__(self, rate_bytes_per_s: float | None, burst_s: float = 0.010):
         self.rate = rate_bytes_per_s if rate_bytes_per_s and rate_bytes_per_s > 0 else None
-        self.burst_s = burst_s
+        self.burst_s = min(burst_s, MAX_BURST_BYTES / self.rate) if self.rate else burst_s
         self._next = time.perf_counter()
 
     def datagrams_per_burst(self, datagram_bytes: int, most: int = 64) -> int:
