@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 
-
 # At most this much leaves back to back: the zmq transport's DISH keeps the kernel's default
 # receive buffer (212 KB; libzmq ignores ZMQ_RCVBUF on UDP), and a receiver busy training must
 # hold a whole burst there
