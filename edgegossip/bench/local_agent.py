@@ -9,13 +9,14 @@ import sys
 from pathlib import Path
 
 from edgegossip import config
+from edgegossip.algorithms.local import Local
 
 
 def start(model: str, out: Path, seconds: float, **settings) -> subprocess.Popen:
     cfg = config.AgentConfig(
         id=0,
         listen="127.0.0.1:1",
-        algorithm="local",
+        algorithm=Local.name,
         workers=1,
         model=model,
         duration_s=seconds,

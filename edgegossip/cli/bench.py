@@ -260,7 +260,8 @@ def overhead(as_json, nodes, seconds, model, loss, rate, variants, target, out) 
     "observed_loss", "agents": [{"agent", "steps", "steps_per_s", "of_local", "train_cpu_s",
     "receive_cpu_s", "send_cpu_s", "process_cpu_s", "mb_exchanged", "net_cpu_ms_per_mb",
     "time_to_target_s"}]}]}"""
-    from edgegossip.algorithms import NAMES
+    from edgegossip.algorithms import DEFAULT, NAMES
+    from edgegossip.algorithms.local import Local
     from edgegossip.dataplane import payload as payloads
     from edgegossip.emulate import netns
     from edgegossip.emulate import overhead as o
@@ -271,11 +272,11 @@ def overhead(as_json, nodes, seconds, model, loss, rate, variants, target, out) 
             exit_codes.NEEDS_ROOT,
         )
     parsed = []
-    for v in variants or ("elastic-gossip:float32", "elastic-gossip:int8"):
+    for v in variants or (f"{DEFAULT}:float32", f"{DEFAULT}:int8"):
         alg, _, pay = v.partition(":")
-        if alg not in NAMES or alg == "local" or pay not in payloads.NAMES:
+        if alg not in NAMES or alg == Local.name or pay not in payloads.NAMES:
             fail(
-                f"--variant {v!r}: write ALGORITHM:PAYLOAD, e.g. elastic-gossip:int8",
+                f"--variant {v!r}: write ALGORITHM:PAYLOAD, e.g. {DEFAULT}:int8",
                 exit_codes.USAGE,
             )
         parsed.append((alg, pay))

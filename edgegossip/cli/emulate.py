@@ -16,6 +16,21 @@ from edgegossip.cli import options
 from edgegossip.cli.render import fail, table
 from edgegossip.cli.simulate import Probability
 
+# the table printed at the end (without --json)
+COLUMNS = (
+    "agent",
+    "accuracy",
+    "steps",
+    "exchanges_initiated_per_step",
+    "bytes_sent",
+    "datagrams_sent",
+    "datagrams_received",
+    "datagrams_dropped",
+    "peak_rss_mb",
+    "disk_written_mb_per_h",
+    "disk_free_mb",
+)
+
 
 def _progress_line(i: int, r: dict | None, alive: bool) -> str:
     if r is None:
@@ -140,10 +155,9 @@ def emulate(
     "report" (OUT/report.html)."""
     from edgegossip.data import mnist
     from edgegossip.emulate import netns
-    from edgegossip.emulate.fleet import EmulatedFleet, FleetSpec, rate_to_mbps
+    from edgegossip.emulate.fleet import FleetSpec, rate_to_mbps
     from edgegossip.errors import UsageError
-    from edgegossip.report import page, plot
-    from edgegossip.report.summary import summarize
+    from edgegossip.report import plot
 
     if cleanup:
         if not netns.is_root():
@@ -199,37 +213,35 @@ def emulate(
     if backend == "loopback" and rate:
         # tbf needs namespaces; the agents still pace at the configured rate
         spec = dataclasses.replace(spec, rate=None)
-    out, rate = spec.out, spec.rate
-    loss_kind = "kernel (nftables)" if backend == "netns" else "injected"
+    summary = _run(spec, as_json)
+    if as_json:
+        click.echo(json.dumps(summary))
+    else:
+        _show(summary, spec.loss)
+    if summary["loss_alarm"]:
+        fail(summary["loss_alarm"], exit_codes.FAILURE)
+
+
+def _run(spec, as_json: bool) -> dict:
+    """Run the fleet to its end with progress every 5 s (not with --json); its summary, written
+    to OUT/summary.json beside OUT/report.html."""
+    from edgegossip.emulate import netns
+    from edgegossip.emulate.fleet import EmulatedFleet
+    from edgegossip.report import page
+    from edgegossip.report.summary import summarize
+
+    out, rate, nodes, algorithm = spec.out, spec.rate, spec.nodes, spec.algorithm
+    loss_kind = "kernel (nftables)" if spec.backend == "netns" else "injected"
     fleet = EmulatedFleet(spec)
     t0 = time.monotonic()
     try:
         fleet.up()
         if not as_json:
             click.echo(
-                f"{nodes} agents, {algorithm} over {transport}, {loss:.0%} loss ({loss_kind}), "
-                f"links {rate or 'uncapped'}; output in {out}"
+                f"{nodes} agents, {algorithm} over {spec.transport}, {spec.loss:.0%} loss "
+                f"({loss_kind}), links {rate or 'uncapped'}; output in {out}"
             )
-        last_print = 0.0
-        while any(fleet.running()):
-            if fleet.failed():
-                raise RuntimeError(
-                    f"agent {fleet.failed()[0]} crashed; see {out}/agent{fleet.failed()[0]}.log"
-                )
-            time.sleep(0.5)
-            if not as_json and time.monotonic() - last_print > 5:
-                last_print = time.monotonic()
-                click.echo(f"[{time.monotonic() - t0:6.0f} s]")
-                for i, (r, alive) in enumerate(zip(fleet.latest(), fleet.running())):
-                    click.echo(_progress_line(i, r, alive))
-            if fleet.overdue():
-                break
-        fleet.stop()
-        if fleet.failed():
-            raise RuntimeError(
-                f"agent {fleet.failed()[0]} exited with an error; "
-                f"see {out}/agent{fleet.failed()[0]}.log"
-            )
+        _watch(fleet, out, as_json, t0)
         kernel = fleet.kernel_dropped()
     except KeyboardInterrupt:
         fleet.down()
@@ -239,9 +251,13 @@ def emulate(
         fail(str(e), exit_codes.FAILURE)
     finally:
         fleet.down()
-    summary = summarize(out, nodes, model, loss, loss_kind, time.monotonic() - t0, kernel)
+    summary = summarize(out, nodes, spec.model, spec.loss, loss_kind, time.monotonic() - t0, kernel)
     summary.update(
-        algorithm=algorithm, transport=transport, nodes=nodes, rate=rate, backend=backend
+        algorithm=algorithm,
+        transport=spec.transport,
+        nodes=nodes,
+        rate=rate,
+        backend=spec.backend,
     )
     settings = {
         k: v
@@ -252,36 +268,45 @@ def emulate(
         page.write(out, "emulate", summary, {**settings, "network": loss_kind}, None)
     )
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    if as_json:
-        click.echo(json.dumps(summary))
-        if summary["loss_alarm"]:
-            fail(summary["loss_alarm"], exit_codes.FAILURE)
-        return
-    cols = [
-        "agent",
-        "accuracy",
-        "steps",
-        "exchanges_initiated_per_step",
-        "bytes_sent",
-        "datagrams_sent",
-        "datagrams_received",
-        "datagrams_dropped",
-        "peak_rss_mb",
-        "disk_written_mb_per_h",
-        "disk_free_mb",
-    ]
-    rows = [{k: a[k] for k in cols} for a in summary["agents"]]
+    return summary
+
+
+def _watch(fleet, out: Path, as_json: bool, t0: float) -> None:
+    """Until every agent has stopped, or the fleet is overdue (then stopped); an agent that
+    crashed or exited with an error ends the run."""
+    last_print = 0.0
+    while any(fleet.running()):
+        if fleet.failed():
+            raise RuntimeError(
+                f"agent {fleet.failed()[0]} crashed; see {out}/agent{fleet.failed()[0]}.log"
+            )
+        time.sleep(0.5)
+        if not as_json and time.monotonic() - last_print > 5:
+            last_print = time.monotonic()
+            click.echo(f"[{time.monotonic() - t0:6.0f} s]")
+            for i, (r, alive) in enumerate(zip(fleet.latest(), fleet.running())):
+                click.echo(_progress_line(i, r, alive))
+        if fleet.overdue():
+            break
+    fleet.stop()
+    if fleet.failed():
+        raise RuntimeError(
+            f"agent {fleet.failed()[0]} exited with an error; "
+            f"see {out}/agent{fleet.failed()[0]}.log"
+        )
+
+
+def _show(summary: dict, loss: float) -> None:
+    rows = [{k: a[k] for k in COLUMNS} for a in summary["agents"]]
     rows.append({"agent": "average", "accuracy": summary["average_model_accuracy"]})
-    click.echo(table(rows, cols))
+    click.echo(table(rows, list(COLUMNS)))
     obs = summary["observed_loss"]
     click.echo(
-        f"loss configured {loss:.1%} ({loss_kind}), observed by receivers "
+        f"loss configured {loss:.1%} ({summary['loss_kind']}), observed by receivers "
         f"{'n/a (TCP)' if obs is None else f'{obs:.1%}'}; test accuracy of the average model "
         f"{summary['average_model_accuracy']:.4f}"
     )
     click.echo(f"report: {summary['report']}")
-    if summary["loss_alarm"]:
-        fail(summary["loss_alarm"], exit_codes.FAILURE)
 
 
 def _slow_links(values: tuple[str, ...], nodes: int) -> tuple[tuple[int, str], ...]:

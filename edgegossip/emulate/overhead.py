@@ -17,6 +17,8 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from edgegossip.algorithms import DEFAULT
+from edgegossip.algorithms.local import Local
 from edgegossip.emulate.fleet import EmulatedFleet, FleetSpec
 from edgegossip.metrics import read
 from edgegossip.report.summary import summarize, time_to
@@ -60,8 +62,8 @@ def run(
     loss: float = 0.1,
     rate: str | None = "20mbit",
     variants: tuple[tuple[str, str], ...] = (
-        ("elastic-gossip", "float32"),
-        ("elastic-gossip", "int8"),
+        (DEFAULT, "float32"),
+        (DEFAULT, "int8"),
     ),
     target: float = 0.95,
     progress=print,
@@ -73,7 +75,7 @@ def run(
     base = out or Path(tempfile.mkdtemp(prefix="bench-overhead-"))
     runs = []
     reference_rate = None
-    for algorithm, payload in (("local", "float32"), *variants):
+    for algorithm, payload in ((Local.name, "float32"), *variants):
         folder = base / f"{algorithm}-{payload}"
         spec = FleetSpec(
             nodes=nodes,
@@ -99,7 +101,7 @@ def run(
         reached = time_to(histories, target, t0)
         per_agent = {i: time_to({i: histories[i]}, target, t0)["first_agent"] for i in histories}
         mean_rate = statistics.mean(r["steps_per_s"] for r in rows)
-        if algorithm == "local":
+        if algorithm == Local.name:
             reference_rate = mean_rate
         for r in rows:
             r["of_local"] = round(r["steps_per_s"] / reference_rate, 3) if reference_rate else None

@@ -20,15 +20,17 @@ if TYPE_CHECKING:
 
 from edgegossip import __version__, algorithms, checkpoint
 from edgegossip import config as config_io
+from edgegossip.agent import report
+from edgegossip.agent.checkpoints import Checkpoints
+from edgegossip.agent.shard import Shard, load_data
 from edgegossip.config import AgentConfig, ConfigError
 from edgegossip.control.server import Controls
 from edgegossip.data import device
 from edgegossip.dataplane import payload, wire
-from edgegossip.dataplane.inbox import Inbox
 from edgegossip.dataplane.keys import KeyfileError, LinkKeys
 from edgegossip.dataplane.plane import DataPlane, PlaneSpec
 from edgegossip.dataplane.sender import Snapshots
-from edgegossip.metrics import peak_rss_mb, thread_cpu_s
+from edgegossip.metrics import peak_rss_mb
 from edgegossip.models import ONNX_MISSING, make_model, onnx_available
 from edgegossip.models.base import Model
 from edgegossip.models.mlp import MLP
@@ -39,41 +41,9 @@ from edgegossip.storage import StepTimes, Storage, checkpoint_bytes, metrics_sha
 from edgegossip.transport.peers import PeerBook
 
 log = logging.getLogger(__name__)
-AGENT_FIELDS = ("params", "momentum", "step", "replay")  # the rest of a checkpoint: the protocol's
 # how long the agent waits at start for peer names to resolve before it trains anyway (the rest
 # resolve in the background): a compose network's DNS knows every service within seconds
 RESOLVE_WAIT_S = 15.0
-
-
-class Shard:
-    """This device's training examples, visited in a fresh permutation each epoch; the order is
-    a function of (seed, worker, epoch), so a resumed agent continues where it stopped."""
-
-    def __init__(self, cfg: AgentConfig, data: device.DeviceData):
-        self.data = data
-        self.batch = cfg.batch
-        self.seed, self.worker = cfg.seed, cfg.id
-        self.steps_per_epoch = max(1, len(data.y) // self.batch)
-        self._epoch, self._order = -1, np.arange(len(data.y))
-
-    def batch_at(self, step: int) -> tuple[np.ndarray, np.ndarray]:
-        epoch, pos = divmod(step, self.steps_per_epoch)
-        if epoch != self._epoch:
-            self._order = np.random.default_rng([self.seed, self.worker, epoch]).permutation(
-                len(self.data.y)
-            )
-            self._epoch = epoch
-        return self.data.batch(self._order[pos * self.batch : (pos + 1) * self.batch])
-
-
-def load_data(cfg: AgentConfig) -> device.DeviceData:
-    """This device's data as its [data] table says, checked against the model's shapes."""
-    if cfg.source == "file":
-        data = device.from_file(cfg.path, cfg.eval_fraction, cfg.label_column, cfg.seed)
-    else:
-        data = device.from_mnist(cfg.id, cfg.workers, cfg.partition, cfg.seed, cfg.eval_examples)
-    device.check(data, cfg.inputs, cfg.classes)
-    return data
 
 
 class Agent:
@@ -118,13 +88,7 @@ class Agent:
         self._t0 = time.monotonic()
         self.config_hash = hashlib.sha256(config_io.to_toml(cfg).encode()).hexdigest()[:12]
         self.rng = np.random.default_rng([cfg.seed, cfg.id, 7])
-        self.inbox: Inbox | None = None
-        self._replay = np.zeros((0, 3), np.int64)  # the inbox's replay marks, as checkpointed
-        self._protocol: Protocol | None = None
-        self._kept: dict[str, np.ndarray] = {}  # the protocol's own fields, as checkpointed
         self.storage: Storage | None = None  # opened by run()
-        self._pool: Snapshots | None = None  # where a background checkpoint copies x to
-        self._next_checkpoint = time.monotonic() + cfg.checkpoint_every_s
         self._steps = StepTimes()
         self._next_record = 0.0
         self._threads: dict = {}  # the agent's other threads by role, for their CPU time
@@ -133,58 +97,16 @@ class Agent:
         except ValueError as e:
             raise ConfigError(str(e)) from None
         checkpoint.clean(self.out)
-        self.resumed = self._resume()
+        self.checkpoints = Checkpoints(cfg)
+        resumed = self.checkpoints.resume(self.x, self.opt.v)
+        self.resumed = resumed is not None
+        if resumed is not None:
+            self.step = resumed
+            self.rng = np.random.default_rng([cfg.seed, cfg.id, 7, self.step])
         self.keys = self.link_keys() if self.algorithm.datagrams else None
 
-    def _resume(self) -> bool:
-        state = checkpoint.load(self.out)
-        if state is None:
-            return False
-        if state["params"].shape != self.x.shape:
-            raise ValueError(f"checkpoint in {self.out} is for another model")
-        np.copyto(self.x, state["params"])
-        if "momentum" in state:  # checkpoints no longer keep it: it is rebuilt in a few steps
-            np.copyto(self.opt.v, state["momentum"])
-        self.step = int(state["step"])
-        self._replay = state.get("replay", self._replay)
-        self._kept = {k: v for k, v in state.items() if k not in AGENT_FIELDS}
-        self.rng = np.random.default_rng([self.cfg.seed, self.cfg.id, 7, self.step])
-        log.info("resumed from step %d", self.step)
-        return True
-
-    def _state(self, params: np.ndarray) -> dict[str, np.ndarray]:
-        """What resuming needs: the parameters, the step, the inbox's replay marks and the
-        protocol's own fields. Not the momentum buffer (as large as the model): a resumed
-        agent rebuilds it within a few steps, and a checkpoint half the size halves the wear."""
-        replay = self.inbox.links.state() if self.inbox is not None else self._replay
-        kept = self._protocol.checkpoint() if self._protocol is not None else self._kept
-        return {"params": params, "step": np.array(self.step), "replay": replay, **kept}
-
-    def save(self) -> bool:
-        """Write a checkpoint now and wait for it (at stop, or when the operator asks); False if
-        the disk refused it. The last good checkpoint then stays, and training goes on."""
-        assert self.storage is not None, "save() belongs to a running agent"
-        job = self.storage.checkpoint(self._state(self.x), self.step)
-        job.finished.wait()
-        return job.ok
-
-    def _checkpoint_in_background(self) -> None:
-        """Hand the storage thread a copy of x to write while training goes on; when no copy
-        is free (both are in an exchange), try again at the next step."""
-        assert self.storage is not None and self._pool is not None
-        if self.storage.busy.is_set():
-            return
-        snap = self._pool.take(self.x, count=False)
-        if snap is None:
-            return
-        self.storage.checkpoint(self._state(snap.vec), self.step, done=snap.release)
-        self._next_checkpoint = time.monotonic() + self.cfg.checkpoint_every_s
-
-    def _checkpoint_due(self) -> bool:
-        cfg = self.cfg
-        by_steps = cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0
-        by_time = cfg.checkpoint_every_s and time.monotonic() >= self._next_checkpoint
-        return bool(by_steps or by_time)
+    def _checkpoint_now(self) -> dict:
+        return self.checkpoints.now(self.x, self.step)
 
     def install_signal_handlers(self) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -243,12 +165,6 @@ class Agent:
         except OSError as e:
             raise ConfigError(f"metrics: cannot serve {cfg.metrics_endpoint}: {e}") from None
 
-    def _checkpoint_now(self) -> dict:
-        if not self.save():
-            assert self.storage is not None
-            raise RuntimeError(self.storage.checkpoint_error or "not written")
-        return {"path": str(self.out / checkpoint.NAME), "step": self.step}
-
     def status(self, ctx: Context, sender, inbox, controls, protocol) -> dict:
         """What the control endpoint's `status` answers (control/messages.py), and what a
         /metrics scrape reads (control/prometheus.py): counters only, nothing evaluated."""
@@ -271,7 +187,7 @@ class Agent:
             "loss": last.get("loss"),
             "accuracy": last.get("accuracy"),
             "exchanges": dict(ctx.exchanges),
-            **self._traffic(ctx, sender, inbox, protocol),
+            **report.traffic(ctx, sender, inbox, protocol),
             "peak_rss_mb": peak_rss_mb(),
             "uptime_s": round(time.monotonic() - self._t0, 1),
             **(self.storage.report() if self.storage is not None else {}),
@@ -301,8 +217,10 @@ class Agent:
             stale_s=cfg.deadline_s,
         )
         assert self.keys is not None  # datagrams: link keys were loaded at start
-        plane = DataPlane(spec, self.plan, self.keys, self.codec, peers, replay=self._replay)
-        self.inbox = plane.inbox
+        plane = DataPlane(
+            spec, self.plan, self.keys, self.codec, peers, replay=self.checkpoints.replay
+        )
+        self.checkpoints.inbox = plane.inbox
         return plane
 
     def run(self) -> dict:
@@ -327,15 +245,15 @@ class Agent:
             )
             protocol = make_protocol(ctx)
             stack.callback(protocol.close)
-            protocol.restore(self._kept)
-            self._protocol = protocol
+            protocol.restore(self.checkpoints.kept)
+            self.checkpoints.protocol = protocol
             controls = Controls(
                 lambda: self.status(ctx, sender, inbox, controls, protocol), self.stop_event
             )
             control = self._open_control(controls)
             if control is not None:
                 stack.callback(control.close)
-            self.storage = metrics = Storage(
+            self.storage = self.checkpoints.storage = metrics = Storage(
                 self.out,
                 int(cfg.budget_mb * 1e6),
                 checkpoint_bytes(self.plan.n_params),
@@ -346,7 +264,7 @@ class Agent:
             scrape = self._open_metrics(controls.status)
             if scrape is not None:
                 stack.callback(scrape.close)
-            self._pool = snapshots or Snapshots(self.plan.n_params, 1)
+            self.checkpoints.pool = snapshots or Snapshots(self.plan.n_params, 1)
             self._first_step = self.step
             losses: list[float] = []
             metrics.record(
@@ -362,7 +280,7 @@ class Agent:
             try:
                 self._train(protocol, controls, metrics, losses, (ctx, sender, inbox))
             finally:
-                self.save()
+                self.checkpoints.save(self.x, self.step)
                 final = self._record(losses, ctx, sender, inbox, protocol)
                 metrics.record({**final, "event": "stop"})
         return final
@@ -404,8 +322,8 @@ class Agent:
                 self._last = self._record(losses, ctx, sender, inbox, protocol)
                 metrics.record(self._last)
                 losses.clear()
-            if self._checkpoint_due():
-                self._checkpoint_in_background()
+            if self.checkpoints.due(self.step):
+                self.checkpoints.in_background(self.x, self.step)
 
     def _record(self, losses, ctx: Context, sender, inbox, protocol) -> dict:
         acc = self.data.accuracy(self.model, self.x, self.cfg.eval_examples)
@@ -421,50 +339,9 @@ class Agent:
                 ctx.exchanges["initiated"] / max(1, self.step - self._first_step), 5
             ),
             "peak_rss_mb": peak_rss_mb(),
-            "cpu_s": self._cpu(),
+            "cpu_s": report.cpu(self._threads),
             **self._steps.take(),
             **(self.storage.report() if self.storage is not None else {}),
         }
-        rec.update(self._traffic(ctx, sender, inbox, protocol))
+        rec.update(report.traffic(ctx, sender, inbox, protocol))
         return rec
-
-    def _cpu(self) -> dict:
-        """CPU seconds so far: the training thread (records are made on it), each other thread
-        of the agent by role, and the whole process; what the data plane costs the device."""
-        out: dict[str, float | None] = {"train": round(time.thread_time(), 3)}
-        for role, thread in self._threads.items():
-            out[role] = thread_cpu_s(thread)
-        out["process"] = round(time.process_time(), 3)
-        return out
-
-    @staticmethod
-    def _traffic(ctx: Context, sender, inbox, protocol) -> dict:
-        """What crossed the network: for each record, `status` and the /metrics scrape."""
-        if sender is None:  # no data plane: nothing sent, unless the protocol says so (the ring)
-            return {
-                "bytes_sent": 0,
-                "datagrams_sent": 0,
-                "bytes_received": 0,
-                "datagrams_received": 0,
-                "datagrams_dropped": 0,
-                "drops": {},
-                "link_loss": {},
-                **protocol.metrics(),
-            }
-        snap = inbox.counter.snapshot()
-        link_arrived, link_expected = inbox.links.loss()
-        return {
-            "link_arrived": link_arrived,
-            "link_expected": link_expected,
-            "link_loss": inbox.links.by_link(),  # observed on each incoming link, by peer id
-            "session": sender.encoder.session,
-            "bytes_sent": sender.encoder.bytes,
-            "datagrams_sent": sender.encoder.datagrams,
-            "bytes_received": snap["accepted_bytes"],
-            "datagrams_received": snap["accepted"],
-            "datagrams_dropped": snap["dropped"],
-            "drops": snap["drops"],
-            "send_skipped": ctx.snapshots.skipped if ctx.snapshots is not None else 0,
-            "send_unresolved": sender.peers.skipped,
-            **protocol.metrics(),
-        }

@@ -1,0 +1,39 @@
+"""This device's examples: its data as its [data] table says, and the order it visits them in."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edgegossip.config import AgentConfig
+from edgegossip.data import device
+
+
+class Shard:
+    """This device's training examples, visited in a fresh permutation each epoch; the order is
+    a function of (seed, worker, epoch), so a resumed agent continues where it stopped."""
+
+    def __init__(self, cfg: AgentConfig, data: device.DeviceData):
+        self.data = data
+        self.batch = cfg.batch
+        self.seed, self.worker = cfg.seed, cfg.id
+        self.steps_per_epoch = max(1, len(data.y) // self.batch)
+        self._epoch, self._order = -1, np.arange(len(data.y))
+
+    def batch_at(self, step: int) -> tuple[np.ndarray, np.ndarray]:
+        epoch, pos = divmod(step, self.steps_per_epoch)
+        if epoch != self._epoch:
+            self._order = np.random.default_rng([self.seed, self.worker, epoch]).permutation(
+                len(self.data.y)
+            )
+            self._epoch = epoch
+        return self.data.batch(self._order[pos * self.batch : (pos + 1) * self.batch])
+
+
+def load_data(cfg: AgentConfig) -> device.DeviceData:
+    """This device's data as its [data] table says, checked against the model's shapes."""
+    if cfg.source == "file":
+        data = device.from_file(cfg.path, cfg.eval_fraction, cfg.label_column, cfg.seed)
+    else:
+        data = device.from_mnist(cfg.id, cfg.workers, cfg.partition, cfg.seed, cfg.eval_examples)
+    device.check(data, cfg.inputs, cfg.classes)
+    return data
