@@ -23,6 +23,17 @@ def test_bench_kernels_json():
         assert r["native_gbps"] > 0 and r["copy_gbps"] > 0
 
 
+def test_bench_shard_json(mnist_data):
+    out = _json(["bench", "shard", "--json"])
+    plain, packed = out["results"]
+    assert (plain["rows"], packed["rows"]) == ("plain", "packed")
+    assert plain["examples"] == packed["examples"] == 12_800 + 2_000
+    # the packed shard is the smaller one by construction (MNIST deflates about 3.7x); times
+    # are reported, not judged
+    assert packed["mb"] < plain["mb"] / 3
+    assert all(r["batch_us"] > 0 and r["mlp_step_ms"] > 0 for r in out["results"])
+
+
 def test_bench_transport_json():
     out = _json(
         [

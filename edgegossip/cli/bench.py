@@ -1,4 +1,4 @@
-"""`edgegossip bench kernels|transport|mac|train|disk|metrics|overhead`."""
+"""`edgegossip bench kernels|transport|mac|train|shard|disk|metrics|overhead`."""
 
 from __future__ import annotations
 
@@ -121,6 +121,29 @@ def mac(as_json: bool, seconds: float) -> None:
         as_json,
         ["mac", "impl", "datagram_bytes", "gbps", "us_per_datagram", "vs_hmac_sha256"],
         title="datagram authentication, one core (the tag over the whole datagram)",
+    )
+
+
+@bench.command()
+@click.option("--json", "as_json", is_flag=True, help="One JSON object instead of a table.")
+@click.option("--workers", default=4, show_default=True, type=click.IntRange(1, 64))
+def shard(as_json: bool, workers: int) -> None:
+    """A device's MNIST shard held deflated against plain rows: MB, a batch, an evaluation.
+
+    JSON: {"benchmark": "shard", "workers", "results": [{"rows": "plain"|"packed",
+    "examples", "mb", "batch_us", "eval_ms", "mlp_step_ms", "batch_share_of_step"}]}"""
+    from edgegossip.bench import shard as s
+    from edgegossip.data.mnist import DataError
+
+    try:
+        result = s.run(workers=workers)
+    except DataError as e:
+        fail(str(e), exit_codes.MISSING_DATA)
+    emit(
+        result,
+        as_json,
+        list(result["results"][0]),
+        title=f"shard (agent 0 of {workers}; the seed MLP's step beside it)",
     )
 
 

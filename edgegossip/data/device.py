@@ -21,8 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from edgegossip.data import mnist
+from edgegossip.data import mnist, packed
 from edgegossip.data import partition as partitions
+from edgegossip.data.packed import PackedRows
 from edgegossip.errors import UsageError
 
 DataError = mnist.DataError  # the data is missing (exit 4 from the CLI)
@@ -34,9 +35,11 @@ class DataMismatch(UsageError, ValueError):
 
 @dataclass
 class DeviceData:
-    x: np.ndarray  # uint8 pixels (normalised per batch) or float32 features, [n, inputs]
+    # uint8 pixels, held deflated (packed.py) and normalised per batch, or float32 features,
+    # [n, inputs]
+    x: np.ndarray | PackedRows
     y: np.ndarray  # int64 [n]
-    x_eval: np.ndarray  # like x, [m, inputs]
+    x_eval: np.ndarray | PackedRows  # like x, [m, inputs]
     y_eval: np.ndarray  # int64 [m]
 
     def batch(self, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -55,8 +58,9 @@ class DeviceData:
         return hits / n if n else 0.0
 
 
-def _ready(x: np.ndarray) -> np.ndarray:
+def _ready(x: np.ndarray | PackedRows) -> np.ndarray:
     """What the model takes: uint8 pixels normalised as MNIST's, anything else as it is."""
+    x = np.asarray(x)
     return mnist.normalise(x) if x.dtype == np.uint8 else x
 
 
@@ -82,39 +86,42 @@ def from_mnist(
     idx = _shard(y_all[:n], partition, workers, seed, me)
     m = min(eval_examples, mnist.VALIDATION)
     held = np.arange(n, n + m)
-    rows = _stream_rows(path, "x_train", np.concatenate([idx, held]))
+    streams, width = _stream_rows(path, "x_train", np.concatenate([idx, held]))
     return DeviceData(
-        rows[: len(idx)],
+        PackedRows.of(streams[: len(idx)], width),
         y_all[idx].astype(np.int64),
-        rows[len(idx) :],
+        PackedRows.of(streams[len(idx) :], width),
         y_all[held].astype(np.int64),
     )
 
 
-def _stream_rows(path: Path, name: str, rows: np.ndarray, block: int = 2048) -> np.ndarray:
-    """rows (in that order) of a 2-D array stored in an .npz, decompressed a block at a time:
-    a device never holds the whole training set, not even while it reads its shard."""
+def _stream_rows(
+    path: Path, name: str, rows: np.ndarray, block: int = 2048
+) -> tuple[list[bytes], int]:
+    """rows (in that order) of a 2-D uint8 array stored in an .npz, each deflated (packed.py),
+    and the row width. The file is decompressed a block at a time: a device never holds the
+    whole training set, nor even its own shard inflated."""
     import zipfile
 
     order = np.argsort(rows, kind="stable")
     wanted = rows[order]
+    streams: list[bytes] = [b""] * len(rows)
     with zipfile.ZipFile(path) as zf, zf.open(f"{name}.npy") as f:
         fmt = np.lib.format
         major, _ = fmt.read_magic(f)
         header = fmt.read_array_header_1_0 if major == 1 else fmt.read_array_header_2_0
         shape, fortran, dtype = header(f)
-        if fortran or len(shape) != 2:
-            raise DataMismatch(f"{path}: {name} is not a C-ordered 2-D array")
-        out = np.empty((len(rows), shape[1]), dtype)
-        width = shape[1] * dtype.itemsize
+        if fortran or len(shape) != 2 or dtype != np.uint8:
+            raise DataMismatch(f"{path}: {name} is not a C-ordered 2-D array of uint8")
         k = 0
         for start in range(0, shape[0], block):
             stop = min(start + block, shape[0])
-            buf = np.frombuffer(f.read((stop - start) * width), dtype).reshape(-1, shape[1])
-            j = np.searchsorted(wanted, stop)
-            out[order[k:j]] = buf[wanted[k:j] - start]
-            k = int(j)
-    return out
+            buf = np.frombuffer(f.read((stop - start) * shape[1]), np.uint8).reshape(-1, shape[1])
+            j = int(np.searchsorted(wanted, stop))
+            for pos, src in zip(order[k:j].tolist(), (wanted[k:j] - start).tolist()):
+                streams[pos] = packed.deflate(buf[src])
+            k = j
+    return streams, shape[1]
 
 
 def from_file(
