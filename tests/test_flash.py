@@ -46,7 +46,10 @@ def make_image(path: Path, files: dict[str, str], fat_mb: int = 48) -> Path:
     return path
 
 
+# the kernels a 64-bit Raspberry Pi OS image carries (flash/card.py reads them)
+ARM64 = {"kernel8.img": "kernel\n", "kernel_2712.img": "kernel\n"}
 TRIXIE = {
+    **ARM64,
     "cmdline.txt": CMDLINE,
     "config.txt": "arm_64bit=1\n",
     "issue.txt": "Raspberry Pi reference 2025-10-01\n",
@@ -55,6 +58,7 @@ TRIXIE = {
     "network-config": "network:\n  version: 2\n",
 }
 BOOKWORM = {
+    **ARM64,
     "cmdline.txt": CMDLINE,
     "config.txt": "arm_64bit=1\n",
     "issue.txt": "Raspberry Pi reference 2024-11-19\nGenerated using pi-gen, stage2, bookworm\n",
@@ -71,24 +75,32 @@ def fleet(tmp_path):
         {"train": {"model": "logreg"}},
         progress=lambda m: None,
     )
-    wh = tmp_path / "fleet" / "wheelhouse"
-    wh.mkdir()
-    wheel = "edgegossip-0.1.0-cp311-cp311-linux_aarch64.whl"
+    write_wheelhouse(tmp_path / "fleet" / "wheelhouse", "aarch64", "3.11")
+    (tmp_path / "psk").write_text(PASSPHRASE + "\n")
+    return f
+
+
+def write_wheelhouse(wh: Path, machine: str, python: str) -> None:
+    """A wheelhouse of one (fake) wheel for that platform, its manifest as `fleet wheelhouse`
+    writes it."""
+    wh.mkdir(exist_ok=True)
+    for old in wh.iterdir():
+        old.unlink()
+    tag = "cp" + python.replace(".", "")
+    wheel = f"edgegossip-0.1.0-{tag}-{tag}-linux_{machine}.whl"
     (wh / wheel).write_bytes(b"PK\x03\x04 wheel bytes")
     digests = {wheel: bundle.sha256_of(wh / wheel)}
     (wh / bundle.MANIFEST).write_text(
         json.dumps(
             {
                 "release": bundle.release_of(digests),
-                "platform": {"machine": "aarch64", "python": "3.11"},
+                "platform": {"machine": machine, "python": python},
                 "wheels": [wheel],
                 "sha256": digests,
                 "extras": [],
             }
         )
     )
-    (tmp_path / "psk").write_text(PASSPHRASE + "\n")
-    return f
 
 
 def flash(fleet, *args):
@@ -130,10 +142,8 @@ def check_bundle(files: dict[str, bytes], fleet, name: str) -> None:
         files["edgegossip/server.key_secret"].startswith(b"#")
         and b"secret-key" in files["edgegossip/server.key_secret"]
     )
-    assert (
-        files["edgegossip/wheels/edgegossip-0.1.0-cp311-cp311-linux_aarch64.whl"]
-        == b"PK\x03\x04 wheel bytes"
-    )
+    wheels = [n for n in files if n.startswith("edgegossip/wheels/edgegossip-")]
+    assert len(wheels) == 1 and files[wheels[0]] == b"PK\x03\x04 wheel bytes"
     assert b"EG_NO_START" in files["edgegossip/install.sh"]
     assert b"time-sync.target" in files["edgegossip/edgegossip-agent.service"]
     # the device's host key, made by flash and pinned before it ever boots (issue 21, item 2)
@@ -148,6 +158,7 @@ def check_bundle(files: dict[str, bytes], fleet, name: str) -> None:
 
 
 def test_flash_trixie_image_with_cloud_init(fleet, tmp_path):
+    write_wheelhouse(fleet.root / "wheelhouse", "aarch64", "3.13")  # Trixie's Python
     img = make_image(tmp_path / "trixie.img", TRIXIE)
     p = flash(fleet, "pi1", "--image", str(img), *wifi(tmp_path), "--json")
     assert p.returncode == 0, p.stderr
@@ -299,3 +310,45 @@ def test_a_card_flashed_for_another_device_is_refused(fleet, tmp_path):
     assert p.returncode == 2 and "--over-another-device" in p.stderr
     assert p.stderr.strip().count("\n") == 0
     assert flash(fleet, "pi1", "--boot", str(boot), "--over-another-device").returncode == 0
+
+
+def test_the_card_says_its_system():
+    from edgegossip.flash import card
+
+    issue = "Raspberry Pi reference 2025-10-01\nGenerated using pi-gen, x, abc, stage2\n"
+    assert card.read(list(TRIXIE), issue) == {
+        "os": "Raspberry Pi OS trixie",
+        "date": "2025-10-01",
+        "machine": "aarch64",
+        "python": "3.13",
+    }
+    assert card.read(list(BOOKWORM), BOOKWORM["issue.txt"])["python"] == "3.11"
+    armhf = card.read(
+        ["kernel.img", "kernel7l.img", "kernel8.img"], "Raspberry Pi reference 2023-10-10"
+    )
+    assert (armhf["machine"], armhf["python"]) == ("armv7l", "3.11")
+    old = card.read([], "Raspberry Pi reference 2023-05-03")
+    assert (old["os"], old["machine"], old["python"]) == ("Raspberry Pi OS bullseye", None, "3.9")
+    assert set(card.read(["cmdline.txt"], "").values()) == {None}  # not a Pi's card
+
+
+@pytest.mark.parametrize(
+    "system, machine, python, says",
+    [
+        (TRIXIE, "aarch64", "3.11", "the card is Raspberry Pi OS trixie (aarch64, Python 3.13)"),
+        (BOOKWORM, "x86_64", "3.11", "the card is Raspberry Pi OS bookworm (aarch64, Python 3.11)"),
+    ],
+)
+def test_a_wheelhouse_for_another_system_is_refused_and_nothing_written(
+    fleet, tmp_path, system, machine, python, says
+):
+    write_wheelhouse(fleet.root / "wheelhouse", machine, python)
+    img = make_image(tmp_path / "card.img", system)
+    before = img.read_bytes()
+    p = flash(fleet, "pi0", "--image", str(img))
+    assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
+    assert says in p.stderr and f"the wheelhouse is for {machine} Python {python}" in p.stderr
+    assert "fleet wheelhouse" in p.stderr
+    assert img.read_bytes() == before
+    known = fleet.secrets / "known_hosts"  # no host key pinned for a card not written
+    assert not known.exists() or "192.0.2.1" not in known.read_text()

@@ -457,8 +457,9 @@ def test_flashed_first_boot_provisions_a_fresh_device(tmp_path):
         names = sorted(status(out))
         boot = tmp_path / "bootfs"
         boot.mkdir()
-        for name, text in BOOKWORM.items():
-            (boot / name).write_text(text)
+        for name, text in BOOKWORM.items():  # a lab device is x86_64: no Pi's kernels
+            if not name.startswith("kernel"):
+                (boot / name).write_text(text)
         row = js(
             "fleet",
             "flash",

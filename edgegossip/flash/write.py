@@ -6,7 +6,7 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
-from edgegossip.flash import firstboot
+from edgegossip.flash import card, firstboot
 from edgegossip.fleet import hostkeys
 from edgegossip.fleet.deploy import device_files
 
@@ -25,6 +25,9 @@ def flash(
     bundle (flashed, never booted) is refused unless over_another: written over, that device's
     secrets would stay in the card's free clusters beside this one's."""
     _check_not_another(boot, fleet, device, over_another)
+    issue = (boot.read("issue.txt") or b"").decode(errors="replace")
+    system = card.read(boot.names(), issue)
+    card.check(system, manifest["platform"])  # before anything is written
     pub = fleet.ssh_key_path().with_name(fleet.ssh_key_path().name + ".pub")
     try:
         ssh_key = pub.read_text().strip()
@@ -36,7 +39,6 @@ def flash(
     host_secret, host_public = hostkeys.make(device.name)
     files[firstboot.HOST_KEY] = host_secret
     files[firstboot.HOST_KEY + ".pub"] = (host_public + "\n").encode()
-    issue = (boot.read("issue.txt") or b"").decode(errors="replace")
     found = fmt or firstboot.detect(boot.names(), issue)
     for name, content in files.items():
         boot.write(f"{firstboot.BUNDLE}/{name}", content)
@@ -72,6 +74,7 @@ def flash(
         "files": written + list(out),
         "release": manifest["release"],
         "platform": manifest["platform"],
+        "card": system,
         "host_key": hostkeys.fingerprint(host_public),
     }
 

@@ -72,7 +72,7 @@ from edgegossip.flash.firstboot import FORMATS
     "as_json",
     is_flag=True,
     help='Print {"name", "format", "detected", "target", "instance_id", "wifi", "files", '
-    '"release", "platform", "host_key"}.',
+    '"release", "platform", "card": {"os", "date", "machine", "python"}, "host_key"}.',
 )
 def flash(
     name,
@@ -91,7 +91,11 @@ def flash(
     """Write what device NAME needs on first boot: hostname, a user with the fleet's SSH key and
     no password, SSH, Wi-Fi, and the agent installed from the card with its config, keys, data
     and unit, started once the clock is synchronised. The bundle, secrets included, is deleted
-    from the boot partition once installed."""
+    from the boot partition once installed.
+
+    The card's system is read from its boot partition (issue.txt's image date, the kernels it
+    carries): a wheelhouse for another machine or Python is refused, exit 2, before anything
+    is written."""
     from edgegossip.errors import EdgegossipError
     from edgegossip.flash import boot, wifi
     from edgegossip.flash import disk as disks
@@ -122,12 +126,6 @@ def flash(
         fail(str(e), exit_codes.USAGE)
     except OSError as e:
         fail(f"{e.filename or name}: {e.strerror}", exit_codes.FAILURE)
-    if manifest["platform"]["machine"] != "aarch64":
-        click.echo(
-            f"warning: the wheelhouse is for {manifest['platform']['machine']}; 64-bit Raspberry "
-            "Pi OS needs aarch64 wheels (`fleet wheelhouse` on a Pi)",
-            err=True,
-        )
     if as_json:
         emit(row, True)
     else:
