@@ -321,6 +321,7 @@ def test_the_card_says_its_system():
         "date": "2025-10-01",
         "machine": "aarch64",
         "python": "3.13",
+        "glibc": "2.41",
     }
     assert card.read(list(BOOKWORM), BOOKWORM["issue.txt"])["python"] == "3.11"
     armhf = card.read(
@@ -335,8 +336,13 @@ def test_the_card_says_its_system():
 @pytest.mark.parametrize(
     "system, machine, python, says",
     [
-        (TRIXIE, "aarch64", "3.11", "the card is Raspberry Pi OS trixie (aarch64, Python 3.13)"),
-        (BOOKWORM, "x86_64", "3.11", "the card is Raspberry Pi OS bookworm (aarch64, Python 3.11)"),
+        (TRIXIE, "aarch64", "3.11", "is Raspberry Pi OS trixie (aarch64 Python 3.13 glibc 2.41)"),
+        (
+            BOOKWORM,
+            "x86_64",
+            "3.11",
+            "is Raspberry Pi OS bookworm (aarch64 Python 3.11 glibc 2.36)",
+        ),
     ],
 )
 def test_a_wheelhouse_for_another_system_is_refused_and_nothing_written(
@@ -352,3 +358,16 @@ def test_a_wheelhouse_for_another_system_is_refused_and_nothing_written(
     assert img.read_bytes() == before
     known = fleet.secrets / "known_hosts"  # no host key pinned for a card not written
     assert not known.exists() or "192.0.2.1" not in known.read_text()
+
+
+def test_wheels_fit_a_system_of_their_machine_and_python_with_as_new_a_glibc():
+    from edgegossip.fleet.bundle import misfits
+
+    wheels = {"machine": "aarch64", "python": "3.11", "glibc": "2.36"}
+    assert misfits({**wheels, "glibc": "2.41"}, wheels) == []  # newer glibc runs older wheels
+    assert misfits({**wheels, "glibc": "2.31"}, wheels) == ["glibc"]
+    assert misfits({"machine": "x86_64", "python": "3.13", "glibc": "2.41"}, wheels) == [
+        "machine",
+        "python",
+    ]
+    assert misfits({"machine": "aarch64", "python": None, "glibc": None}, wheels) == []

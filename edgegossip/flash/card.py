@@ -4,8 +4,8 @@ so that a wheelhouse that cannot run there is refused before anything is written
 The markers (pi-gen, github.com/RPi-Distro/pi-gen, read 2026-12-01):
 - `issue.txt`: export-image/05-finalise copies the image's /etc/rpi-issue there, whose first
   line is "Raspberry Pi reference YYYY-MM-DD" (scripts/common, update_issue). Raspberry Pi OS
-  images from 2025-10-01 on are Trixie (Debian 13, Python 3.13), those from 2023-10-10 on
-  Bookworm (Python 3.11), older ones Bullseye (Python 3.9).
+  images from 2025-10-01 on are Trixie (Debian 13, Python 3.13, glibc 2.41), those from
+  2023-10-10 on Bookworm (Python 3.11, glibc 2.36), older ones Bullseye (Python 3.9, 2.31).
 - the kernels: 64-bit images (the arm64 branches) install only linux-image-rpi-v8 and -2712, so
   their boot partition carries `kernel8.img` and `kernel_2712.img`; 32-bit images (armhf) also
   carry `kernel.img`, `kernel7.img` or `kernel7l.img` for their armv6/armv7 userland.
@@ -18,12 +18,13 @@ from __future__ import annotations
 import re
 
 from edgegossip.errors import UsageError
+from edgegossip.fleet import bundle
 
-# (first image date, Debian release, its Python), newest first
+# (first image date, Debian release, its Python, its glibc), newest first
 RELEASES = (
-    ("2025-10-01", "trixie", "3.13"),
-    ("2023-10-10", "bookworm", "3.11"),
-    ("0000-00-00", "bullseye", "3.9"),
+    ("2025-10-01", "trixie", "3.13", "2.41"),
+    ("2023-10-10", "bookworm", "3.11", "2.36"),
+    ("0000-00-00", "bullseye", "3.9", "2.31"),
 )
 ARM32_KERNELS = ("kernel.img", "kernel7.img", "kernel7l.img")
 ARM64_KERNELS = ("kernel8.img", "kernel_2712.img")
@@ -35,8 +36,8 @@ class CardMismatch(UsageError, ValueError):
 
 
 def read(names: list[str], issue: str) -> dict:
-    """{"os", "date", "machine", "python"} of the card; a field is None where its marker is
-    missing."""
+    """{"os", "date", "machine", "python", "glibc"} of the card; a field is None where its
+    marker is missing."""
     have = set(names)
     machine = None
     if have & set(ARM32_KERNELS):
@@ -45,27 +46,25 @@ def read(names: list[str], issue: str) -> dict:
         machine = "aarch64"
     m = _ISSUE.search(issue)
     date = m.group(1) if m else None
-    release = python = None
+    release = python = glibc = None
     if date is not None:
-        release, python = next((r, p) for first, r, p in RELEASES if date >= first)
+        release, python, glibc = next((r, p, g) for first, r, p, g in RELEASES if date >= first)
     return {
         "os": f"Raspberry Pi OS {release}" if release else None,
         "date": date,
         "machine": machine,
         "python": python,
+        "glibc": glibc,
     }
 
 
 def check(card: dict, platform: dict) -> None:
-    """Refuse a wheelhouse for another machine or another Python than the card's."""
-    wrong = [k for k in ("machine", "python") if card[k] is not None and card[k] != platform.get(k)]
-    if not wrong:
+    """Refuse a wheelhouse for another machine, another Python or a newer glibc than the
+    card's."""
+    if not bundle.misfits(card, platform):
         return
-    says = ", ".join(
-        f"{'Python ' if k == 'python' else ''}{card[k]}" for k in ("machine", "python") if card[k]
-    )
     raise CardMismatch(
-        f"the card is {card['os'] or 'Raspberry Pi OS'} ({says}); the wheelhouse is for "
-        f"{platform.get('machine')} Python {platform.get('python')}: build one on such a "
-        "device with `edgegossip fleet wheelhouse --out DIR` and flash with --wheelhouse DIR"
+        f"the card is {card['os'] or 'Raspberry Pi OS'} ({bundle.describe(card)}); the "
+        f"wheelhouse is for {bundle.describe(platform)}: build one on such a device with "
+        "`edgegossip fleet wheelhouse --out DIR` and flash with --wheelhouse DIR"
     )

@@ -66,7 +66,39 @@ def source_digest() -> str:
 
 
 def this_platform() -> dict:
-    return {"machine": platform.machine(), "python": f"{sys.version_info[0]}.{sys.version_info[1]}"}
+    """What a wheelhouse built here runs on: this machine, this Python, and this glibc or a
+    newer one (a wheel compiled here links against this glibc's symbols)."""
+    return {
+        "machine": platform.machine(),
+        "python": f"{sys.version_info[0]}.{sys.version_info[1]}",
+        "glibc": platform.libc_ver()[1],
+    }
+
+
+def misfits(system: dict, wheels: dict) -> list[str]:
+    """Why wheels for the platform `wheels` cannot run on `system` (both as this_platform()
+    gives them; a key missing or None on either side is not judged): the keys that differ,
+    glibc only when the system's is older."""
+    out = [
+        k
+        for k in ("machine", "python")
+        if system.get(k) and wheels.get(k) and system[k] != wheels[k]
+    ]
+    have, need = system.get("glibc"), wheels.get("glibc")
+    if have and need and _version(have) < _version(need):
+        out.append("glibc")
+    return out
+
+
+def describe(p: dict) -> str:
+    """`aarch64 Python 3.13 glibc 2.41`, from what is known."""
+    parts = [p.get("machine"), p.get("python") and f"Python {p['python']}"]
+    parts.append(p.get("glibc") and f"glibc {p['glibc']}")
+    return " ".join(x for x in parts if x) or "an unknown platform"
+
+
+def _version(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", v))
 
 
 def _pip(*args: str, env: dict | None = None) -> None:

@@ -69,10 +69,10 @@ def deploy_one(
     ssh = Ssh(fleet, device, deadline, accept_new=accept_new)
     info = remote.probe(ssh)
     want = manifest["platform"]
-    if (info["machine"], info["python"]) != (want["machine"], want["python"]):
+    if bundle.misfits(info, want):
         raise ValueError(
-            f"device runs {info['machine']} Python {info['python']}; the wheelhouse is for "
-            f"{want['machine']} Python {want['python']} (build one on such a device with "
+            f"device runs {bundle.describe(info)}; the wheelhouse is for "
+            f"{bundle.describe(want)} (build one on such a device with "
             "`edgegossip fleet wheelhouse` and pass --wheelhouse)"
         )
     if agentconf.render(fleet, device).transport == "zmq" and not manifest.get("zmq_draft", True):

@@ -36,6 +36,7 @@ python3 - "$free" "$rel" "$ver" "$(sha /var/lib/edgegossip/data/device.npz)" \
 import json, platform, sys
 a = sys.argv[1:]
 print(json.dumps({"machine": platform.machine(), "python": "%d.%d" % sys.version_info[:2],
+                  "glibc": platform.libc_ver()[1],
                   "free_mb": int(a[0] or 0), "release": a[1], "version": a[2], "data_sha": a[3],
                   "mnist_sha": a[4], "service": a[5], "releases": a[6].split()}))
 PY
