@@ -81,6 +81,11 @@ class AgentConfig:
     output: str = setting(
         "agent", "agent-out", "checkpoints and metrics.jsonl go here", scope="managed"
     )
+    clock_wait_s: float = setting(
+        "agent",
+        30.0,
+        "at start, wait at most this long for a synchronised clock, then train anyway (clock.py)",
+    )
     algorithm: str = setting(
         "train", algorithms.DEFAULT, "the algorithm (algorithms/)", ALGORITHMS, scope="fleet"
     )
@@ -362,6 +367,7 @@ def validate(c: AgentConfig) -> None:
     need(c.checkpoint_every_s >= 0, "disk.checkpoint_every_s", "must be >= 0")
     need(c.budget_mb > 0, "disk.budget_mb", "must be positive")
     need(c.record_every_s >= 0, "disk.record_every_s", "must be >= 0")
+    need(c.clock_wait_s >= 0, "agent.clock_wait_s", "must be >= 0")
     for key, nets in (
         ("control.allow_from", c.allow_from),
         ("metrics.metrics_allow_from", c.metrics_allow_from),

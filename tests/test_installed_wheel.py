@@ -168,7 +168,8 @@ def test_fleet_commands_from_an_installed_wheel(installed, tmp_path, mnist_data)
     assert row["format"] == "cloud-init"
     conf = tomllib.loads((boot / "edgegossip" / "agent.toml").read_text())
     assert conf["net"]["rate_mbps"] == 5  # from the profile (the fleet's default is 20)
-    assert b"time-sync.target" in (boot / "edgegossip" / "edgegossip-agent.service").read_bytes()
+    unit = (boot / "edgegossip" / "edgegossip-agent.service").read_bytes()
+    assert b"ExecStart=/opt/edgegossip/venv/bin/edgegossip agent" in unit
 
     # a lab, deployed from that wheelhouse, trains
     lab = tmp_path / "lab"

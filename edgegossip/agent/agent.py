@@ -18,7 +18,7 @@ import numpy as np
 if TYPE_CHECKING:
     from edgegossip.models.onnx_backend import OnnxTrainer
 
-from edgegossip import __version__, algorithms, checkpoint
+from edgegossip import __version__, algorithms, checkpoint, clock
 from edgegossip import config as config_io
 from edgegossip.agent import report
 from edgegossip.agent.checkpoints import Checkpoints
@@ -89,6 +89,7 @@ class Agent:
         self.config_hash = hashlib.sha256(config_io.to_toml(cfg).encode()).hexdigest()[:12]
         self.rng = np.random.default_rng([cfg.seed, cfg.id, 7])
         self.storage: Storage | None = None  # opened by run()
+        self._starting = True  # until the clock wait at start is over
         self._steps = StepTimes()
         self._next_record = 0.0
         self._threads: dict = {}  # the agent's other threads by role, for their CPU time
@@ -172,6 +173,8 @@ class Agent:
         state = (
             "stopping"
             if self.stop_event.is_set()
+            else "starting"
+            if self._starting
             else "paused"
             if controls.paused.is_set()
             else "training"
@@ -182,6 +185,7 @@ class Agent:
             "version": __version__,
             "config_hash": self.config_hash,
             "state": state,
+            "clock": clock.state(),
             "step": self.step,
             "epoch": round(self.step / self.shard.steps_per_epoch, 3),
             "loss": last.get("loss"),
@@ -277,6 +281,19 @@ class Agent:
                     "transport": cfg.transport,
                 }
             )
+            # answering status meanwhile (state "starting"), so a device that waits is seen
+            waited = time.monotonic()
+            now = clock.wait(cfg.clock_wait_s, self.stop_event)
+            metrics.record(
+                {
+                    "event": "clock",
+                    "agent": cfg.id,
+                    "step": self.step,
+                    "clock": now,
+                    "waited_s": round(time.monotonic() - waited, 1),
+                }
+            )
+            self._starting = False
             try:
                 self._train(protocol, controls, metrics, losses, (ctx, sender, inbox))
             finally:
@@ -339,6 +356,7 @@ class Agent:
                 ctx.exchanges["initiated"] / max(1, self.step - self._first_step), 5
             ),
             "peak_rss_mb": peak_rss_mb(),
+            "clock": clock.state(),
             "cpu_s": report.cpu(self._threads),
             **self._steps.take(),
             **(self.storage.report() if self.storage is not None else {}),

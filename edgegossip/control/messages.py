@@ -1,7 +1,8 @@
 """Requests are one JSON object {"op": OP}, OP one of OPS; replies are {"ok": true, ...} or
 {"ok": false, "error": "one line"}. Anything else gets an error reply and changes nothing.
 
-status reply: agent, version, config_hash, state (training | paused | stopping), step, epoch,
+status reply: agent, version, config_hash, state (starting | training | paused | stopping),
+clock (synchronised | unsynchronised | unknown: clock.py), step, epoch,
 loss, accuracy, exchanges {completed, partial, timed_out, skipped}, link_loss {peer: fraction},
 drops {reason: count}, datagrams_dropped, peak_rss_mb, uptime_s, and the disk (storage.py):
 disk_written_mb, disk_written_mb_per_h, disk_free_mb, checkpoint_age_s, checkpoint_step,

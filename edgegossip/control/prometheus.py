@@ -34,6 +34,8 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.process_collector import ProcessCollector
 
+from edgegossip import clock
+
 log = logging.getLogger(__name__)
 
 PREFIX = "edgegossip_"
@@ -70,7 +72,12 @@ LABELLED: tuple[tuple[str, str, str, str], ...] = (
     ("datagrams_dropped_total", "datagrams dropped, by reason", "drops", "reason"),
     ("link_loss_ratio", "loss observed on the link from each peer", "link_loss", "peer"),
 )
-STATES = ("training", "paused", "stopping")
+STATES = ("starting", "training", "paused", "stopping")
+# name, help, key in the status dict, its values: one series per value, 1 for the one it has
+ENUMS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
+    ("state", "what the agent is doing", "state", STATES),
+    ("clock", "whether the wall clock is synchronised (clock.py)", "clock", clock.STATES),
+)
 
 
 def installed_release() -> str:
@@ -106,10 +113,11 @@ class AgentCollector:
                 if v is not None:
                     fam.add_metric([str(k)], float(v))
             yield fam
-        state = GaugeMetricFamily(PREFIX + "state", "what the agent is doing", labels=["state"])
-        for s in STATES:
-            state.add_metric([s], 1.0 if st.get("state") == s else 0.0)
-        yield state
+        for name, help, key, values in ENUMS:
+            fam = GaugeMetricFamily(PREFIX + name, help, labels=[name])
+            for value in values:
+                fam.add_metric([value], 1.0 if st.get(key) == value else 0.0)
+            yield fam
         yield InfoMetricFamily(
             PREFIX + "build",
             "what runs: version, release, config",

@@ -10,9 +10,9 @@
   systemd.unit=kernel-command-line.target`), which does the same and removes itself.
 
 Both install from `edgegossip/` on the boot partition (wheels and this device's files, deploy's
-bundle), enable the agent to start only once the clock is synchronised (Pis have no RTC and boot
-with a stale clock: systemd-time-wait-sync holds time-sync.target), and delete the bundle, with
-its secrets, from the boot partition."""
+bundle), start the agent (which waits a bounded time for a synchronised clock itself: Pis have
+no RTC, and systemd-time-wait-sync would hold every later boot of a fleet without a time server
+short of multi-user.target), and delete the bundle, with its secrets, from the boot partition."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def cmdline(old: str, fmt: str, instance: str) -> str:
 
 
 def install_commands(release: str) -> list[str]:
-    """Shell lines, run as root on first boot: install the bundle, clock gate, remove secrets.
+    """Shell lines, run as root on first boot: install the bundle, remove secrets, start.
 
     The bundle's secrets are copied into a folder only root can enter, with umask 077, so no
     byte of them is readable by another user even for a moment (FAT gives every file 0644); if
@@ -66,7 +66,6 @@ def install_commands(release: str) -> list[str]:
         f"out=$(EG_NO_START=1 bash {inc}/install.sh {inc} {shlex.quote(release)} '' 2>&1) || "
         f'{{ logger -t {FIRSTBOOT_TAG} "install failed: $(printf %s "$out" | tail -n 1)"; '
         f"rm -rf {inc}; find {b} -type f -exec shred -u -n 1 -z {{}} + ; rm -rf {b}; false; }}",
-        "systemctl enable systemd-time-wait-sync.service",
         # overwrite the bundle's bytes, not only its directory entries: FAT writes in place, and
         # a deleted file's clusters would still hold the keys for whoever reads the card
         f"find {b} -type f -exec shred -u -n 1 -z {{}} + ; rm -rf {b}",

@@ -90,12 +90,12 @@ def flash(
 ) -> None:
     """Write what device NAME needs on first boot: hostname, a user with the fleet's SSH key and
     no password, SSH, Wi-Fi, and the agent installed from the card with its config, keys, data
-    and unit, started once the clock is synchronised. The bundle, secrets included, is deleted
-    from the boot partition once installed.
+    and unit, started at once (it waits for the clock itself, a bounded time). The bundle,
+    secrets included, is deleted from the boot partition once installed.
 
     The card's system is read from its boot partition (issue.txt's image date, the kernels it
-    carries): a wheelhouse for another machine or Python is refused, exit 2, before anything
-    is written."""
+    carries): a wheelhouse for another machine, Python or a newer glibc is refused, exit 2,
+    before anything is written."""
     from edgegossip.errors import EdgegossipError
     from edgegossip.flash import boot, wifi
     from edgegossip.flash import disk as disks

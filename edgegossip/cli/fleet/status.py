@@ -26,6 +26,7 @@ COLUMNS = [
     "free_mb",
     "ckpt_age_s",
     "uptime_s",
+    "clock",
     "source",
     "note",
 ]
@@ -42,7 +43,11 @@ def _flat(r: dict) -> dict:
             else ""
         )
         or r.get("disk_note")
-        or ""
+        or (
+            "clock unsynchronised: no time server answered (record times may be off)"
+            if r.get("clock") == "unsynchronised"
+            else ""
+        )
     )
     return {
         **r,
@@ -78,7 +83,8 @@ def status(watch, fleet_dir, as_json, concurrency, timeout_s, only) -> None:
     "exchanges", "link_loss", "drops", "datagrams_dropped", "peak_rss_mb", "uptime_s",
     "disk_written_mb" (since the agent started), "disk_written_mb_per_h", "disk_free_mb",
     "checkpoint_age_s", "checkpoint_step", "checkpoint_failures", "disk_note" (why metrics
-    or checkpoints are not being written, else null), "version", "config_hash", "error", ...}],
+    or checkpoints are not being written, else null), "clock" (synchronised | unsynchronised |
+    unknown: clock.py), "version", "config_hash", "error", ...}],
     "time"}"""
     from edgegossip.fleet import parallel
     from edgegossip.fleet.query import status as device_status
