@@ -7,7 +7,9 @@ is started. scripts/system-packages.sh is the install list (make, .ci/run, the R
 
 from __future__ import annotations
 
+import re
 import shutil
+from pathlib import Path
 
 from edgegossip.errors import EdgegossipError
 
@@ -22,7 +24,10 @@ PACKAGES = {
     "mcopy": "mtools",
     "podman": "podman",
     "podman-compose": "podman-compose",
+    "qemu-aarch64-static": "qemu-user-static",
+    "update-binfmts": "binfmt-support",
 }
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
 
 
 class MissingTool(EdgegossipError, RuntimeError):
@@ -39,3 +44,19 @@ def require(*commands: str, why: str = "") -> None:
             f"{'s' if len(pkgs) > 1 else ''} {' '.join(pkgs)} "
             "(as root: bash scripts/system-packages.sh install demo, or apt-get install)"
         )
+
+
+def debian_mirror() -> str:
+    """The Debian mirror this machine's apt already uses: a root built from it needs no other
+    network."""
+    for f in [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]:
+        try:
+            text = f.read_text()
+        except OSError:
+            continue
+        m = re.search(r"^URIs:\s*(\S+/debian)\s*$", text, re.M) or re.search(
+            r"^deb\s+(?:\[[^]]*\]\s+)?(\S+/debian)\s+", text, re.M
+        )
+        if m:
+            return m.group(1)
+    return DEFAULT_MIRROR

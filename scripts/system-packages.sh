@@ -35,6 +35,8 @@ test    aardvark-dns        /usr/lib/podman/aardvark-dns               podman se
 test    cloud-init          /usr/lib/python3/dist-packages/cloudinit   first-boot user-data checked
 test    chromium            chromium                                   report.html rendered headless
 test    prometheus          prometheus                                 a real scrape of a lab fleet
+test    qemu-user-static    qemu-aarch64-static                        fleet wheelhouse --for: the arm64 build root
+test    binfmt-support      update-binfmts                             the aarch64 programs of that root run here
 '
 
 includes() {  # the groups a group stands for

@@ -3,9 +3,9 @@ so that a wheelhouse that cannot run there is refused before anything is written
 
 The markers (pi-gen, github.com/RPi-Distro/pi-gen, read 2026-12-01):
 - `issue.txt`: export-image/05-finalise copies the image's /etc/rpi-issue there, whose first
-  line is "Raspberry Pi reference YYYY-MM-DD" (scripts/common, update_issue). Raspberry Pi OS
-  images from 2025-10-01 on are Trixie (Debian 13, Python 3.13, glibc 2.41), those from
-  2023-10-10 on Bookworm (Python 3.11, glibc 2.36), older ones Bullseye (Python 3.9, 2.31).
+  line is "Raspberry Pi reference YYYY-MM-DD" (scripts/common, update_issue); the date names
+  the release, its Python and its glibc (fleet/targets.py: Trixie from 2025-10-01, Bookworm
+  from 2023-10-10).
 - the kernels: 64-bit images (the arm64 branches) install only linux-image-rpi-v8 and -2712, so
   their boot partition carries `kernel8.img` and `kernel_2712.img`; 32-bit images (armhf) also
   carry `kernel.img`, `kernel7.img` or `kernel7l.img` for their armv6/armv7 userland.
@@ -18,14 +18,8 @@ from __future__ import annotations
 import re
 
 from edgegossip.errors import UsageError
-from edgegossip.fleet import bundle
+from edgegossip.fleet import bundle, targets
 
-# (first image date, Debian release, its Python, its glibc), newest first
-RELEASES = (
-    ("2025-10-01", "trixie", "3.13", "2.41"),
-    ("2023-10-10", "bookworm", "3.11", "2.36"),
-    ("0000-00-00", "bullseye", "3.9", "2.31"),
-)
 ARM32_KERNELS = ("kernel.img", "kernel7.img", "kernel7l.img")
 ARM64_KERNELS = ("kernel8.img", "kernel_2712.img")
 _ISSUE = re.compile(r"Raspberry Pi reference (\d{4}-\d{2}-\d{2})")
@@ -46,15 +40,13 @@ def read(names: list[str], issue: str) -> dict:
         machine = "aarch64"
     m = _ISSUE.search(issue)
     date = m.group(1) if m else None
-    release = python = glibc = None
-    if date is not None:
-        release, python, glibc = next((r, p, g) for first, r, p, g in RELEASES if date >= first)
+    release = targets.release_of(date) if date is not None else None
     return {
-        "os": f"Raspberry Pi OS {release}" if release else None,
+        "os": f"Raspberry Pi OS {release.name}" if release else None,
         "date": date,
         "machine": machine,
-        "python": python,
-        "glibc": glibc,
+        "python": release.python if release else None,
+        "glibc": release.glibc if release else None,
     }
 
 

@@ -27,6 +27,8 @@ from pathlib import Path
 
 from edgegossip import paths
 from edgegossip.errors import EdgegossipError
+from edgegossip.fleet import crossbuild
+from edgegossip.fleet.targets import Target
 
 # the optional dependencies a wheelhouse or a device install may add (pyproject.toml's extras)
 EXTRAS = ("onnx",)
@@ -113,14 +115,7 @@ def _pip(*args: str, env: dict | None = None) -> None:
 def core_dependencies() -> list[str]:
     """The names of edgegossip's own requirements without an extra (pyproject.toml's
     dependencies), as installed here: what every device needs."""
-    names = []
-    for req in md.requires("edgegossip") or []:
-        if "extra ==" in req:
-            continue
-        m = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", req)
-        if m:
-            names.append(m.group(0))
-    return names
+    return [re.split(r"[\s<>=!~\[(;]", r, maxsplit=1)[0] for r in requirements()]
 
 
 def _draft_pyzmq() -> Path | None:
@@ -164,13 +159,20 @@ def _repack_installed(dest: Path) -> None:
         z.writestr(f"{info}/RECORD", "\n".join([*rows, f"{info}/RECORD,,"]) + "\n")
 
 
-def build(dest: Path, extras: tuple[str, ...] = (), progress=print) -> dict:
-    """Build (or reuse) a wheelhouse for this machine's platform in dest; its manifest.
+def build(
+    dest: Path, extras: tuple[str, ...] = (), progress=print, target: Target | None = None
+) -> dict:
+    """Build (or reuse) a wheelhouse in dest, for this machine's platform or for a device
+    target (fleet/targets.py); its manifest.
 
-    pyzmq is the draft-enabled wheel `make venv` built when there is one (the `zmq` transport
-    needs it), otherwise the package index's binary wheel (`udp` and the control socket need
-    nothing more); the manifest says which."""
+    For this machine, pyzmq is the draft-enabled wheel `make venv` built when there is one (the
+    `zmq` transport needs it), otherwise the package index's binary wheel (`udp` and the control
+    socket need nothing more); the manifest says which. For a target, the edgegossip wheel is
+    compiled in that target's root under emulation (crossbuild.py) and every other wheel is the
+    package index's binary wheel for that platform, at the newest version pyproject allows (the
+    versions this machine runs may have no wheel for the target's Python)."""
     digest = source_digest()
+    platform_ = target.platform() if target else this_platform()
     manifest_path = dest / MANIFEST
     if manifest_path.is_file():
         try:
@@ -179,46 +181,72 @@ def build(dest: Path, extras: tuple[str, ...] = (), progress=print) -> dict:
             m = {}  # not one we can trust: build it again
         if (
             m.get("source") == digest
-            and m.get("platform") == this_platform()
+            and m.get("platform") == platform_
             and set(extras) <= set(m.get("extras", []))
         ):
             return m
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
     progress(
-        f"building the wheelhouse for {this_platform()['machine']} Python "
-        f"{this_platform()['python']} in {dest} (once per source change)"
+        f"building the wheelhouse for {describe(platform_)} in {dest} (once per source change)"
     )
-    src = paths.source_tree()
-    if src is not None:
-        _pip("wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(dest), str(src))
+    draft = None
+    if target is not None:
+        shutil.copy2(crossbuild.wheel(target, digest, progress), dest)
+        pins = requirements(extras)
+        foreign = ["--python-version", target.release.python, "--implementation", "cp"]
+        foreign += ["--abi", target.abi(), "--abi", "abi3", "--abi", "none"]
+        for tag in target.pip_platforms():
+            foreign += ["--platform", tag]
     else:
-        _repack_installed(dest)
-    pins = [f"{name}=={md.version(name)}" for name in core_dependencies() if name != "pyzmq"]
-    draft = _draft_pyzmq()
-    if draft is not None:
-        shutil.copy2(draft, dest)
-    else:
-        pins.append(f"pyzmq=={md.version('pyzmq')}")
-    if "onnx" in extras:
-        pins += [f"{name}=={md.version(name)}" for name in ("onnx", "onnxruntime")]
+        src = paths.source_tree()
+        if src is not None:
+            _pip("wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(dest), str(src))
+        else:
+            _repack_installed(dest)
+        pins = [f"{name}=={md.version(name)}" for name in core_dependencies() if name != "pyzmq"]
+        draft = _draft_pyzmq()
+        if draft is not None:
+            shutil.copy2(draft, dest)
+        else:
+            pins.append(f"pyzmq=={md.version('pyzmq')}")
+        if "onnx" in extras:
+            pins += [f"{name}=={md.version(name)}" for name in ("onnx", "onnxruntime")]
+        foreign = []
     # binary wheels only, with their dependencies (a device compiles nothing)
-    _pip("download", "--quiet", "--only-binary", ":all:", "-d", str(dest), *pins)
+    _pip("download", "--quiet", "--only-binary", ":all:", *foreign, "-d", str(dest), *pins)
     wheels = sorted(p.name for p in dest.glob("*.whl"))
     digests = {w: sha256_of(dest / w) for w in wheels}
     manifest = {
         "release": release_of(digests),
         "source": digest,
-        "platform": this_platform(),
+        "platform": platform_,
+        "target": target.name if target else None,
         "extras": list(extras),
         "wheels": wheels,
         "sha256": digests,
         "zmq_draft": draft is not None,
         "bytes": sum((dest / w).stat().st_size for w in wheels),
-        "abi": sysconfig.get_config_var("SOABI"),
+        "abi": (
+            f"cpython-{target.abi()[2:]}-{target.machine}-linux-gnu"
+            if target
+            else sysconfig.get_config_var("SOABI")
+        ),
     }
     manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
     return manifest
+
+
+def requirements(extras: tuple[str, ...] = ()) -> list[str]:
+    """edgegossip's requirements as pyproject states them (`numpy>=1.24`), the core ones and
+    those of the extras given."""
+    out = []
+    for req in md.requires("edgegossip") or []:
+        spec, _, marker = req.partition(";")
+        m = re.search(r'extra\s*==\s*"([^"]+)"', marker)
+        if m is None or m.group(1) in extras:
+            out.append(spec.strip())
+    return out
 
 
 _RELEASE = re.compile(r"[0-9a-f]{12}")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -30,7 +29,6 @@ PACKAGES = (
 )
 USER = "pi"  # as on Raspberry Pi OS: a login user with passwordless sudo, not root
 SUITE = "bookworm"
-DEFAULT_MIRROR = "http://deb.debian.org/debian"
 
 
 class RootError(EdgegossipError, RuntimeError):
@@ -44,19 +42,7 @@ def default_cache() -> Path:
     return paths.cache_dir() / "lab"
 
 
-def mirror() -> str:
-    """The Debian mirror this machine's apt already uses: labs need no other network."""
-    for f in [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]:
-        try:
-            text = f.read_text()
-        except OSError:
-            continue
-        m = re.search(r"^URIs:\s*(\S+/debian)\s*$", text, re.M) or re.search(
-            r"^deb\s+(?:\[[^]]*\]\s+)?(\S+/debian)\s+", text, re.M
-        )
-        if m:
-            return m.group(1)
-    return DEFAULT_MIRROR
+mirror = tools.debian_mirror  # the lab roots come from the mirror apt already uses
 
 
 CONFIGURED = 2  # bump when _configure changes: a cached root is then built afresh
