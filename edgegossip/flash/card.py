@@ -57,6 +57,6 @@ def check(card: dict, platform: dict) -> None:
         return
     raise CardMismatch(
         f"the card is {card['os'] or 'Raspberry Pi OS'} ({bundle.describe(card)}); the "
-        f"wheelhouse is for {bundle.describe(platform)}: build one on such a device with "
-        "`edgegossip fleet wheelhouse --out DIR` and flash with --wheelhouse DIR"
+        f"wheelhouse is for {bundle.describe(platform)}: build one with "
+        f"{targets.build_hint(card)} and flash with --wheelhouse DIR"
     )

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from edgegossip import paths
 from edgegossip.data import mnist
-from edgegossip.fleet import agentconf, bundle, remote, secrets
+from edgegossip.fleet import agentconf, bundle, remote, secrets, targets
 from edgegossip.fleet.query import ask
 from edgegossip.fleet.ssh import Ssh, SshError
 
@@ -72,8 +72,8 @@ def deploy_one(
     if bundle.misfits(info, want):
         raise ValueError(
             f"device runs {bundle.describe(info)}; the wheelhouse is for "
-            f"{bundle.describe(want)} (build one on such a device with "
-            "`edgegossip fleet wheelhouse` and pass --wheelhouse)"
+            f"{bundle.describe(want)} (build one with {targets.build_hint(info)} and pass "
+            "--wheelhouse DIR)"
         )
     if agentconf.render(fleet, device).transport == "zmq" and not manifest.get("zmq_draft", True):
         raise ValueError(

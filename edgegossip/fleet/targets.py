@@ -66,3 +66,12 @@ class Target:
 
 
 TARGETS = {t.name: t for t in (Target(r, "arm64", "aarch64") for r in RELEASES[:2])}
+
+
+def build_hint(system: dict) -> str:
+    """The command that builds a wheelhouse for that system (as bundle.this_platform() says
+    it), for the error that refuses another one."""
+    for name, t in TARGETS.items():
+        if t.machine == system.get("machine") and t.release.python == system.get("python"):
+            return f"`edgegossip fleet wheelhouse --for {name} --out DIR`"
+    return "`edgegossip fleet wheelhouse --out DIR` on such a device"

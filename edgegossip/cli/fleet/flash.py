@@ -57,7 +57,7 @@ from edgegossip.flash.firstboot import FORMATS
     "wheel_dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Wheels for the device's platform (`fleet wheelhouse` run on a Pi); default "
+    help="Wheels for the device's platform (`fleet wheelhouse --for TARGET`); default "
     "FLEET/wheelhouse.",
 )
 @click.option(
