@@ -56,7 +56,7 @@ git clone -q "$here" "$root/opt/edgegossip-src"
 in_root() { chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/local/bin:/usr/bin:/bin \
             LANG=C.UTF-8 EDGEGOSSIP_CACHE=/var/cache/edgegossip OPENBLAS_NUM_THREADS=1 "$@"; }
 step uname in_root uname -m
-step install in_root bash /opt/edgegossip-src/scripts/install-device.sh /opt/edgegossip
+step install in_root bash /opt/edgegossip-src/scripts/install-device.sh --zmq-draft /opt/edgegossip
 bin=/opt/edgegossip/venv/bin
 step implementation in_root $bin/python -c "
 import edgegossip.kernels as k, edgegossip.dataplane.aead as a, zmq

@@ -141,7 +141,8 @@ def test_installed_copy_runs_without_source_tree_or_onnx(tmp_path, mnist_data, f
         timeout=60,
     )
     path, impl, draft = where.stdout.split()
-    assert Path(path).is_relative_to(prefix) and impl == "cython" and draft == "True"
+    # the index's binary pyzmq: nothing of it compiled (the draft build is --zmq-draft's)
+    assert Path(path).is_relative_to(prefix) and impl == "cython" and draft == "False"
     assert (
         subprocess.run(
             [bin_ / "python", "-c", "import onnxruntime"], env=env, capture_output=True, timeout=60
@@ -179,3 +180,22 @@ def test_installed_copy_runs_without_source_tree_or_onnx(tmp_path, mnist_data, f
     )
     assert onnx.returncode == 2
     assert onnx.stderr.count("\n") == 1 and "edgegossip[onnx]" in onnx.stderr
+
+    # the zmq transport without the draft build: one line, not a traceback
+    conf.write_text(
+        base.replace("[train]", '[net]\ntransport = "zmq"\n[train]')
+        .replace('algorithm = "local"\nworkers = 1', "workers = 2")
+        .replace(
+            "[agent]\n", '[agent]\nkey = "install-test-fleet-secret"\npeers = ["1@127.0.0.1:9"]\n'
+        )
+    )
+    zmq_run = subprocess.run(
+        [bin_ / "edgegossip", "agent", "--config", str(conf)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert zmq_run.returncode != 0 and zmq_run.stderr.count("\n") == 1, zmq_run.stderr
+    assert "draft API" in zmq_run.stderr and "--zmq-draft" in zmq_run.stderr

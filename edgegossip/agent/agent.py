@@ -63,6 +63,10 @@ class Agent:
         # NumPy MLP under gossip: the optimiser steps layer by layer inside the backward pass,
         # so the gradient buffer holds one layer, not the model (all-reduce needs it whole)
         self.algorithm = algorithms.get(cfg.algorithm)
+        if self.algorithm.datagrams and cfg.transport == "zmq":  # refused before the data loads
+            from edgegossip.transport.zmq import require_draft
+
+            require_draft()
         self.fused: MLP | None = None
         if (
             cfg.backend == "numpy"

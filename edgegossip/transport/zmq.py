@@ -13,6 +13,7 @@ import threading
 
 import zmq
 
+from edgegossip.errors import UsageError
 from edgegossip.transport.base import (
     ZMQ_MAX_DATAGRAM,
     DropSink,
@@ -26,11 +27,16 @@ from edgegossip.transport.pacing import Pacer
 HWM = 100_000
 
 
+class DraftMissing(UsageError, RuntimeError):
+    """The zmq transport was chosen where pyzmq is the package index's (no draft API)."""
+
+
 def require_draft() -> None:
     if not zmq.has("draft"):
-        raise RuntimeError(
-            "pyzmq lacks the libzmq draft API (RADIO/DISH); install it with "
-            "scripts/install-pyzmq-draft.sh or use --transport udp"
+        raise DraftMissing(
+            "net.transport zmq needs pyzmq with the libzmq draft API (RADIO/DISH), which the "
+            "package index's lacks: install with scripts/install-device.sh --zmq-draft (or "
+            "scripts/install-pyzmq-draft.sh), or use transport udp"
         )
 
 
