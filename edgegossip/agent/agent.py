@@ -22,12 +22,12 @@ from edgegossip import __version__, algorithms, checkpoint, clock
 from edgegossip import config as config_io
 from edgegossip.agent import report
 from edgegossip.agent.checkpoints import Checkpoints
+from edgegossip.agent.keys import link_keys
 from edgegossip.agent.shard import Shard, load_data
 from edgegossip.config import AgentConfig, ConfigError
 from edgegossip.control.server import Controls
 from edgegossip.data import device
-from edgegossip.dataplane import payload, wire
-from edgegossip.dataplane.keys import KeyfileError, LinkKeys
+from edgegossip.dataplane import payload
 from edgegossip.dataplane.plane import DataPlane, PlaneSpec
 from edgegossip.dataplane.sender import Snapshots
 from edgegossip.metrics import peak_rss_mb
@@ -108,7 +108,7 @@ class Agent:
         if resumed is not None:
             self.step = resumed
             self.rng = np.random.default_rng([cfg.seed, cfg.id, 7, self.step])
-        self.keys = self.link_keys() if self.algorithm.datagrams else None
+        self.keys = link_keys(cfg) if self.algorithm.datagrams else None
 
     def _checkpoint_now(self) -> dict:
         return self.checkpoints.now(self.x, self.step)
@@ -116,27 +116,6 @@ class Agent:
     def install_signal_handlers(self) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: self.stop_event.set())
-
-    def link_keys(self) -> LinkKeys:
-        """This device's link keys: from its keyfile, or derived from the fleet secret."""
-        cfg = self.cfg
-        if not cfg.keys:
-            problem = config_io.secret_problem(cfg.key)
-            if problem is not None:  # a public secret would let anyone forge every datagram
-                raise ConfigError(problem)
-            return LinkKeys.of(wire.derive_key(cfg.key))
-        try:
-            keys = LinkKeys.load(cfg.keys, cfg.id, cfg.fleet)
-        except KeyfileError as e:
-            raise ConfigError(f"agent.keys: {e}") from None
-        missing = [
-            p.id
-            for p in cfg.peers
-            if keys.key(cfg.id, p.id) is None or keys.key(p.id, cfg.id) is None
-        ]
-        if missing:
-            raise ConfigError(f"agent.keys: no keys for the links with peers {missing}")
-        return keys
 
     def _step_layer(self, lo: int, hi: int, g: np.ndarray) -> None:
         self.opt.step_slice(self.x, g, lo, hi)
