@@ -145,3 +145,16 @@ def test_packed_rows_give_back_exactly_the_rows_they_hold(mnist_data):
         packed[np.array([3000])]
     with pytest.raises(ValueError):
         PackedRows.pack(rows.astype(np.float32))
+
+
+def test_a_model_with_a_light_step_keeps_its_shard_plain(mnist_data):
+    from edgegossip.data.packed import PackedRows
+    from edgegossip.models import make_model
+
+    assert make_model("logreg").light_step and not make_model("mlp").light_step
+    assert not make_model("cnn").light_step  # a slow step: packing costs it nothing that shows
+    packed = device.from_mnist(me=0, workers=4, partition="iid", seed=0, eval_examples=100)
+    plain = device.from_mnist(0, 4, "iid", 0, 100, packed=False)
+    assert isinstance(packed.x, PackedRows) and isinstance(plain.x, np.ndarray)
+    np.testing.assert_array_equal(np.asarray(packed.x), plain.x)
+    np.testing.assert_array_equal(np.asarray(packed.x_eval), plain.x_eval)

@@ -51,8 +51,8 @@ class Agent:
         self.cfg = cfg
         self.out = Path(cfg.output)
         self.stop_event = threading.Event()
-        self.data = data if data is not None else load_data(cfg)
         self.model = make_model(cfg.model, cfg.seed, cfg.inputs, cfg.classes)
+        self.data = data if data is not None else load_data(cfg, not self.model.light_step)
         self.codec = payload.codec(cfg.payload)
         self.plan = self.codec.plan(self.model.n_params, cfg.chunk_bytes)
         self.shard = Shard(cfg, self.data)

@@ -29,11 +29,14 @@ class Shard:
         return self.data.batch(self._order[pos * self.batch : (pos + 1) * self.batch])
 
 
-def load_data(cfg: AgentConfig) -> device.DeviceData:
-    """This device's data as its [data] table says, checked against the model's shapes."""
+def load_data(cfg: AgentConfig, packed: bool = True) -> device.DeviceData:
+    """This device's data as its [data] table says, checked against the model's shapes; MNIST's
+    pixel rows held deflated (data/packed.py) when packed."""
     if cfg.source == "file":
         data = device.from_file(cfg.path, cfg.eval_fraction, cfg.label_column, cfg.seed)
     else:
-        data = device.from_mnist(cfg.id, cfg.workers, cfg.partition, cfg.seed, cfg.eval_examples)
+        data = device.from_mnist(
+            cfg.id, cfg.workers, cfg.partition, cfg.seed, cfg.eval_examples, packed=packed
+        )
     device.check(data, cfg.inputs, cfg.classes)
     return data

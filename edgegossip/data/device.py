@@ -73,7 +73,13 @@ def _shard(labels: np.ndarray, partition: str, workers: int, seed: int, me: int)
 
 
 def from_mnist(
-    me: int, workers: int, partition: str, seed: int, eval_examples: int, path: Path | None = None
+    me: int,
+    workers: int,
+    partition: str,
+    seed: int,
+    eval_examples: int,
+    path: Path | None = None,
+    packed: bool = True,
 ) -> DeviceData:
     """This worker's MNIST shard and the first eval_examples of the validation hold-out; the
     rest of the arrays is dropped as soon as it is read."""
@@ -87,12 +93,11 @@ def from_mnist(
     m = min(eval_examples, mnist.VALIDATION)
     held = np.arange(n, n + m)
     streams, width = _stream_rows(path, "x_train", np.concatenate([idx, held]))
-    return DeviceData(
-        PackedRows.of(streams[: len(idx)], width),
-        y_all[idx].astype(np.int64),
-        PackedRows.of(streams[len(idx) :], width),
-        y_all[held].astype(np.int64),
-    )
+    x: np.ndarray | PackedRows = PackedRows.of(streams[: len(idx)], width)
+    x_eval: np.ndarray | PackedRows = PackedRows.of(streams[len(idx) :], width)
+    if not packed:  # inflated once, here: the whole set is never held, only this shard
+        x, x_eval = np.asarray(x), np.asarray(x_eval)
+    return DeviceData(x, y_all[idx].astype(np.int64), x_eval, y_all[held].astype(np.int64))
 
 
 def _stream_rows(

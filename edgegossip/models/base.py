@@ -41,6 +41,10 @@ def log_softmax_xent(logits: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarr
 
 class Model(ABC):
     layout: FlatLayout
+    # a step so short (logistic regression: ~0.07 ms here) that inflating a batch of packed
+    # rows (data/packed.py, ~0.09 ms) would more than double it: such a model's agent keeps its
+    # shard plain
+    light_step: bool = False
 
     @property
     def n_params(self) -> int:

@@ -23,6 +23,7 @@ class MLP(Model):
         self, sizes: list[int], dropout_in: float = 0.2, dropout_hidden: float = 0.5, seed: int = 0
     ):
         self.sizes = list(sizes)
+        self.light_step = len(self.sizes) == 2  # no hidden layer: logistic regression
         self.dropout_in = dropout_in
         self.dropout_hidden = dropout_hidden
         shapes = []
