@@ -181,7 +181,9 @@ def test_flash_trixie_image_with_cloud_init(fleet, tmp_path):
     )
     assert v.returncode == 0 and "Valid cloud-config" in v.stdout, v.stdout + v.stderr
     doc = json.loads(files["user-data"].decode().split("\n", 1)[1])
-    user = doc["users"][0]
+    user = doc["user"]  # singular, as Imager writes it: the OS's default user, its groups kept
+    assert "groups" not in user and doc["manage_resolv_conf"] is False
+    assert ["chmod", "0440", "/etc/sudoers.d/010_pi-nopasswd"] in doc["runcmd"]
     pub = (fleet.ssh_key_path().with_name("id_ed25519.pub")).read_text().strip()
     assert doc["hostname"] == "pi1" and user["name"] == "pi" and user["lock_passwd"] is True
     assert user["ssh_authorized_keys"] == [pub] and doc["ssh_pwauth"] is False

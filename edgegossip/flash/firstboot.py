@@ -74,21 +74,30 @@ def install_commands(release: str) -> list[str]:
 
 
 def user_data(hostname: str, user: str, ssh_key: str, release: str) -> str:
+    """As Raspberry Pi Imager writes it for the same image (src/customization_generator.cpp,
+    read 2026-12-01): a singular `user:`, which renames the OS's default user and keeps its
+    groups (sudo, adm, gpio, video...; a `users:` list makes a user of no group, Imager issue
+    #1601), passwordless sudo written as a sudoers file too (cc_raspberry_pi does not always
+    apply `sudo:`), ssh enabled in runcmd (the image ships it off), and DNS left to
+    NetworkManager (`manage_resolv_conf: false`)."""
+    sudoers = f"/etc/sudoers.d/010_{user}-nopasswd"
     doc = {
+        "manage_resolv_conf": False,
         "hostname": hostname,
         "manage_etc_hosts": True,
         "ssh_pwauth": False,
-        "users": [
-            {
-                "name": user,
-                "groups": "sudo",
-                "shell": "/bin/bash",
-                "lock_passwd": True,
-                "sudo": "ALL=(ALL) NOPASSWD:ALL",
-                "ssh_authorized_keys": [ssh_key.strip()],
-            }
-        ],
-        "runcmd": [["systemctl", "enable", "--now", "ssh"]]
+        "user": {
+            "name": user,
+            "shell": "/bin/bash",
+            "lock_passwd": True,
+            "sudo": "ALL=(ALL) NOPASSWD:ALL",
+            "ssh_authorized_keys": [ssh_key.strip()],
+        },
+        "runcmd": [
+            ["systemctl", "enable", "--now", "ssh"],
+            ["sh", "-c", f"echo {shlex.quote(f'{user} ALL=(ALL) NOPASSWD:ALL')} > {sudoers}"],
+            ["chmod", "0440", sudoers],
+        ]
         + [["bash", "-c", c] for c in install_commands(release)]
         # the hashed PSK joins the Wi-Fi as well as the passphrase: once cloud-init has rendered
         # it into /etc (root's), the card keeps no copy. NoCloud applies network config to a new
@@ -104,7 +113,11 @@ def meta_data(instance: str, hostname: str) -> str:
 
 def network_config(ssid: str | None, psk_hex: str | None, country: str | None) -> str:
     doc: dict = {
-        "network": {"version": 2, "ethernets": {"eth0": {"dhcp4": True, "optional": True}}}
+        # as Imager writes it: IPv6 on the wire too
+        "network": {
+            "version": 2,
+            "ethernets": {"eth0": {"dhcp4": True, "dhcp6": True, "optional": True}},
+        }
     }
     if ssid:
         doc["network"]["wifis"] = {
