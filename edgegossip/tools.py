@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 from edgegossip.errors import EdgegossipError
@@ -60,3 +61,42 @@ def debian_mirror() -> str:
         if m:
             return m.group(1)
     return DEFAULT_MIRROR
+
+
+BINFMT = Path("/proc/sys/fs/binfmt_misc")
+
+
+def enable_binfmt(machine: str) -> None:
+    """Make this kernel run `machine`'s programs under qemu-user: binfmt-support's entry from
+    qemu-user-static (mounting binfmt_misc first where nothing has), and beside it an entry of
+    our own for the same programs that also hands qemu the program already opened (flag O) and
+    runs it with the program's credentials (flag C, which implies O). Without O, a program
+    started as /proc/self/fd/N from a close-on-exec descriptor (systemd 253+ starts every
+    service so, through systemd-executor) is gone before qemu can open it, and no service of a
+    booted Trixie root starts; without C, a set-user-ID program (sudo) runs as its caller, and
+    no fleet command gets through sudo. Both are what the program would get on its own CPU. The
+    newest entry is tried first, so ours wins while it is there; removing it restores the
+    distribution's."""
+    debian = BINFMT / f"qemu-{machine}"
+    if not debian.is_file():
+        if not (BINFMT / "register").exists():
+            subprocess.run(["mount", "-t", "binfmt_misc", "binfmt_misc", str(BINFMT)], check=False)
+        p = subprocess.run(
+            ["update-binfmts", "--enable", f"qemu-{machine}"], capture_output=True, text=True
+        )
+        if p.returncode != 0 or not debian.is_file():
+            tail = (p.stderr.strip() or p.stdout.strip()).splitlines()[-1:]
+            raise MissingTool(
+                f"cannot run {machine} programs here (update-binfmts --enable qemu-{machine}: "
+                f"{tail[0] if tail else 'no entry'})"
+            )
+    ours = BINFMT / f"edgegossip-{machine}"
+    if ours.is_file():
+        if "flags: POCF" in ours.read_text():
+            return
+        ours.write_text("-1")  # an entry of an earlier version: made again below
+    entry = dict(line.split(" ", 1) for line in debian.read_text().splitlines() if " " in line)
+    esc = "".join(f"\\x{b:02x}" for b in bytes.fromhex(entry["magic"]))
+    mask = "".join(f"\\x{b:02x}" for b in bytes.fromhex(entry["mask"]))
+    rule = f":edgegossip-{machine}:M:{entry['offset']}:{esc}:{mask}:{entry['interpreter']}:POCF"
+    (BINFMT / "register").write_text(rule)

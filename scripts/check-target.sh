@@ -8,22 +8,9 @@
 # so not in `make test` (tests/test_targets.py covers the rest of the build there). As root,
 # from a checkout with `make venv` done:  bash scripts/check-target.sh [trixie-arm64]
 set -euo pipefail
-here=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=steps.sh
+. "$(dirname "$0")/steps.sh"
 target=${1:-trixie-arm64}
-eg=$here/.venv/bin/edgegossip
-py=$here/.venv/bin/python
-[ "$(id -u)" = 0 ] || { echo "check-target.sh: needs root (debootstrap, chroot, binfmt)" >&2; exit 3; }
-bash "$here/scripts/system-packages.sh" install test >/dev/null
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
-step() {  # step NAME COMMAND...: run and time it
-  local name=$1 t0=$SECONDS; shift
-  if "$@" >"$out/$name.log" 2>&1; then
-    echo "PASS  $name  $((SECONDS - t0)) s"
-  else
-    echo "FAIL  $name  $((SECONDS - t0)) s"; tail -20 "$out/$name.log" >&2; exit 1
-  fi
-}
 step wheelhouse "$eg" fleet wheelhouse --for "$target" --out "$out/wh" --json
 root=$("$py" -c "from edgegossip.fleet import crossbuild, targets; print(crossbuild.root_path(targets.TARGETS['$target']))")
 rm -rf "$root/opt/wh" "$root/opt/check"
@@ -32,8 +19,10 @@ mnist=$("$py" -c "from edgegossip.data import mnist; print(mnist.cache_path())")
 [ -f "$mnist" ] || "$eg" data fetch mnist >/dev/null
 mkdir -p "$root/root/.cache/edgegossip"
 cp "$mnist" "$root/root/.cache/edgegossip/mnist.npz"
+cpu=$("$py" -c "from edgegossip.fleet import targets; print(targets.QEMU_CPU[targets.TARGETS['$target'].machine])")
 in_root() {  # chrooted, with its own /proc and /dev that go away with the namespace
-  unshare --mount --propagation private sh -c 'mount -t proc proc "$0/proc" && mount --rbind /dev "$0/dev" && exec chroot "$0" /usr/bin/env -i HOME=/root PATH=/usr/bin:/bin LANG=C.UTF-8 OPENBLAS_NUM_THREADS=1 "$@"' "$root" "$@"
+  # shellcheck disable=SC2016  # expanded by the inner sh
+  QEMU_CPU=$cpu unshare --mount --propagation private sh -c 'mount -t proc proc "$0/proc" && mount --rbind /dev "$0/dev" && exec chroot "$0" /usr/bin/env -i HOME=/root PATH=/usr/bin:/bin LANG=C.UTF-8 OPENBLAS_NUM_THREADS=1 QEMU_CPU="$QEMU_CPU" "$@"' "$root" "$@"
 }
 step venv in_root python3 -m venv --without-pip /opt/check
 # the root's own pip installs into the new venv: the device's is the one its venv brings

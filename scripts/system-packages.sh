@@ -35,7 +35,7 @@ test    aardvark-dns        /usr/lib/podman/aardvark-dns               podman se
 test    cloud-init          /usr/lib/python3/dist-packages/cloudinit   first-boot user-data checked
 test    chromium            chromium                                   report.html rendered headless
 test    prometheus          prometheus                                 a real scrape of a lab fleet
-test    qemu-user-static    qemu-aarch64-static                        fleet wheelhouse --for: the arm64 build root
+test    qemu-user-static    @qemu10                                    arm64 roots: the wheelhouse build, booted lab devices
 test    binfmt-support      update-binfmts                             the aarch64 programs of that root run here
 '
 
@@ -60,9 +60,24 @@ rows() {  # the table rows of GROUP and the groups it includes
 present() {
   case "$1" in
     @venv) python3 -c "import venv, ensurepip" 2>/dev/null ;;
+    # systemd 253+ (Trixie's) boots under qemu-user from 10.0 on (7.2, Debian 12's, fails:
+    # no execveat); Debian 12 has 10.0 in bookworm-backports
+    @qemu10) command -v qemu-aarch64-static >/dev/null 2>&1 &&
+      [ "$(qemu-aarch64-static --version | sed -n 's/^qemu-aarch64 version \([0-9]*\).*/\1/p')" -ge 10 ] ;;
     /*) [ -e "$1" ] ;;
     *) command -v "$1" >/dev/null 2>&1 ;;
   esac
+}
+
+codename() { sed -n "s/^VERSION_CODENAME=//p" /etc/os-release; }
+
+backports() {  # the release's backports suite from the mirror apt already uses
+  local list=/etc/apt/sources.list.d/edgegossip-backports.list mirror
+  grep -rqs -- "$(codename)-backports" /etc/apt/sources.list /etc/apt/sources.list.d && return 0
+  mirror=$(grep -rhoE '(URIs:[[:space:]]*|^deb[[:space:]]+(\[[^]]*\][[:space:]]+)?)[^[:space:]]+/debian([[:space:]]|$)' \
+    /etc/apt/sources.list /etc/apt/sources.list.d 2>/dev/null | grep -oE "[^[:space:]]+/debian" | head -n 1 || true)
+  echo "deb ${mirror:-http://deb.debian.org/debian} $(codename)-backports main" > "$list"
+  apt-get update -qq
 }
 
 missing() {
@@ -90,6 +105,13 @@ case "$cmd" in
     # shellcheck disable=SC2086
     apt-get install -y -qq --no-install-recommends $need >/dev/null
     still=$(missing "$group" | tr '\n' ' ')
+    if [ -n "${still// /}" ]; then
+      # too old in this release (see present): from its backports, which Debian keeps for that
+      backports
+      # shellcheck disable=SC2086
+      apt-get install -y -qq --no-install-recommends -t "$(codename)-backports" $still >/dev/null
+      still=$(missing "$group" | tr '\n' ' ')
+    fi
     if [ -n "${still// /}" ]; then
       echo "system-packages.sh: still missing after install: $still" >&2; exit 1
     fi

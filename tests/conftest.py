@@ -69,3 +69,39 @@ def procs():
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+_ARM64 = "arm64_trixie_root"
+_arm64: dict = {}
+
+
+def _build_arm64_root() -> None:
+    os.nice(19)  # on Linux this thread alone, and what it starts: the tests keep the CPU first
+    from edgegossip.lab import root
+
+    try:
+        _arm64["path"] = root.ensure(root.Spec("trixie", "arm64"), progress=lambda m: None)
+    except Exception as e:  # reported by the fixture, in the test that needs the root
+        _arm64["error"] = e
+
+
+def pytest_collection_finish(session):
+    """The arm64 lab root takes minutes under emulation: when a selected test needs it, build it
+    from the start of the session, behind the other tests."""
+    if os.geteuid() == 0 and any(_ARM64 in getattr(i, "fixturenames", ()) for i in session.items):
+        import threading
+
+        _arm64["thread"] = threading.Thread(target=_build_arm64_root, name=_ARM64, daemon=True)
+        _arm64["thread"].start()
+
+
+@pytest.fixture(scope="session")
+def arm64_trixie_root():
+    thread = _arm64.get("thread")
+    if thread is None:
+        _build_arm64_root()
+    else:
+        thread.join()
+    if "error" in _arm64:
+        raise _arm64["error"]
+    return _arm64["path"]

@@ -214,3 +214,16 @@ def test_simulate_plot_draws_png_and_svg(tmp_path):
             assert "<svg" in open(p).read()
     res = CliRunner().invoke(cli, ["simulate", "--algorithm", "local", "--plot", str(stem)])
     assert res.exit_code == 2 and "need --eval-every" in res.output
+
+
+def test_lab_boot_refuses_what_it_cannot_boot(tmp_path):
+    """No lab in the folder, or a card folder with no cmdline.txt: one line and a non-zero exit,
+    before any device is touched."""
+    card = tmp_path / "card"
+    card.mkdir()
+    res = CliRunner().invoke(cli, ["lab", "boot", str(tmp_path), "lab1-0", "--card", str(card)])
+    assert res.exit_code == 1 and res.output.count("\n") == 1, res.output
+    assert "no lab there" in res.output
+    (tmp_path / "lab.json").write_text(json.dumps({"lab": 1, "root": "/x", "devices": []}))
+    res = CliRunner().invoke(cli, ["lab", "boot", str(tmp_path), "lab1-0", "--card", str(card)])
+    assert res.exit_code == 2 and "not a device of the lab" in res.output, res.output

@@ -12,6 +12,8 @@ from edgegossip.algorithms import DEFAULT as DEFAULT_ALGORITHM
 from edgegossip.algorithms import NAMES as ALGORITHMS
 from edgegossip.cli import options
 from edgegossip.cli.render import emit, fail
+from edgegossip.fleet.targets import RELEASES
+from edgegossip.lab import root as lab_root
 
 
 @click.group()
@@ -41,6 +43,28 @@ def lab() -> None:
     help="Each device's own MNIST file, or none (ship MNIST whole).",
 )
 @click.option(
+    "--os",
+    "os_name",
+    type=click.Choice(lab_root.OSES),
+    default="bookworm",
+    show_default=True,
+    help="The Raspberry Pi OS release the devices run, as its Debian release: "
+    + ", ".join(
+        f"{r.name} (Python {r.python}, glibc {r.glibc})"
+        for r in RELEASES
+        if r.name in lab_root.OSES
+    )
+    + ".",
+)
+@click.option(
+    "--arch",
+    type=click.Choice(tuple(lab_root.ARCHES)),
+    default=None,
+    help="The devices' architecture, as Debian names it: arm64 is aarch64, the 64-bit Raspberry "
+    "Pi OS of every Pi since the Pi 3 (run under qemu-user: slow, for correctness); default: "
+    "this machine's.",
+)
+@click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
     required=True,
@@ -50,9 +74,9 @@ def lab() -> None:
     "--json",
     "as_json",
     is_flag=True,
-    help='Print {"lab", "fleet", "devices": [{"name", "address"}]}.',
+    help='Print {"lab", "os", "arch", "fleet", "devices": [{"name", "address"}]}.',
 )
-def up(n, loss, rate, model, algorithm, split, out, as_json) -> None:
+def up(n, loss, rate, model, algorithm, split, os_name, arch, out, as_json) -> None:
     """Boot N devices and write OUT/fleet.toml pointing at them."""
     from edgegossip.errors import EdgegossipError
     from edgegossip.lab import machines
@@ -67,6 +91,7 @@ def up(n, loss, rate, model, algorithm, split, out, as_json) -> None:
             settings,
             None if split == "none" else split,
             progress=lambda m: click.echo(m, err=True),
+            spec=lab_root.Spec(os_name, arch or ""),
         )
     except machines.LabError as e:
         fail(str(e), exit_codes.NEEDS_ROOT if "root" in str(e) else exit_codes.FAILURE)
@@ -79,6 +104,34 @@ def up(n, loss, rate, model, algorithm, split, out, as_json) -> None:
             f"lab {result['lab']}: {n} devices up; fleet in {result['fleet']} "
             f"(try: edgegossip fleet deploy --fleet {out})"
         )
+
+
+@lab.command()
+@click.argument("directory", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.argument("name")
+@click.option(
+    "--card",
+    "card_dir",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    required=True,
+    help="The boot partition `fleet flash NAME --boot DIR` wrote, mounted at /boot/firmware.",
+)
+@click.option("--json", "as_json", is_flag=True, help='Print {"name", "address", "boot_s"}.')
+def boot(directory, name, card_dir, as_json) -> None:
+    """Boot lab device NAME as a fresh Raspberry Pi from a flashed card: its own root with
+    nothing of the lab in it, the card at /boot/firmware, the card's cmdline.txt as the kernel
+    command line. Returns once sshd answers with the host key the flash pinned; the first
+    boot's install and the agent go on from there (watch with `fleet status`)."""
+    from edgegossip.lab import machines
+
+    try:
+        row = machines.boot(directory, name, card_dir, progress=lambda m: click.echo(m, err=True))
+    except machines.LabError as e:
+        fail(str(e), exit_codes.USAGE if "not a device" in str(e) else exit_codes.FAILURE)
+    if as_json:
+        emit(row, True)
+    else:
+        click.echo(f"{row['name']} booted from {card_dir} in {row['boot_s']} s")
 
 
 @lab.command()

@@ -26,7 +26,7 @@ import zipfile
 from pathlib import Path
 
 from edgegossip import paths
-from edgegossip.errors import EdgegossipError
+from edgegossip.errors import EdgegossipError, UsageError
 from edgegossip.fleet import crossbuild
 from edgegossip.fleet.targets import Target
 
@@ -75,6 +75,10 @@ def this_platform() -> dict:
         "python": f"{sys.version_info[0]}.{sys.version_info[1]}",
         "glibc": platform.libc_ver()[1],
     }
+
+
+class PlatformMismatch(UsageError, ValueError):
+    """A device whose platform the wheelhouse does not fit: refused before anything is sent."""
 
 
 def misfits(system: dict, wheels: dict) -> list[str]:

@@ -20,12 +20,11 @@ from pathlib import Path
 
 from edgegossip import paths, tools
 from edgegossip.errors import EdgegossipError
-from edgegossip.fleet.targets import Target
+from edgegossip.fleet.targets import QEMU_CPU, Target
 
 # what compiling the wheel needs in the root (libssl-dev: the wire path links libcrypto)
 PACKAGES = ("python3", "python3-venv", "python3-dev", "gcc", "libc6-dev", "libssl-dev")
 ROOT_LAYOUT = 1  # bump when ensure_root() changes: a kept root is then built afresh
-BINFMT = Path("/proc/sys/fs/binfmt_misc")
 HOST_CA = "/etc/ssl/certs/ca-certificates.crt"
 # what the wheel is built from; the rest of a checkout (venvs, caches, tests) stays out
 SOURCES = ("edgegossip", "native", "devices", "pyproject.toml", "setup.py", "MANIFEST.in")
@@ -74,6 +73,7 @@ def wheel(target: Target, digest: str, progress=print) -> Path:
     shutil.rmtree(dist, ignore_errors=True)
     _in_root(
         root,
+        target,
         "/opt/build/bin/pip",
         "wheel",
         "--quiet",
@@ -105,7 +105,7 @@ def ensure_root(target: Target, progress=print) -> Path:
         "update-binfmts",
         why=f"the {target.name} build root",
     )
-    _enable_binfmt(target)
+    tools.enable_binfmt(target.machine)
     partial = root.with_name(root.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.parent.mkdir(parents=True, exist_ok=True)
@@ -122,8 +122,8 @@ def ensure_root(target: Target, progress=print) -> Path:
         ],
         "debootstrap",
     )
-    _in_root(partial, "python3", "-m", "venv", "/opt/build")
-    _in_root(partial, "/opt/build/bin/pip", "install", "--quiet", *_build_requires())
+    _in_root(partial, target, "python3", "-m", "venv", "/opt/build")
+    _in_root(partial, target, "/opt/build/bin/pip", "install", "--quiet", *_build_requires())
     (partial / ".edgegossip-ready").touch()
     partial.rename(root)
     return root
@@ -136,15 +136,7 @@ def _build_requires() -> list[str]:
     return list(tomllib.loads((src / "pyproject.toml").read_text())["build-system"]["requires"])
 
 
-def _enable_binfmt(target: Target) -> None:
-    if (BINFMT / f"qemu-{target.machine}").is_file():
-        return
-    if not (BINFMT / "register").exists():
-        subprocess.run(["mount", "-t", "binfmt_misc", "binfmt_misc", str(BINFMT)], check=False)
-    _run(["update-binfmts", "--enable", f"qemu-{target.machine}"], "update-binfmts")
-
-
-def _in_root(root: Path, *command: str) -> None:
+def _in_root(root: Path, target: Target, *command: str) -> None:
     """Run command chrooted in root, in a mount namespace of its own (its /proc, /dev and /sys
     mounts go with it, whatever happens), on this machine's network (the package index).
     Not systemd-nspawn: where /run is not a tmpfs it fails on its way out, after the command."""
@@ -157,6 +149,7 @@ def _in_root(root: Path, *command: str) -> None:
         'mount -t proc proc "$0/proc" && mount --rbind /dev "$0/dev" && '
         'mount --rbind /sys "$0/sys" && exec chroot "$0" /usr/bin/env -i HOME=/root '
         "PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8 PIP_DISABLE_PIP_VERSION_CHECK=1 "
+        f"QEMU_CPU={QEMU_CPU[target.machine]} "
         '"$@"'
     )
     _run(

@@ -70,7 +70,7 @@ def deploy_one(
     info = remote.probe(ssh)
     want = manifest["platform"]
     if bundle.misfits(info, want):
-        raise ValueError(
+        raise bundle.PlatformMismatch(
             f"device runs {bundle.describe(info)}; the wheelhouse is for "
             f"{bundle.describe(want)} (build one with {targets.build_hint(info)} and pass "
             "--wheelhouse DIR)"

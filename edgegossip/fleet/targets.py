@@ -65,6 +65,12 @@ class Target:
         )
 
 
+# the core qemu-user emulates for a machine's programs here: the Pi 4's (BCM2711, Cortex-A72;
+# qemu's model has the crypto extension the BCM2711 lacks). Never qemu's default "max": with
+# its SVE and SME, numpy 2.5's float32 matmul (OpenBLAS) came out wrong under qemu 10.0
+# (errors of 212 on a 32x784 by 784x10 product) and training went to NaN.
+QEMU_CPU = {"aarch64": "cortex-a72"}
+
 TARGETS = {t.name: t for t in (Target(r, "arm64", "aarch64") for r in RELEASES[:2])}
 
 

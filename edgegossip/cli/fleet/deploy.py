@@ -73,7 +73,11 @@ def deploy(
     (re)start the agent, batch by batch. Idempotent: a device that has it all is only started.
 
     --json: {"release", "devices": [{"name", "ok", "error", "version_before", "version_after",
-    "release_before", "release_after", "changed", "shipped_mb", "state", "seconds"}]}"""
+    "release_before", "release_after", "changed", "shipped_mb", "state", "seconds"}]}
+
+    Exit 1 when a device failed; 2 when every device that failed was refused because the
+    wheelhouse does not fit its platform (nothing was sent to it: build the right one with
+    `fleet wheelhouse --for TARGET`)."""
     from edgegossip.fleet import bundle, parallel
     from edgegossip.fleet.deploy import deploy_one, rollout
 
@@ -93,20 +97,26 @@ def deploy(
         fail(str(e), exit_codes.FAILURE)
     extra = f"[{extras}]" if extras else ""
 
+    refused: set[str] = set()
+
+    def one(d, deadline):
+        try:
+            return deploy_one(f, d, deadline, wheel_dir, manifest, extra, accept_new=accept_new)
+        except bundle.PlatformMismatch:
+            refused.add(d.name)
+            raise
+
     def run_batch(group):
-        return parallel.each(
-            group,
-            lambda d, dl: deploy_one(f, d, dl, wheel_dir, manifest, extra, accept_new=accept_new),
-            concurrency,
-            timeout_s,
-            verb="deployed",
-        )
+        return parallel.each(group, one, concurrency, timeout_s, verb="deployed")
 
     rows = rollout(devices, batch, max_fail, run_batch)
     if as_json:
         emit({"release": manifest["release"], "devices": rows}, True)
     else:
         click.echo(table(rows, COLUMNS))
+    failed = {r["name"] for r in rows if not r["ok"]}
+    if failed and failed <= refused:
+        raise SystemExit(exit_codes.USAGE)
     exit_for(rows)
 
 

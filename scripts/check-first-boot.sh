@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# A flashed card's first boot on the Pi's own architecture and release, from this x86 machine
+# alone: an arm64 Trixie lab device (booted Debian under qemu-user, its root holding cloud-init
+# configured as Raspberry Pi OS configures it), the device wheelhouse built here, `fleet flash`
+# of a Trixie-style boot partition, and that card booted as a fresh Pi (`lab boot`): cloud-init
+# consumes the NoCloud seed from /boot/firmware, the device comes up with the flashed hostname,
+# user and key, installs from the card with no package index and no compiler, and trains, seen
+# by `fleet status`; the card keeps no secret. Then the same device reboots with no time server
+# reachable: it trains again and `fleet status` says its clock is unsynchronised. Prints each
+# step's time. As root, from a checkout with `make venv` done:
+#   bash scripts/check-first-boot.sh
+set -euo pipefail
+# shellcheck source=steps.sh
+. "$(dirname "$0")/steps.sh"
+target=trixie-arm64
+cleanup() { "$eg" lab down "$out/lab" >/dev/null 2>&1 || true; }
+on_device() { "$py" - "$out/lab" "$name" "$@" <<'PY'
+import sys
+from edgegossip.fleet import inventory
+from edgegossip.fleet.ssh import Ssh
+f = inventory.load(sys.argv[1])
+r = Ssh(f, f.device(sys.argv[2])).run(sys.argv[3], check=False, timeout=120)
+sys.stdout.write(r.stdout.decode())
+sys.exit(r.returncode)
+PY
+}
+until_state() {  # until_state STATE CLOCK: fleet status shows the device so, with steps taken
+  local deadline=$((SECONDS + 900))
+  while [ $SECONDS -lt $deadline ]; do
+    "$eg" fleet status --fleet "$out/lab" --json >"$out/status.json" 2>/dev/null || true
+    if "$py" -c '
+import json, sys
+r = json.load(open(sys.argv[1]))["devices"][0]
+sys.exit(0 if r["state"] == sys.argv[2] and r["step"] and r["clock"] == sys.argv[3] else 1)
+' "$out/status.json" "$1" "$2"; then
+      "$eg" fleet status --fleet "$out/lab"; return 0
+    fi
+    sleep 5
+  done
+  "$eg" fleet status --fleet "$out/lab"; return 1
+}
+[ -f "$("$py" -c 'from edgegossip.data import mnist; print(mnist.cache_path())')" ] ||
+  "$eg" data fetch mnist >/dev/null
+step lab-up "$eg" lab up --devices 1 --arch arm64 --os trixie --model logreg --algorithm local \
+  --out "$out/lab" --json
+name=$("$py" -c 'import json, sys; print(json.load(open(sys.argv[1]))["devices"][0]["name"])' "$out/lab-up.log")
+step wheelhouse "$eg" fleet wheelhouse --for "$target" --out "$out/wh" --json
+# the boot partition of a Raspberry Pi OS Trixie image as Imager leaves it before customisation:
+# its build date, the 64-bit kernels, and the image's own cloud-init seed
+card=$out/card
+mkdir -p "$card"
+echo "Raspberry Pi reference 2025-11-24" >"$card/issue.txt"
+echo "console=serial0,115200 console=tty1 root=PARTUUID=4e639091-02 rootfstype=ext4 fsck.repair=yes rootwait quiet" >"$card/cmdline.txt"
+printf 'arm_64bit=1\n' >"$card/config.txt"
+printf 'kernel\n' >"$card/kernel8.img"; printf 'kernel\n' >"$card/kernel_2712.img"
+printf '#cloud-config\n' >"$card/user-data"
+printf 'instance-id: rpios-image\n' >"$card/meta-data"
+printf 'network:\n  version: 2\n' >"$card/network-config"
+step flash "$eg" fleet flash "$name" --fleet "$out/lab" --boot "$card" --wheelhouse "$out/wh" --json
+step first-boot "$eg" lab boot "$out/lab" "$name" --card "$card" --json
+step training until_state training unsynchronised
+step provisioned on_device "sudo -n sh -c '
+  set -e
+  test \"\$(hostname)\" = $name
+  id -nG \$SUDO_USER | tr \" \" \"\\n\" | grep -qx sudo
+  test -s /home/\$SUDO_USER/.ssh/authorized_keys
+  cloud-init status --long
+  cloud-init status | grep -q \"status: done\"
+  ! command -v gcc && ! command -v cc
+  ls -A /boot/firmware
+  ! ls -A /boot/firmware | grep -qE \"^(edgegossip|network-config)\$\"
+  ! grep -rqs PRIVATE /boot/firmware'"
+step reboot on_device "sudo -n systemd-run --on-active=2 systemctl reboot"
+sleep 20
+step training-after-reboot until_state training unsynchronised
+cat "$out/provisioned.log"

@@ -1,0 +1,25 @@
+# shellcheck shell=bash
+# What the check-*.sh scripts share, sourced by each after `set -euo pipefail`: the checkout's
+# edgegossip and Python, root and the test group's system packages, a scratch folder removed at
+# exit (after `cleanup`, which a script may define), and `step NAME COMMAND...`, which runs a
+# command with its output in $out/NAME.log and prints PASS or FAIL with the seconds it took.
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck disable=SC2034  # eg and py: for the sourcing script
+{
+  eg=$here/.venv/bin/edgegossip
+  py=$here/.venv/bin/python
+}
+[ "$(id -u)" = 0 ] || { echo "$(basename "$0"): needs root (namespaces, chroot, nspawn, binfmt)" >&2; exit 3; }
+bash "$here/scripts/system-packages.sh" install test >/dev/null
+out=$(mktemp -d)
+cleanup() { :; }
+trap 'cleanup; rm -rf "$out"' EXIT
+export OPENBLAS_NUM_THREADS=1
+step() {
+  local name=$1 t0=$SECONDS; shift
+  if "$@" >"$out/$name.log" 2>&1; then
+    echo "PASS  $name  $((SECONDS - t0)) s"
+  else
+    echo "FAIL  $name  $((SECONDS - t0)) s"; tail -30 "$out/$name.log" >&2; exit 1
+  fi
+}
