@@ -14,15 +14,17 @@ set -euo pipefail
 . "$(dirname "$0")/steps.sh"
 target=trixie-arm64
 cleanup() { "$eg" lab down "$out/lab" >/dev/null 2>&1 || true; }
-on_device() { "$py" - "$out/lab" "$name" "$@" <<'PY'
+on_device() {  # on_device COMMAND: as root on the device over the fleet's SSH, stdin passed on
+  "$py" -c '
 import sys
 from edgegossip.fleet import inventory
 from edgegossip.fleet.ssh import Ssh
 f = inventory.load(sys.argv[1])
-r = Ssh(f, f.device(sys.argv[2])).run(sys.argv[3], check=False, timeout=120)
+r = Ssh(f, f.device(sys.argv[2])).run(sys.argv[3], input=sys.stdin.buffer.read(), check=False, timeout=120)
 sys.stdout.write(r.stdout.decode())
+sys.stderr.write(r.stderr.decode())
 sys.exit(r.returncode)
-PY
+' "$out/lab" "$device" "$@"
 }
 until_state() {  # until_state STATE CLOCK: fleet status shows the device so, with steps taken
   local deadline=$((SECONDS + 900))
@@ -43,7 +45,7 @@ sys.exit(0 if r["state"] == sys.argv[2] and r["step"] and r["clock"] == sys.argv
   "$eg" data fetch mnist >/dev/null
 step lab-up "$eg" lab up --devices 1 --arch arm64 --os trixie --model logreg --algorithm local \
   --out "$out/lab" --json
-name=$("$py" -c 'import json, sys; print(json.load(open(sys.argv[1]))["devices"][0]["name"])' "$out/lab-up.log")
+device=$("$py" -c 'import json, sys; print(json.load(open(sys.argv[1]))["devices"][0]["name"])' "$out/lab-up.log")
 step wheelhouse "$eg" fleet wheelhouse --for "$target" --out "$out/wh" --json
 # the boot partition of a Raspberry Pi OS Trixie image as Imager leaves it before customisation:
 # its build date, the 64-bit kernels, and the image's own cloud-init seed
@@ -56,21 +58,30 @@ printf 'kernel\n' >"$card/kernel8.img"; printf 'kernel\n' >"$card/kernel_2712.im
 printf '#cloud-config\n' >"$card/user-data"
 printf 'instance-id: rpios-image\n' >"$card/meta-data"
 printf 'network:\n  version: 2\n' >"$card/network-config"
-step flash "$eg" fleet flash "$name" --fleet "$out/lab" --boot "$card" --wheelhouse "$out/wh" --json
-step first-boot "$eg" lab boot "$out/lab" "$name" --card "$card" --json
+step flash "$eg" fleet flash "$device" --fleet "$out/lab" --boot "$card" --wheelhouse "$out/wh" --json
+step first-boot "$eg" lab boot "$out/lab" "$device" --card "$card" --json
 step training until_state training unsynchronised
-step provisioned on_device "sudo -n sh -c '
-  set -e
-  test \"\$(hostname)\" = $name
-  id -nG \$SUDO_USER | tr \" \" \"\\n\" | grep -qx sudo
-  test -s /home/\$SUDO_USER/.ssh/authorized_keys
-  cloud-init status --long
-  cloud-init status | grep -q \"status: done\"
-  ! command -v gcc && ! command -v cc
-  ls -A /boot/firmware
-  ! ls -A /boot/firmware | grep -qE \"^(edgegossip|network-config)\$\"
-  ! grep -rqs PRIVATE /boot/firmware'"
-step reboot on_device "sudo -n systemd-run --on-active=2 systemctl reboot"
+# on the device, as root: what the first boot did, from the card alone
+check=$(cat <<'SH'
+set -eu
+fail() { echo "not provisioned: $*"; exit 1; }
+[ "$(hostname)" = "$1" ] || fail "hostname $(hostname)"
+user=$(getent passwd 1000 | cut -d: -f1)
+id -nG "$user" | tr ' ' '\n' | grep -qx sudo || fail "$user not in sudo"
+[ -s "/home/$user/.ssh/authorized_keys" ] || fail "no authorised key"
+passwd -S "$user" | grep -q " L " || fail "password not locked"
+cloud-init status --long
+cloud-init status | grep -q "status: done" || fail "cloud-init not done"
+if command -v gcc || command -v cc; then fail "a compiler"; fi
+ls -A /boot/firmware
+if ls -A /boot/firmware | grep -qE '^(edgegossip|network-config)$'; then fail "bundle left"; fi
+if grep -rqs PRIVATE /boot/firmware; then fail "a private key on the card"; fi
+echo "$user: $(id -nG "$user")"
+SH
+)
+step provisioned on_device "sh -s $device" <<<"$check"
+step reboot on_device "systemd-run --on-active=2 systemctl reboot" </dev/null
 sleep 20
 step training-after-reboot until_state training unsynchronised
 cat "$out/provisioned.log"
+"$py" -c 'import json, sys; print("first boot to sshd with the flashed key:", json.load(open(sys.argv[1]))["boot_s"], "s")' "$out/first-boot.log"

@@ -2,7 +2,8 @@
 # What the check-*.sh scripts share, sourced by each after `set -euo pipefail`: the checkout's
 # edgegossip and Python, root and the test group's system packages, a scratch folder removed at
 # exit (after `cleanup`, which a script may define), and `step NAME COMMAND...`, which runs a
-# command with its output in $out/NAME.log and prints PASS or FAIL with the seconds it took.
+# command with its output in $out/NAME.log (its stderr in NAME.err) and prints PASS or FAIL with
+# the seconds it took.
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck disable=SC2034  # eg and py: for the sourcing script
 {
@@ -17,9 +18,9 @@ trap 'cleanup; rm -rf "$out"' EXIT
 export OPENBLAS_NUM_THREADS=1
 step() {
   local name=$1 t0=$SECONDS; shift
-  if "$@" >"$out/$name.log" 2>&1; then
+  if "$@" >"$out/$name.log" 2>"$out/$name.err"; then
     echo "PASS  $name  $((SECONDS - t0)) s"
   else
-    echo "FAIL  $name  $((SECONDS - t0)) s"; tail -30 "$out/$name.log" >&2; exit 1
+    echo "FAIL  $name  $((SECONDS - t0)) s"; tail -n 30 "$out/$name.log" "$out/$name.err" >&2; exit 1
   fi
 }

@@ -191,7 +191,7 @@ def boot(out: Path, name: str, card_dir: Path, progress=print) -> dict:
         Ssh(fleet, fleet.device(name)).close()
     except (inventory.InventoryError, subprocess.TimeoutExpired):
         pass
-    _power_off([dev], 60 if spec.emulated else 15)
+    _power_off([dev], 5)  # its overlay is thrown away: no need to wait for a clean power-off
     # a container whose nspawn had to be killed keeps running in the device's namespace (seen
     # under emulation): it would hold port 22 and the agent's ports against the new boot
     kill_namespace_processes(dev["netns"])
