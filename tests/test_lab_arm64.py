@@ -39,14 +39,22 @@ def test_arm64_trixie_devices_boot_and_refuse_this_machines_wheelhouse(
         )
         assert (up["os"], up["arch"], len(up["devices"])) == ("trixie", "arm64", 2), up
         names = [d["name"] for d in up["devices"]]
+        # the boot itself, and what the fleet's commands need of it, active; "degraded" (a unit
+        # failed) was seen once in CI under load and not here: its failed units are printed
+        essentials = "ssh dbus systemd-journald systemd-logind systemd-timesyncd"
         probe = (
             "sudo -n sh -c 'uname -m; systemctl is-system-running; "
             'python3 -c "import platform, sys; '
-            "print(sys.version_info[0], sys.version_info[1], platform.libc_ver()[1])\"'"
+            'print(sys.version_info[0], sys.version_info[1], platform.libc_ver()[1])"; '
+            f"echo $(systemctl is-active {essentials} | sort -u); "
+            "systemctl --failed --plain --no-legend --no-pager'"
         )
         for name in names:
             said = on_device(out, name, probe).stdout.decode().split("\n")
-            assert said[:3] == ["aarch64", "running", "3 13 2.41"], said
+            assert said[0] == "aarch64" and said[2] == "3 13 2.41", said
+            assert said[1] in ("running", "degraded") and said[3] == "active", said
+            if said[1] != "running":
+                print(f"{name} degraded, failed units: {said[4:]}")
         rows = status(out)
         assert set(rows) == set(names)
         assert all(r["ok"] and r["state"] == "stopped" for r in rows.values()), (
