@@ -50,7 +50,7 @@ def install_commands(release: str) -> list[str]:
     """Shell lines, run as root on first boot: install the bundle, remove secrets, start.
 
     The bundle's secrets are copied into a folder only root can enter, with umask 077, so no
-    byte of them is readable by another user even for a moment (FAT gives every file 0644); if
+    byte of them is readable by another user even for a moment (FAT shows every file as 0755); if
     the install fails, the copy and the bundle on the boot partition are removed all the same,
     and the cause goes to the journal (`journalctl -t edgegossip-firstboot`)."""
     b = f"{FIRMWARE}/{BUNDLE}"

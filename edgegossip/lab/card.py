@@ -3,19 +3,27 @@
 
 The device's lab container is powered off and the device comes back as a new Pi of its
 release: its own copy of the lab root (kept across reboots, as an SD card's root partition is),
-with nothing of the lab in it (no user, no authorised key, no SSH host key, hostname
-`raspberrypi`), the card's boot folder mounted at /boot/firmware where Raspberry Pi OS mounts
-it, and the card's cmdline.txt as the kernel command line (the words go to the container's
+with nothing of the lab in it (no authorised key, no sudo rule, no SSH host key, hostname
+`raspberrypi`; on Bookworm only the image's locked first user, on Trixie no user), timesyncd
+running as on a Pi, the card's boot folder mounted at /boot/firmware where Raspberry Pi OS
+mounts it, and the card's cmdline.txt as the kernel command line (the words go to the container's
 init, which is where cloud-init's ds-identify and systemd read /proc/cmdline's words in a
 container). Whatever the first boot does (cloud-init with the NoCloud seed on Trixie,
 firstrun.sh through systemd.run= on Bookworm) it does from those files alone.
 
+FAT keeps no mode bits: Raspberry Pi OS mounts the boot partition with fstab's `defaults`, so
+every file there reads as root's with mode 0755, and systemd.run= executes firstrun.sh as it
+is. The card's folder is given those modes before each boot (`as_fat`), or the lab would
+refuse what a Pi runs.
+
 A reboot from inside (`sudo reboot`, firstrun.sh's own) ends the container with exit status
-133; the supervising shell boots it again from the same root and card, so the device reboots as
-a Pi does. `lab down` powers it off for good."""
+133; the supervising shell boots it again from the same root and card, with cmdline.txt read
+afresh (firstrun.sh takes its own words out of it), so the device reboots as a Pi does.
+`lab down` powers it off for good."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -37,10 +45,22 @@ ExecStart=/usr/bin/ssh-keygen -A
 [Install]
 WantedBy=multi-user.target
 """
+# pi-gen's first user on Bookworm images: `pi`, uid 1000, no password, in these groups
+# (stage2/01-sys-tweaks/01-run.sh); Imager's firstrun.sh renames it to the flashed user and the
+# groups stay. Trixie's cloud-init makes its user from cloud.cfg's default_user instead.
+IMAGE_GROUPS = (
+    "adm dialout cdrom audio users sudo video games plugdev input gpio spi i2c netdev render"
+).split()
 
 
-def fresh_root(root: Path, dest: Path) -> Path:
-    """dest: a copy of the lab root with the lab's own provisioning taken out, made once."""
+def _chroot(root: Path, *argv: str) -> None:
+    # under qemu-user where the root is another CPU's: seconds
+    subprocess.run(["chroot", str(root), *argv], check=True, capture_output=True)
+
+
+def fresh_root(root: Path, dest: Path, os_name: str) -> Path:
+    """dest: a copy of the lab root with the lab's own provisioning taken out, made once; on
+    Bookworm its user is left as the image's first user."""
     if (dest / ".edgegossip-fresh").is_file():
         return dest
     partial = dest.with_name(dest.name + ".partial")
@@ -52,17 +72,22 @@ def fresh_root(root: Path, dest: Path) -> Path:
         ".edgegossip-lab-ready",
     ):
         (partial / f).unlink(missing_ok=True)
-    subprocess.run(  # under qemu-user where the root is another CPU's: seconds
-        ["chroot", str(partial), "userdel", "--remove", lab_root.USER],
-        check=True,
-        capture_output=True,
-    )
+    if os_name == "bookworm":
+        for g in IMAGE_GROUPS:
+            _chroot(partial, "groupadd", "-f", "-r", g)
+        _chroot(partial, "usermod", "--pass=*", "-G", ",".join(IMAGE_GROUPS), lab_root.USER)
+        shutil.rmtree(partial / f"home/{lab_root.USER}/.ssh", ignore_errors=True)
+    else:
+        _chroot(partial, "userdel", "--remove", lab_root.USER)
     units = partial / "etc/systemd/system"
     (units / "regenerate-ssh-host-keys.service").write_text(HOST_KEYS_UNIT)
     (units / "multi-user.target.wants").mkdir(exist_ok=True)
     (units / "multi-user.target.wants/regenerate-ssh-host-keys.service").symlink_to(
         "/etc/systemd/system/regenerate-ssh-host-keys.service"
     )
+    timesyncd = units / "systemd-timesyncd.service.d"
+    timesyncd.mkdir(exist_ok=True)
+    (timesyncd / "10-lab.conf").write_text(lab_root.TIMESYNCD_DROPIN)
     (partial / "etc/hostname").write_text(f"{FRESH_HOSTNAME}\n")
     (partial / "etc/hosts").write_text(f"127.0.0.1 localhost\n127.0.1.1 {FRESH_HOSTNAME}\n")
     (partial / ".edgegossip-fresh").touch()
@@ -70,11 +95,12 @@ def fresh_root(root: Path, dest: Path) -> Path:
     return dest
 
 
-def kernel_words(card: Path) -> list[str]:
-    try:
-        return (card / "cmdline.txt").read_text().split()
-    except OSError:
-        return []
+def as_fat(card: Path) -> None:
+    """The card's files and folders as Raspberry Pi OS's vfat mount shows them: 0755, root's."""
+    for p in (card, *card.rglob("*")):
+        if not p.is_symlink():
+            os.chown(p, 0, 0)
+            p.chmod(0o755)
 
 
 def argv(
@@ -102,5 +128,9 @@ def argv(
     if incoming is not None:
         nspawn.append(f"--bind={incoming}:/run/systemd/incoming")
     nspawn += [f"--setenv={k}={v}" for k, v in spec.qemu_env().items()]
-    loop = f'while :; do "$@"; s=$?; [ "$s" = {REBOOTED} ] || exit "$s"; done'
-    return ["sh", "-c", loop, "systemd-nspawn", *nspawn, *kernel_words(card)]
+    # the kernel command line's words, split as the kernel splits them (no globbing)
+    loop = (
+        'c=$1; shift; set -f; while :; do "$@" $(cat "$c/cmdline.txt" 2>/dev/null); s=$?; '
+        f'[ "$s" = {REBOOTED} ] || exit "$s"; done'
+    )
+    return ["sh", "-c", loop, "lab-card", str(card), *nspawn]

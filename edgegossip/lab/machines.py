@@ -197,10 +197,11 @@ def boot(out: Path, name: str, card_dir: Path, progress=print) -> dict:
     kill_namespace_processes(dev["netns"])
     d = out / "lab" / name
     progress(f"{name}: a fresh {spec.name} root of its own (once per device)")
-    device_root = card.fresh_root(Path(state["root"]), d / "root")
+    device_root = card.fresh_root(Path(state["root"]), d / "root", spec.os)
     incoming = d / "incoming" if spec.emulated else None
     if incoming is not None:
         incoming.mkdir(exist_ok=True)
+    card.as_fat(card_dir)
     with open(d / "console.log", "ab") as log:
         p = subprocess.Popen(
             card.argv(device_root, name, dev["netns"], card_dir.resolve(), incoming, spec),

@@ -41,11 +41,12 @@ COMMON = (
 )
 # Debian 13 renamed OpenSSL's library package in the 64-bit time_t transition
 LIBSSL = {"bookworm": "libssl3", "trixie": "libssl3t64"}
-# what that release's Raspberry Pi OS boots with beside: Trixie images provision themselves with
-# cloud-init and keep time with systemd-timesyncd (a Pi has no real-time clock). debootstrap
-# does not resolve virtual packages: python3-cryptography's python3-cffi-backend-api-* is named
+# what that release's Raspberry Pi OS boots with beside: both keep time with systemd-timesyncd
+# (a Pi has no real-time clock), and Trixie images provision themselves with cloud-init.
+# debootstrap does not resolve virtual packages: python3-cryptography's
+# python3-cffi-backend-api-* is named
 FIRST_BOOT = {
-    "bookworm": (),
+    "bookworm": ("systemd-timesyncd",),
     "trixie": ("cloud-init", "python3-cffi-backend", "systemd-timesyncd"),
 }
 OSES = tuple(r.name for r in RELEASES if r.name in LIBSSL)
@@ -105,7 +106,7 @@ def default_cache() -> Path:
 mirror = tools.debian_mirror  # the lab roots come from the mirror apt already uses
 
 
-CONFIGURED = 3  # bump when _configure changes: a cached root is then built afresh
+CONFIGURED = 4  # bump when _configure changes: a cached root is then built afresh
 
 
 def _stamp(spec: Spec) -> str:
@@ -194,18 +195,16 @@ datasource:
 ssh_deletekeys: false
 ssh_genkeytypes: []
 """
-# timesyncd skips containers (ConditionVirtualization=!container): a lab device is the Pi here,
-# so it runs; with no time server reachable it keeps the clock unsynchronised, as on an offline LAN
+# timesyncd skips containers (ConditionVirtualization=!container), so a lab device's clock is
+# `unknown` and its agent does not wait for it. A device booted from a card is the Pi
+# (card.fresh_root): there it runs, and with no time server reachable keeps the clock
+# unsynchronised, as on an offline LAN
 TIMESYNCD_DROPIN = "[Unit]\nConditionVirtualization=\n"
 
 
 def _configure(root: Path, spec: Spec) -> None:
     if "cloud-init" in spec.packages():
         (root / "etc/cloud/cloud.cfg.d/99_raspberry-pi.cfg").write_text(RPI_CLOUD_CFG)
-    if "systemd-timesyncd" in spec.packages():
-        dropin = root / "etc/systemd/system/systemd-timesyncd.service.d"
-        dropin.mkdir(parents=True, exist_ok=True)
-        (dropin / "10-lab.conf").write_text(TIMESYNCD_DROPIN)
     if spec.emulated:
         (root / "etc/systemd/system/service.d").mkdir(parents=True, exist_ok=True)
         (root / "etc/systemd/system/service.d/10-qemu-user.conf").write_text(EMULATION_DROPIN)
