@@ -61,6 +61,7 @@ def test_attacks_on_a_running_agent(tmp_path, free_udp_port, mnist_data, kind):
         fleet=5,
         p=0.0,
         transport=kind,
+        payload="float32",  # the rounds below are framed as float32, the counts per its chunks
         eval_every=50,
         output=str(tmp_path / "b"),
     )

@@ -114,8 +114,9 @@ def test_emulate_cli_json_observed_loss(root_only, tmp_path, mnist_data):
         } <= set(a)
         assert a["steps"] > 0 and a["datagrams_sent"] > 100
     assert out["loss_kind"] == "kernel (nftables)" and sum(out["kernel_dropped_packets"]) > 0
-    # nftables sees a UDP GSO buffer as one packet: per-datagram loss needs GSO off
-    assert "gso = false" in (tmp_path / "run" / "agent0.toml").read_text()
+    # the agents send UDP GSO buffers, as devices do; the links cut them before the loss rule,
+    # so the loss observed is per datagram (test_netns: a lost buffer counts every datagram)
+    assert "gso = true" in (tmp_path / "run" / "agent0.toml").read_text()
     assert abs(out["observed_loss"] - 0.2) <= 0.02, out["observed_loss"]
     assert out["average_model_accuracy"] > 0.85
     assert (tmp_path / "run" / "accuracy_vs_time.png").is_file()
@@ -483,7 +484,7 @@ def test_bench_overhead_json(root_only, tmp_path):
     assert res.exit_code == 0, res.output
     out = json.loads(res.output.strip().splitlines()[-1])
     assert [(r["algorithm"], r["payload"]) for r in out["runs"]] == [
-        ("local", "float32"),
+        ("local", "int8"),  # local sends nothing: the default payload labels it
         ("elastic-gossip", "int8"),
     ]
     local, gossip = out["runs"]
@@ -495,3 +496,19 @@ def test_bench_overhead_json(root_only, tmp_path):
     assert all(a["receive_cpu_s"] is None for a in local["agents"])  # no data plane at all
     res = CliRunner().invoke(cli, ["bench", "overhead", "--variant", "nope:int8"])
     assert res.exit_code == 2 and "ALGORITHM:PAYLOAD" in res.output
+
+
+def test_links_are_paced_below_their_cap_and_uncapped_ones_as_a_device_paces(tmp_path):
+    """Pacing faster than the receivers can read only adds loss and takes their training's CPU:
+    an uncapped link is paced at the agents' default rate, a capped one just below its cap."""
+    from dataclasses import replace
+
+    from edgegossip import config
+
+    spec = FleetSpec(
+        nodes=2, algorithm="elastic-gossip", loss=0.0, rate=None, backend="netns", out=tmp_path
+    )
+    addrs = [("10.0.0.1", 47000), ("10.0.0.2", 47000)]
+    assert EmulatedFleet(spec)._config(0, addrs).rate_mbps == config.default("rate_mbps")
+    capped = EmulatedFleet(replace(spec, rate="50mbit"))._config(1, addrs)
+    assert capped.rate_mbps == pytest.approx(45.0)

@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 from click.testing import CliRunner
@@ -18,8 +19,8 @@ pytestmark = pytest.mark.root
 def lan_factory(root_only):
     made = []
 
-    def make(n, loss):
-        lan = netns.Lan(n, loss=loss, run_id=200 + len(made)).up()
+    def make(n, loss, rate=None):
+        lan = netns.Lan(n, loss=loss, rate=rate, run_id=200 + len(made)).up()
         made.append(lan)
         return lan
 
@@ -55,6 +56,42 @@ def test_namespaces_pin_tcp_congestion_control(lan_factory):
             check=True,
         ).stdout.strip()
         assert got == netns.TCP_CONGESTION_CONTROL == "cubic"
+
+
+GSO_SENDER = textwrap.dedent("""
+    import sys
+    import numpy as np
+    from edgegossip.transport.udp import UdpTransport
+    t = UdpTransport(gso=True)
+    rows = np.full((20, 1400), 7, np.uint8)
+    t.send_batch((sys.argv[1], 47102), rows, np.full(20, 1400, np.intp), 20)
+    print(int(t.gso))
+""")
+
+
+@pytest.mark.parametrize("rate", [None, "20mbit"])
+def test_loss_meets_each_datagram_of_a_gso_buffer(lan_factory, tmp_path, rate):
+    """Agents send runs of datagrams as one UDP GSO buffer; the link must cut it before the loss
+    rule, or a lost buffer would take 20 datagrams with it. A cut link counts every one."""
+    lan = lan_factory(2, 1.0, rate)
+    (tmp_path / "g.py").write_text(GSO_SENDER)
+    out = subprocess.run(
+        lan.exec_args(0) + [sys.executable, str(tmp_path / "g.py"), lan.address(1)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "1"  # it went as one GSO buffer: the kernel took UDP_SEGMENT
+    deadline = time.monotonic() + 5
+    while lan.dropped_packets(1) < 20 and time.monotonic() < deadline:
+        time.sleep(0.05)  # tbf may still hold part of it
+    assert lan.dropped_packets(1) == 20
+
+
+def test_tbf_bucket_is_a_pacer_burst():
+    assert netns.tbf("20mbit") == ["tbf", "rate", "20mbit", "burst", "25000", "latency", "50ms"]
+    assert netns.tbf("1mbit")[4] == str(netns.TBF_MIN_BURST)  # a bucket holds a few datagrams
 
 
 @pytest.mark.parametrize("transport", ["udp", "zmq"])

@@ -290,3 +290,24 @@ def test_peer_names_that_resolve_late_are_retried_and_skipped_meanwhile(monkeypa
         sender.close()
         book.close()
         tx.close()
+
+
+def test_a_paced_stream_is_read_in_batches(free_udp_port):
+    """A receive thread woken for every datagram of a steady stream cost the training more than
+    the datagrams: it lingers after a short batch, so a paced stream is read many at a wake-up,
+    and nothing is lost to the wait (the socket holds what arrives meanwhile)."""
+    t = make_transport("udp")
+    port = free_udp_port()
+    t.bind(("127.0.0.1", port))
+    inbox = Inbox.build(PLAN, KEY, 1)
+    rt = ReceiveThread(t, inbox.ingest, inbox.counter.drop, inbox.fast).start()
+    try:
+        x = np.random.default_rng(4).standard_normal(PLAN.n_params, dtype=np.float32)
+        _send_model("udp", ("127.0.0.1", port), x, rate=5e6)  # about 3,500 datagrams a second
+        got, out, mask = _collect(inbox)
+    finally:
+        rt.stop()
+        t.close()
+    assert got >= 0.99 * PLAN.n_chunks, inbox.counter.snapshot()
+    assert t.datagrams >= got
+    assert t.datagrams / t.batches >= 4, (t.datagrams, t.batches)

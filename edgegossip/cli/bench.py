@@ -282,7 +282,7 @@ def overhead(as_json, nodes, seconds, model, loss, rate, variants, target, out) 
     "time_to_target_first_s", "time_to_target_all_s", "average_model_accuracy",
     "observed_loss", "agents": [{"agent", "steps", "steps_per_s", "of_local", "train_cpu_s",
     "receive_cpu_s", "send_cpu_s", "process_cpu_s", "mb_exchanged", "net_cpu_ms_per_mb",
-    "time_to_target_s"}]}]}"""
+    "datagrams_per_wake", "time_to_target_s"}]}]}"""
     from edgegossip.algorithms import DEFAULT, NAMES
     from edgegossip.algorithms.local import Local
     from edgegossip.dataplane import payload as payloads
@@ -349,6 +349,7 @@ def overhead(as_json, nodes, seconds, model, loss, rate, variants, target, out) 
             "receive_cpu_s",
             "send_cpu_s",
             "net_cpu_ms_per_mb",
+            "datagrams_per_wake",
             "time_to_target_s",
         ],
         title="per agent",

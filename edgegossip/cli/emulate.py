@@ -74,11 +74,9 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
     help="Exchange deadlines: one fixed value, or per link from its "
     "observed transfer times (net.deadline).",
 )
-@click.option(
+@options.setting(
     "--payload",
-    type=options.choice("payload"),
-    default="float32",
-    show_default=True,
+    "payload",
     help="How parameters travel (net.payload): int8 has a float32 scale per datagram.",
 )
 @click.option("--duration", type=click.FloatRange(min=0), default=0.0, help="Seconds to train.")
@@ -155,7 +153,8 @@ def emulate(
     "report" (OUT/report.html)."""
     from edgegossip.data import mnist
     from edgegossip.emulate import netns
-    from edgegossip.emulate.fleet import FleetSpec, rate_to_mbps
+    from edgegossip.emulate.fleet import FleetSpec
+    from edgegossip.emulate.netns import rate_to_mbps
     from edgegossip.errors import UsageError
     from edgegossip.report import plot
 
@@ -310,7 +309,7 @@ def _show(summary: dict, loss: float) -> None:
 
 
 def _slow_links(values: tuple[str, ...], nodes: int) -> tuple[tuple[int, str], ...]:
-    from edgegossip.emulate.fleet import rate_to_mbps
+    from edgegossip.emulate.netns import rate_to_mbps
 
     out = {}
     for v in values:

@@ -83,11 +83,9 @@ class Probability(click.ParamType):
     show_default=True,
     help="Classes each worker holds (--partition classes).",
 )
-@click.option(
+@options.setting(
     "--payload",
-    type=options.choice("payload"),
-    default="float32",
-    show_default=True,
+    "payload",
     help="How parameters travel: int8 has a float32 scale per datagram.",
 )
 @click.option("--seed", type=int, default=0, show_default=True)

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from edgegossip import config
 from edgegossip.data import mnist
-from edgegossip.emulate.fleet import PORT, EmulatedFleet, FleetSpec, rate_to_mbps
-from edgegossip.emulate.netns import loss_rules
+from edgegossip.emulate.fleet import PORT, EmulatedFleet, FleetSpec
+from edgegossip.emulate.netns import loss_rules, rate_to_mbps, tbf
 from edgegossip.fleet import bundle
 
 IMAGE = "localhost/edgegossip-agent:latest"
@@ -52,13 +52,13 @@ dev=eth0
 if [ -n "${EG_LOSS_PERCENT:-}" ] && [ "$EG_LOSS_PERCENT" != 0 ]; then
   if tc qdisc add dev $dev root handle 1: netem loss "${EG_LOSS_PERCENT}%" 2>/dev/null; then
     echo "loss ${EG_LOSS_PERCENT}% by netem (egress)"
-    [ -n "${EG_RATE:-}" ] && tc qdisc add dev $dev parent 1: handle 2: tbf rate "$EG_RATE" burst 32kbit latency 50ms
+    [ -n "${EG_TBF:-}" ] && tc qdisc add dev $dev parent 1: handle 2: $EG_TBF
   else
     nft -f /usr/local/lib/edgegossip/loss.nft && echo "loss ${EG_LOSS_PERCENT}% by nftables (ingress)"
-    [ -n "${EG_RATE:-}" ] && tc qdisc add dev $dev root tbf rate "$EG_RATE" burst 32kbit latency 50ms
+    [ -n "${EG_TBF:-}" ] && tc qdisc add dev $dev root $EG_TBF
   fi
-elif [ -n "${EG_RATE:-}" ]; then
-  tc qdisc add dev $dev root tbf rate "$EG_RATE" burst 32kbit latency 50ms
+elif [ -n "${EG_TBF:-}" ]; then
+  tc qdisc add dev $dev root $EG_TBF
 fi
 # the agent itself runs without capabilities: it cannot lift its own loss
 chown -R 65532:65532 /var/lib/edgegossip/out
@@ -90,14 +90,18 @@ def export(spec: FleetSpec, out: Path, base: str = DEFAULT_BASE, progress=print)
     addrs = [(n, PORT) for n in names]
     services = {}
     for i, name in enumerate(names):
-        cfg = replace(fleet._config(i, addrs), output=f"{STATE}/out", listen=f"0.0.0.0:{PORT}")
+        # no GSO: netem's loss, where the kernel has it, sits before any cut and would drop a
+        # GSO buffer whole
+        cfg = replace(
+            fleet._config(i, addrs), output=f"{STATE}/out", listen=f"0.0.0.0:{PORT}", gso=False
+        )
         (out / f"agent{i}").mkdir(exist_ok=True)
         (out / "config").mkdir(exist_ok=True)
         (out / "config" / f"agent{i}.toml").write_text(config.to_toml(cfg))
         env = {"EG_LOSS_PERCENT": f"{spec.loss * 100:g}"}
         rate = dict(spec.slow).get(i, spec.rate)
         if rate and rate_to_mbps(rate):
-            env["EG_RATE"] = rate
+            env["EG_TBF"] = " ".join(tbf(rate))  # the words of netns.tbf: one link model
         services[name] = {
             "build": {"context": ".", "dockerfile": "Containerfile", "args": {"BASE": base}},
             "image": IMAGE,

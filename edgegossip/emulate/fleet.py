@@ -61,19 +61,6 @@ class FleetSpec:
     metrics_port: int = 0  # each agent's /metrics on this port (loopback: port + id); 0: none
 
 
-def rate_to_mbps(rate: str | None) -> float | None:
-    if not rate:
-        return None
-    r = rate.strip().lower()
-    for unit, mult in (("gbit", 1000.0), ("mbit", 1.0), ("kbit", 0.001)):
-        if r.endswith(unit):
-            try:
-                return float(r[: -len(unit)]) * mult
-            except ValueError:
-                break
-    raise ValueError(f"--rate {rate!r}: write it as e.g. 20mbit, 500kbit or 1gbit")
-
-
 class EmulatedFleet:
     def __init__(self, spec: FleetSpec):
         self.spec = spec
@@ -90,12 +77,18 @@ class EmulatedFleet:
 
     def _config(self, i: int, addrs: list[tuple[str, int]]) -> AgentConfig:
         s = self.spec
-        link = rate_to_mbps(s.rate)  # sets the fixed deadline
-        own = rate_to_mbps(dict(s.slow).get(i, s.rate))  # this node's pacing
+        link = netns.rate_to_mbps(s.rate)  # sets the fixed deadline
+        own = netns.rate_to_mbps(dict(s.slow).get(i, s.rate))  # this node's pacing
+        # under a cap, pace just below it; an uncapped link, as a device paces by default
+        # (net.rate_mbps): paced at 200 Mbit/s, the receivers, busy training on shared cores,
+        # read 4.6 times the bytes, kept 0.74 of local's steps against 0.87 under a 20 Mbit/s
+        # cap, and overflowed their buffers (1.5 points of loss beyond the network's; `bench
+        # overhead --seconds 60 --rate none`, README)
+        pace = 0.9 * own if own else agent_config.default("rate_mbps")
         deadline = s.deadline_s
         if not deadline:
             model_bits = 8 * payload.codec(s.payload).itemsize * make_model(s.model).n_params
-            deadline = max(5.0, 3 * model_bits / ((link or 200.0) * 1e6))
+            deadline = max(5.0, 3 * model_bits / ((link or pace) * 1e6))
         steps = 0
         if s.epochs:
             steps = int(s.epochs * mnist.TRAIN_ROWS // s.nodes // s.batch)
@@ -120,12 +113,12 @@ class EmulatedFleet:
             checkpoint_every=s.checkpoint_every,
             checkpoint_every_s=s.checkpoint_every_s,
             transport=s.transport,
-            rate_mbps=0.9 * own if own else 200.0,
+            rate_mbps=pace,
             deadline_s=deadline,
             deadline=s.deadline,
             payload=s.payload,
             inject_loss=s.loss if s.backend == "loopback" else 0.0,
-            gso=s.backend != "netns",  # nftables must see, and drop, single datagrams
+            gso=True,  # the netns links cut GSO buffers before the loss rule (netns.Lan)
             metrics_endpoint=self.metrics_target(i, addrs) if s.metrics_port else "",
         )
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from edgegossip import tools
 from edgegossip.errors import EdgegossipError
+from edgegossip.transport.pacing import BURST_S
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,41 @@ def pin_tcp(ns: str) -> None:
         "-c",
         f"echo {TCP_CONGESTION_CONTROL} > /proc/sys/net/ipv4/tcp_congestion_control",
     )
+
+
+def rate_to_mbps(rate: str | None) -> float | None:
+    if not rate:
+        return None
+    r = rate.strip().lower()
+    for unit, mult in (("gbit", 1000.0), ("mbit", 1.0), ("kbit", 0.001)):
+        if r.endswith(unit):
+            try:
+                return float(r[: -len(unit)]) * mult
+            except ValueError:
+                break
+    raise ValueError(f"--rate {rate!r}: write it as e.g. 20mbit, 500kbit or 1gbit")
+
+
+# tbf's bucket: what may leave back to back. As much as the agents' pacer releases at once
+# (BURST_S of the rate); never below 4 KB. A bucket of a few datagrams made tbf's timer release
+# each burst three datagrams at a time, in softirqs that ran, and were charged to, whatever
+# training thread the timer interrupted.
+TBF_BURST_S = BURST_S
+TBF_MIN_BURST = 4000
+
+
+def tbf(rate: str) -> list[str]:
+    """tc's words for a tbf cap at rate (e.g. "20mbit"): its rate, bucket and queue."""
+    mbps = rate_to_mbps(rate) or 0.0
+    burst = max(TBF_MIN_BURST, int(mbps * 1e6 / 8 * TBF_BURST_S))
+    return ["tbf", "rate", rate, "burst", str(burst), "latency", "50ms"]
+
+
+def node_link_up(ns: str, dev: str) -> None:
+    """Bring up a node's end of its link. A UDP GSO buffer (what a device sends by default) is
+    cut into its datagrams as it leaves (after tbf, before the wire), so the loss rule at the
+    receiver meets, and drops, single datagrams."""
+    _run("ip", "-n", ns, "link", "set", dev, "gso_max_segs", "1", "up")
 
 
 def loss_rules(loss: float, exempt: str | None = None) -> str:
@@ -144,7 +180,7 @@ class Lan:
         )
         _run("ip", "-n", self.switch, "link", "set", port, "master", "br0", "up")
         _run("ip", "-n", ns, "addr", "add", f"{self.address(i)}/24", "dev", ns_end)
-        _run("ip", "-n", ns, "link", "set", ns_end, "up")
+        node_link_up(ns, ns_end)
         _run("ip", "-n", ns, "link", "set", "lo", "up")
         pin_tcp(ns)
         rate = self.rates.get(i, self.rate)
@@ -160,13 +196,7 @@ class Lan:
                 "dev",
                 ns_end,
                 "root",
-                "tbf",
-                "rate",
-                rate,
-                "burst",
-                "32kbit",
-                "latency",
-                "50ms",
+                *tbf(rate),
             )
         self.set_loss(i, self.loss)
 

@@ -17,6 +17,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from edgegossip import config as agent_config
 from edgegossip.algorithms import DEFAULT
 from edgegossip.algorithms.local import Local
 from edgegossip.emulate.fleet import EmulatedFleet, FleetSpec
@@ -42,7 +43,9 @@ def _agent_row(recs: list[dict]) -> dict:
     span = max(stop["time"] - start["time"], 1e-9)
     cpu = stop.get("cpu_s") or {}
     mb = (stop.get("bytes_sent", 0) + stop.get("bytes_received", 0)) / 1e6
-    net_cpu = (cpu.get("receive") or 0) + (cpu.get("send") or 0)
+    # None, not 0, where the agent has no data-plane threads (local; all-reduce's TCP ring)
+    threads = [cpu[k] for k in ("receive", "send") if cpu.get(k) is not None]
+    net_cpu = sum(threads) if threads else None
     return {
         "steps": stop["step"],
         "steps_per_s": round(stop["step"] / span, 2),
@@ -51,7 +54,12 @@ def _agent_row(recs: list[dict]) -> dict:
         "send_cpu_s": cpu.get("send"),
         "process_cpu_s": cpu.get("process"),
         "mb_exchanged": round(mb, 1),
-        "net_cpu_ms_per_mb": round(net_cpu * 1e3 / mb, 2) if mb else None,
+        "net_cpu_ms_per_mb": round(net_cpu * 1e3 / mb, 2) if mb and net_cpu is not None else None,
+        "datagrams_per_wake": (
+            round(stop["datagrams_received"] / stop["receive_batches"], 1)
+            if stop.get("receive_batches")
+            else None
+        ),
     }
 
 
@@ -75,7 +83,8 @@ def run(
     base = out or Path(tempfile.mkdtemp(prefix="bench-overhead-"))
     runs = []
     reference_rate = None
-    for algorithm, payload in ((Local.name, "float32"), *variants):
+    # local-only sends nothing: its payload is only the label of the reference row
+    for algorithm, payload in ((Local.name, agent_config.default("payload")), *variants):
         folder = base / f"{algorithm}-{payload}"
         spec = FleetSpec(
             nodes=nodes,

@@ -16,7 +16,9 @@ from edgegossip.emulate.netns import (
     _run,
     kill_namespace_processes,
     loss_rules,
+    node_link_up,
     pin_tcp,
+    tbf,
 )
 
 PREFIX = "egl"
@@ -85,7 +87,7 @@ def up(lab: int, n: int, loss: float, rate: str | None) -> None:
         )
         _run("ip", "-n", sw, "link", "set", f"d{i}", "master", "br0", "up")
         _run("ip", "-n", ns, "addr", "add", f"{address(lab, i)}/24", "dev", "eth0")
-        _run("ip", "-n", ns, "link", "set", "eth0", "up")
+        node_link_up(ns, "eth0")
         _run("ip", "-n", ns, "link", "set", "lo", "up")
         pin_tcp(ns)
         if rate:
@@ -100,13 +102,7 @@ def up(lab: int, n: int, loss: float, rate: str | None) -> None:
                 "dev",
                 "eth0",
                 "root",
-                "tbf",
-                "rate",
-                rate,
-                "burst",
-                "32kbit",
-                "latency",
-                "50ms",
+                *tbf(rate),
             )
         set_loss(lab, i, loss)
 

@@ -11,10 +11,16 @@ import time
 MAX_BURST_BYTES = 64 << 10
 
 
+# How often a paced sender wakes: 10 ms is 22 KB at 18 Mbit/s a wake-up. 2 ms woke the sender
+# for every third datagram and cost it 2.4x the CPU; 20 ms cut the data plane's CPU by a further
+# 17%, yet the training took 5% fewer steps per CPU second (edgegossip bench overhead, two runs
+# each, README). Faster links: MAX_BURST_BYTES. The emulated links' bucket (emulate/netns.py) and
+# the receiver's longest pause (transport/udp.py) are this long too.
+BURST_S = 0.010
+
+
 class Pacer:
-    # 10 ms: at 20 Mbit/s, 25 KB a wake-up; 2 ms woke the sender for every third datagram and
-    # cost it 2.4x the CPU (edgegossip bench overhead, README). Faster links: MAX_BURST_BYTES.
-    def __init__(self, rate_bytes_per_s: float | None, burst_s: float = 0.010):
+    def __init__(self, rate_bytes_per_s: float | None, burst_s: float = BURST_S):
         self.rate = rate_bytes_per_s if rate_bytes_per_s and rate_bytes_per_s > 0 else None
         self.burst_s = min(burst_s, MAX_BURST_BYTES / self.rate) if self.rate else burst_s
         self._next = time.perf_counter()

@@ -10,7 +10,7 @@ import numpy as np
 
 from edgegossip import extensions
 from edgegossip.transport.base import DropSink, Endpoint, FastPath, Handler, Transport
-from edgegossip.transport.pacing import Pacer
+from edgegossip.transport.pacing import BURST_S, Pacer
 
 _udp = extensions.load("_udp_c")  # None when not built (or not Linux): one call per datagram
 recv_batch = _udp.recv_batch if _udp is not None else None
@@ -20,6 +20,14 @@ RECV_BUFFER = 9216  # a row: above any datagram we send (8192); a larger one is 
 BATCH = 32  # datagrams per recvmmsg call; 32 rows of 9 KB stay in L2
 SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
 SOCKET_RCVBUF = 32 << 20  # about 25 ms at 10 Gbit/s: outlasts a receive thread's time slice
+# A batch that came back short means the thread woke for a few datagrams. It then sleeps a while,
+# so the next call finds a batch waiting: a datagram a wake-up cost the agent's training more
+# than the datagram itself (the wake-up preempts a training thread and takes the GIL). The
+# pause halves when a batch comes back full and grows while batches come back half empty, so
+# about a batch waits in the socket: at most a paced sender's burst interval of traffic, which
+# the device's buffer (rmem_max 8 MB, fleet/remote.py) holds up to 6 Gbit/s.
+LINGER_MAX_S = BURST_S
+LINGER_MIN_S = 0.0005
 
 
 class UdpTransport(Transport):
@@ -39,10 +47,12 @@ class UdpTransport(Transport):
         self._rx: socket.socket | None = None
         self._prefix_arr = np.frombuffer(self.prefix, np.uint8)
         # UDP GSO: the kernel cuts one buffer into the same datagrams further down the stack,
-        # after netfilter, which therefore sees (and drops) the buffer whole: the network
-        # emulator turns it off so its loss stays per datagram
+        # after netfilter, which sees the buffer whole: the emulated links cut it as it leaves
+        # the node (emulate/netns.node_link_up) so that their loss stays per datagram
         self.gso = gso and send_batch is not None
         self._ip4: dict[str, np.ndarray | None] = {}
+        self.batches = 0  # receive calls that brought datagrams, and how many
+        self.datagrams = 0
 
     def bind(self, endpoint: Endpoint) -> Endpoint:
         rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -145,6 +155,7 @@ class UdpTransport(Transport):
         fd = rx.fileno()
         timeout_ms = int(self.poll_s * 1000)
         assert recv_batch is not None  # this loop runs only with the compiled batch calls
+        linger = LINGER_MIN_S
         while not stop.is_set():
             try:
                 n = recv_batch(fd, bufs, lengths, timeout_ms)
@@ -153,6 +164,15 @@ class UdpTransport(Transport):
                     return
                 raise
             self.deliver(bufs, rows, lengths, n, handler, drop, fast)
+            if n:
+                self.batches += 1
+                self.datagrams += n
+            if n >= BATCH:  # more may be waiting: read on at once, and wait less next time
+                linger = max(LINGER_MIN_S, linger / 2)
+            elif n:
+                if n < BATCH // 2:
+                    linger = min(LINGER_MAX_S, linger * 1.5)
+                stop.wait(linger)
 
     def _recv_single(
         self, rx: socket.socket, handler: Handler, drop: DropSink, stop: threading.Event
