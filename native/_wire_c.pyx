@@ -51,6 +51,9 @@ DEF FLAG_ENCRYPTED = 2
 DEF MAX_PAYLOAD = 65536
 
 include "_codec.pxi"
+include "_sendrows.pxi"
+
+from libc.errno cimport EINVAL, EIO
 
 
 cdef inline uint32_t _le32(const uint8_t *p) noexcept nogil:
@@ -91,6 +94,14 @@ cdef inline bint _finite(const uint8_t *p, Py_ssize_t nbytes) noexcept nogil:
         memcpy(&w, p + 4 * i, 4)
         bad |= (w & 0x7f800000u) == 0x7f800000u
     return not bad
+
+
+cdef inline bint _i8_products_finite(const uint8_t *p) noexcept nogil:
+    # an int8 payload's scale s, if 128 * |s| rounds to a finite float: then so does every
+    # q * s (|q| <= 128; rounding is monotonic), and the decoded chunk needs no check of its own
+    cdef float scale
+    memcpy(&scale, p, 4)
+    return fabsf(scale) * <float>128.0 <= <float>3.4028234663852886e38
 
 
 cdef inline void _nonce(const uint8_t *h, uint8_t *out) noexcept nogil:
@@ -205,6 +216,78 @@ def mac_speed(str kind, Py_ssize_t n, Py_ssize_t count):
     return time.perf_counter() - t
 
 
+cdef bint _frame_rows(Aead aead, const uint8_t *model, Py_ssize_t mbytes, uint8_t *rows,
+                      Py_ssize_t stride, Py_ssize_t *lengths, const uint8_t *prefix,
+                      Py_ssize_t plen, int msg_type, int flags, uint32_t fleet, uint16_t sender,
+                      uint16_t receiver, uint16_t block, uint32_t session, uint32_t round,
+                      Py_ssize_t first_chunk, Py_ssize_t count, uint32_t n_chunks,
+                      Py_ssize_t chunk_bytes, uint64_t seq0, uint16_t weight, int dtype,
+                      uint8_t *scratch) noexcept nogil:
+    """Frame and seal chunks first_chunk .. first_chunk + count - 1 into rows (see frame_batch);
+    False if OpenSSL failed to seal one."""
+    cdef bint encrypt = flags & FLAG_ENCRYPTED, ok = True
+    cdef Py_ssize_t k, off, n
+    cdef const uint8_t *src
+    cdef uint8_t nonce[12]
+    cdef uint8_t *row
+    cdef uint8_t *h
+    for k in range(count):
+        off = (first_chunk + k) * chunk_bytes
+        n = chunk_bytes if off + chunk_bytes <= mbytes else mbytes - off
+        src = model + off
+        if dtype != DTYPE_F32:  # encode, then frame the encoded bytes as the payload
+            _encode_chunk(dtype, <const float*>src, scratch, n // 4)
+            src = scratch
+            n = _encoded_len(dtype, n // 4)
+        row = rows + k * stride
+        memcpy(row, prefix, plen)
+        h = row + plen
+        h[0] = VERSION
+        h[1] = msg_type
+        h[2] = dtype
+        h[3] = flags
+        _put32(h + 4, fleet)
+        _put16(h + 8, sender)
+        _put16(h + 10, receiver)
+        _put16(h + 12, block)
+        _put16(h + 14, weight)
+        _put32(h + 16, session)
+        _put32(h + 20, round)
+        _put32(h + 24, <uint32_t>(first_chunk + k))
+        _put32(h + 28, n_chunks)
+        _put32(h + 32, <uint32_t>off)
+        _put32(h + 36, <uint32_t>n)
+        _put64(h + 40, seq0 + k)
+        _nonce(h, nonce)
+        lengths[k] = plen + HEADER_SIZE + n + TAG_SIZE
+        if encrypt:
+            ok &= aead.seal_raw(nonce, row, plen + HEADER_SIZE, src, h + HEADER_SIZE,
+                                n, h + HEADER_SIZE + n)
+        else:
+            memcpy(h + HEADER_SIZE, src, n)
+            ok &= aead.seal_raw(nonce, row, plen + HEADER_SIZE + n, NULL, h + HEADER_SIZE + n,
+                                0, h + HEADER_SIZE + n)
+    return ok
+
+
+cdef int _check_framing(const uint8_t[::1] model, uint8_t[:, ::1] rows,
+                        Py_ssize_t[::1] lengths, const uint8_t[::1] prefix,
+                        Py_ssize_t first_chunk, Py_ssize_t stop_chunk, uint32_t n_chunks,
+                        Py_ssize_t chunk_bytes, Py_ssize_t count, int dtype) except -1:
+    cdef Py_ssize_t widest = _encoded_len(dtype, chunk_bytes // 4), mbytes = model.shape[0]
+    if dtype < CODEC_F32 or dtype > CODEC_I8:
+        raise ValueError("unknown payload dtype")
+    if lengths.shape[0] < count or rows.shape[0] < count:
+        raise ValueError("lengths shorter than the batch")
+    if first_chunk < 0 or stop_chunk > n_chunks or chunk_bytes <= 0 or chunk_bytes % 4:
+        raise ValueError("chunk range outside the model")
+    if widest > MAX_PAYLOAD or rows.shape[1] < prefix.shape[0] + HEADER_SIZE + widest + TAG_SIZE:
+        raise ValueError("rows too narrow for a datagram")
+    if <Py_ssize_t>(n_chunks - 1) * chunk_bytes >= mbytes or <Py_ssize_t>n_chunks * chunk_bytes < mbytes:
+        raise ValueError("n_chunks does not match the model size")
+    return 0
+
+
 def frame_batch(Aead aead not None, const uint8_t[::1] model not None,
                 uint8_t[:, ::1] rows not None, Py_ssize_t[::1] lengths not None,
                 const uint8_t[::1] prefix not None,
@@ -218,70 +301,102 @@ def frame_batch(Aead aead not None, const uint8_t[::1] model not None,
     payload is encrypted; every row carries the push-sum `weight` (float16 bits). chunk_bytes
     is a chunk's size in the float32 model; with `dtype` another payload encoding (payload.py),
     each chunk is encoded on the way. Returns how many."""
-    cdef Py_ssize_t plen = prefix.shape[0], mbytes = model.shape[0]
-    cdef Py_ssize_t count = stop_chunk - first_chunk, k, off, n
-    cdef bint encrypt = flags & FLAG_ENCRYPTED, ok = True
-    cdef const uint8_t *src
-    cdef uint8_t nonce[12]
-    cdef uint8_t *row
-    cdef uint8_t *h
-    cdef Py_ssize_t widest = _encoded_len(dtype, chunk_bytes // 4)
-    cdef bytearray scratch_obj = bytearray(widest if dtype != DTYPE_F32 else 0)
+    cdef Py_ssize_t count = min(stop_chunk - first_chunk, rows.shape[0])
+    cdef bytearray scratch_obj = bytearray(_encoded_len(dtype, chunk_bytes // 4) + 4)
     cdef uint8_t *scratch = scratch_obj
-    if dtype < CODEC_F32 or dtype > CODEC_I8:
-        raise ValueError("unknown payload dtype")
-    if count > rows.shape[0]:
-        count = rows.shape[0]
+    cdef bint ok
     if count <= 0:
         return 0
-    if lengths.shape[0] < count:
-        raise ValueError("lengths shorter than the batch")
-    if first_chunk < 0 or stop_chunk > n_chunks or chunk_bytes <= 0 or chunk_bytes % 4:
-        raise ValueError("chunk range outside the model")
-    if widest > MAX_PAYLOAD or rows.shape[1] < plen + HEADER_SIZE + widest + TAG_SIZE:
-        raise ValueError("rows too narrow for a datagram")
-    if <Py_ssize_t>(n_chunks - 1) * chunk_bytes >= mbytes or <Py_ssize_t>n_chunks * chunk_bytes < mbytes:
-        raise ValueError("n_chunks does not match the model size")
+    _check_framing(model, rows, lengths, prefix, first_chunk, stop_chunk, n_chunks, chunk_bytes,
+                   count, dtype)
     with nogil:
-        for k in range(count):
-            off = (first_chunk + k) * chunk_bytes
-            n = chunk_bytes if off + chunk_bytes <= mbytes else mbytes - off
-            src = &model[off]
-            if dtype != DTYPE_F32:  # encode, then frame the encoded bytes as the payload
-                _encode_chunk(dtype, <const float*>src, scratch, n // 4)
-                src = scratch
-                n = _encoded_len(dtype, n // 4)
-            row = &rows[k, 0]
-            memcpy(row, &prefix[0], plen)
-            h = row + plen
-            h[0] = VERSION
-            h[1] = msg_type
-            h[2] = dtype
-            h[3] = flags
-            _put32(h + 4, fleet)
-            _put16(h + 8, sender)
-            _put16(h + 10, receiver)
-            _put16(h + 12, block)
-            _put16(h + 14, weight)
-            _put32(h + 16, session)
-            _put32(h + 20, round)
-            _put32(h + 24, <uint32_t>(first_chunk + k))
-            _put32(h + 28, n_chunks)
-            _put32(h + 32, <uint32_t>off)
-            _put32(h + 36, <uint32_t>n)
-            _put64(h + 40, seq0 + k)
-            _nonce(h, nonce)
-            lengths[k] = plen + HEADER_SIZE + n + TAG_SIZE
-            if encrypt:
-                ok &= aead.seal_raw(nonce, row, plen + HEADER_SIZE, src, h + HEADER_SIZE,
-                                    n, h + HEADER_SIZE + n)
-            else:
-                memcpy(h + HEADER_SIZE, src, n)
-                ok &= aead.seal_raw(nonce, row, plen + HEADER_SIZE + n, NULL, h + HEADER_SIZE + n,
-                                    0, h + HEADER_SIZE + n)
+        ok = _frame_rows(aead, &model[0], model.shape[0], &rows[0, 0], rows.shape[1],
+                         &lengths[0], &prefix[0], prefix.shape[0], msg_type, flags, fleet,
+                         sender, receiver, block, session, round, first_chunk, count, n_chunks,
+                         chunk_bytes, seq0, weight, dtype, scratch)
     if not ok:
         raise ValueError("OpenSSL failed to seal a datagram")
     return count
+
+
+def send_paced(Aead aead not None, const uint8_t[::1] model not None,
+               uint8_t[:, ::1] rows not None, Py_ssize_t[::1] lengths not None,
+               const uint8_t[::1] prefix not None,
+               int msg_type, int flags, uint32_t fleet, uint16_t sender, uint16_t receiver,
+               uint16_t block, uint32_t session, uint32_t round,
+               Py_ssize_t first_chunk, Py_ssize_t stop_chunk, uint32_t n_chunks,
+               Py_ssize_t chunk_bytes, uint64_t seq0, uint16_t weight, int dtype,
+               int fd, const unsigned char[::1] ip4 not None, int port, bint gso,
+               Py_ssize_t batch, double rate, double burst_s, double next_at,
+               const uint8_t[::1] stop=None):
+    """Frame chunks first_chunk .. stop_chunk - 1 as frame_batch() does, `batch` rows at a time,
+    and send each batch to ip4:port (_sendrows.pxi) once a token bucket of `rate` bytes a second
+    allows it (rate 0: unpaced). The bucket is transport/pacing.py's Pacer: `next_at` (its
+    CLOCK_MONOTONIC reading, time.perf_counter's clock) is when the bytes booked so far have
+    left, never more than burst_s in the past. A whole round is one release of the GIL, not two
+    or three a batch. A kernel that refuses UDP GSO (EINVAL, EIO) gets the rest without it.
+    stop[0] set (by another thread: the transport closing its socket) ends it before the next
+    batch, as if the round had been sent.
+    Returns (datagrams sent, their bytes, next_at, errno or 0, gso, rows framed): a row framed
+    and not sent has used its sequence number all the same (a nonce is never used twice)."""
+    cdef Py_ssize_t count = stop_chunk - first_chunk, done = 0, k, i, sent = 0, nbytes, total = 0
+    cdef Py_ssize_t framed = 0
+    cdef bytearray scratch_obj = bytearray(_encoded_len(dtype, chunk_bytes // 4) + 4)
+    cdef uint8_t *scratch = scratch_obj
+    cdef sockaddr_in addr
+    cdef int err = 0
+    cdef bint ok = True
+    cdef double now, ahead
+    cdef volatile const uint8_t *halt = &stop[0] if stop is not None and stop.shape[0] else NULL
+    if batch < 1:
+        batch = 1
+    if batch > rows.shape[0]:
+        batch = rows.shape[0]
+    if batch > MAX_BATCH:
+        batch = MAX_BATCH
+    if count <= 0:
+        return 0, 0, next_at, 0, gso, 0
+    _check_framing(model, rows, lengths, prefix, first_chunk, stop_chunk, n_chunks, chunk_bytes,
+                   batch, dtype)
+    _address(ip4, port, &addr)
+    with nogil:
+        while done < count:
+            if halt != NULL and halt[0]:
+                break
+            k = min(batch, count - done)
+            ok = _frame_rows(aead, &model[0], model.shape[0], &rows[0, 0], rows.shape[1],
+                             &lengths[0], &prefix[0], prefix.shape[0], msg_type, flags, fleet,
+                             sender, receiver, block, session, round, first_chunk + done, k,
+                             n_chunks, chunk_bytes, seq0 + done, weight, dtype, scratch)
+            if not ok:
+                break
+            framed = done + k
+            nbytes = 0
+            for i in range(k):
+                nbytes += lengths[i]
+            if rate > 0:
+                now = _monotonic()
+                if next_at < now - burst_s:  # idle: do not save up an unbounded burst
+                    next_at = now - burst_s
+                next_at += nbytes / rate
+                ahead = next_at - now
+                if ahead > 0.0005:  # smaller gaps are absorbed by the burst
+                    _sleep_us(<long>(ahead * 1e6))
+            err = _send_rows(fd, &rows[0, 0], rows.shape[1], &lengths[0], k, &addr, gso, &sent)
+            if err and gso and (err == EINVAL or err == EIO):
+                gso = False  # a kernel without UDP GSO, or a device that cannot checksum it
+                i = sent
+                err = _send_rows(fd, &rows[i, 0], rows.shape[1], &lengths[i], k - i, &addr,
+                                 False, &sent)
+                sent += i
+            for i in range(sent):
+                total += lengths[i]
+            done += sent
+            if err:
+                break
+    if not ok:
+        raise ValueError("OpenSSL failed to seal a datagram")
+    return done, total, next_at, err, gso, framed
 
 
 cdef inline Py_ssize_t _steady(const uint8_t *d, Py_ssize_t n, const uint8_t *prefix,
@@ -433,7 +548,11 @@ cdef class Run:
                     break
                 c = _le32(h + 24)
                 off = _le32(h + 32)
-                if dtype != DTYPE_F32:
+                if dtype == CODEC_I8 and _i8_products_finite(payload):
+                    # every element is q * scale with |q| <= 128: finite, so decoded in place
+                    elems = (chunk_bytes if off + chunk_bytes <= mbytes else mbytes - off) // 4
+                    _decode_chunk(dtype, payload, <float*>&self.buf[off], elems)
+                elif dtype != DTYPE_F32:
                     elems = (chunk_bytes if off + chunk_bytes <= mbytes else mbytes - off) // 4
                     _decode_chunk(dtype, payload, decoded, elems)
                     if not _finite(<const uint8_t*>decoded, 4 * elems):

@@ -193,3 +193,34 @@ def test_fast_path_leaves_the_inbox_as_the_python_path_does(codec):
             np.testing.assert_array_equal(ra.mask, rb.mask)
             np.testing.assert_array_equal(ra.buf, rb.buf)
     assert [e.__dict__ for e in a.rounds.events()] == [e.__dict__ for e in b.rounds.events()]
+
+
+@pytest.mark.parametrize(
+    "scale, accepted",
+    [
+        (1e36, True),  # 128 * 1e36 is finite: every q * scale is, decoded in place
+        (3e38, False),  # finite, but 127 * 3e38 is not: the chunk would hold Inf
+        (-3e38, False),
+        (np.inf, False),
+    ],
+)
+def test_an_int8_scale_whose_products_overflow_is_dropped_by_both_paths(scale, accepted):
+    plan = _plan("int8")
+    enc = Encoder(plan, KEY, fleet=7, sender=3, codec=payload.codec("int8"))
+    x = np.random.default_rng(5).standard_normal(PLAN.n_params, dtype=np.float32)
+    stream = [bytearray(d) for d in enc.chunks(x, wire.MsgType.PARAMS, 0)]
+    forged = stream[2]  # mid-round, where the fast path would take it
+    at = 3 + wire.HEADER_SIZE  # the group's framing, then the header: the scale leads
+    forged[at : at + 4] = np.array([scale], "<f4").tobytes()
+    forged[at + 4 : at + 8] = bytes([127, 0x81, 128, 1])  # q = 127, -127, -128, 1
+    forged[3:] = reseal(forged[3:], KEY)
+    stream = [bytes(d) for d in stream]
+    a, _ = _run(stream, False, "int8")
+    b, slow = _run(stream, True, "int8")
+    assert a.counter.snapshot() == b.counter.snapshot()
+    assert a.counter.drops.get("non_finite", 0) == (0 if accepted else 1)
+    assert slow == (1 if accepted else 2)  # the round's opening, and the refused one
+    ra, rb = (i.rounds.slots[(3, wire.MsgType.PARAMS)].current for i in (a, b))
+    np.testing.assert_array_equal(ra.mask, rb.mask)
+    np.testing.assert_array_equal(ra.buf.view(np.uint32), rb.buf.view(np.uint32))
+    assert bool(ra.mask[2]) == accepted

@@ -239,6 +239,32 @@ def test_i8_codec_matches_reference_bit_for_bit(impl, n, chunk):
     np.testing.assert_array_equal(back.view(np.uint32), back_ref.view(np.uint32))
 
 
+@pytest.mark.parametrize(
+    "x",
+    [
+        [0.5, -2.0, 1.0, 0.0],  # the largest magnitude is negative
+        [-0.0, 0.0, -0.0, 0.0],  # scale 0
+        [1e-45, -1e-44, 0.0, 1e-44],  # subnormals only: their scale rounds to 0
+        [3.4028235e38, -3.4028235e38, 1.0, -1.0],  # the largest finite floats
+        [np.inf, 1.0, 2.0, 3.0],
+        [1.0, -np.inf, 2.0, 3.0],
+        [1.0, 2.0, np.nan, 3.0],
+        [1.0, 2.0, 3.0, -np.nan],
+    ],
+)
+def test_i8_scale_of_special_values_matches_reference(impl, x):
+    # the compiled encoder takes max|x| on the float's bits: the same scale for every kind of
+    # value, NaN and Inf among them (a NaN scale), as NumPy's abs().max()
+    x = np.array(x, np.float32)
+    got, want = np.zeros(8, np.uint8), np.zeros(8, np.uint8)
+    impl.i8_encode(x, got, 4)
+    ref.i8_encode(x, want, 4)
+    np.testing.assert_array_equal(got[4:], want[4:])
+    assert got[:4].view("<u4")[0] == want[:4].view("<u4")[0] or (
+        np.isnan(got[:4].view("<f4")[0]) and np.isnan(want[:4].view("<f4")[0])
+    )
+
+
 def test_i8_error_is_at_most_half_a_step_of_its_chunk():
     x = np.array([0.5, -0.25, 0.1, 0.0, 1e-4, 2.0, -2.0, 0.7], np.float32)
     out, back = np.zeros(8 + 8, np.uint8), np.empty(8, np.float32)

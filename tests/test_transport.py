@@ -311,3 +311,134 @@ def test_a_paced_stream_is_read_in_batches(free_udp_port):
     assert got >= 0.99 * PLAN.n_chunks, inbox.counter.snapshot()
     assert t.datagrams >= got
     assert t.datagrams / t.batches >= 4, (t.datagrams, t.batches)
+
+
+def test_recv_batch_pauses_before_it_waits(free_udp_port):
+    """The receive thread's pause is taken inside the compiled call: datagrams that arrive
+    during it are read together, in one batch."""
+    import threading
+
+    from edgegossip.transport import udp
+
+    if udp.recv_batch is None:
+        pytest.skip("built without the batch calls")
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.bind(("127.0.0.1", free_udp_port()))
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    bufs = np.zeros((8, 64), np.uint8)
+    lengths = np.zeros(8, np.intp)
+
+    def later():
+        time.sleep(0.02)
+        for i in range(5):
+            tx.sendto(bytes([i]) * 10, rx.getsockname())
+
+    th = threading.Thread(target=later)
+    try:
+        th.start()
+        n = udp.recv_batch(rx.fileno(), bufs, lengths, 2000, 300_000)
+    finally:
+        th.join()
+        rx.close()
+        tx.close()
+    assert n == 5 and list(lengths[:5]) == [10] * 5
+    assert [bufs[i, 0] for i in range(5)] == list(range(5))
+
+
+def test_the_pacer_books_what_it_lets_out(monkeypatch):
+    """reserve() returns the wait before a burst may leave (slept by the caller, inside its
+    send call); an idle sender saves up at most one burst."""
+    from edgegossip.transport import pacing
+
+    now = [100.0]
+    monkeypatch.setattr(pacing.time, "perf_counter", lambda: now[0])
+    p = pacing.Pacer(1e6, burst_s=0.01)  # 1 MB/s, 10 KB bursts
+    assert p.reserve(10_000) == pytest.approx(0.01)  # a new pacer has nothing saved up
+    assert p.reserve(100) == pytest.approx(0.0101)
+    assert p.reserve(100) == pytest.approx(0.0102)
+    now[0] += 60.0  # idle for a minute: still only one burst ahead
+    assert p.reserve(10_000) == 0.0
+    assert p.reserve(10_000) == pytest.approx(0.01)
+    assert pacing.Pacer(None).reserve(10**9) == 0.0
+
+
+@pytest.mark.parametrize("codec", ["float32", "int8"])
+@pytest.mark.parametrize("encrypt", [False, True])
+def test_a_round_sent_paced_in_one_call_is_the_framed_datagrams(free_udp_port, codec, encrypt):
+    """send_vector hands a whole round to the compiled sender (frame, pace, send without the
+    GIL): a plain socket gets exactly what chunks() frames, in order, numbered on from the
+    link's last sequence number, and no faster than the pacer's rate allows."""
+    from edgegossip.dataplane import payload
+
+    c = payload.codec(codec)
+    plan = c.plan(60_000, wire.default_chunk_bytes())
+    x = np.random.default_rng(6).standard_normal(plan.n_params, dtype=np.float32)
+    ref = Encoder(plan, KEY, 1, sender=2, codec=c, encrypt=encrypt)
+    enc = Encoder(plan, KEY, 1, sender=2, codec=c, encrypt=encrypt)
+    for e in (ref, enc):
+        e._seq[0] = 41  # a link already in use
+    expected = [bytes(d) for d in ref.chunks(x, wire.MsgType.PARAMS, 3)]
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+    rx.bind(("127.0.0.1", free_udp_port()))
+    rx.settimeout(2)
+    rate = 2e6  # bytes a second
+    t = make_transport("udp", rate_bytes_per_s=rate)
+    link = t.paced_link(rx.getsockname())
+    assert link is not None, "the compiled path is built"
+    try:
+        start = time.perf_counter()
+        send_vector(t, enc, rx.getsockname(), 0, x, wire.MsgType.PARAMS, 3)
+        took = time.perf_counter() - start
+        arrived = [rx.recv(65536) for _ in expected]
+    finally:
+        t.close()
+        rx.close()
+    assert arrived == expected
+    assert enc._seq[0] == ref._seq[0] == 41 + plan.n_chunks
+    assert enc.datagrams == len(expected) and enc.bytes == sum(map(len, expected))
+    # a pacer starts with nothing saved up, so every byte but the last burst waited its turn
+    assert took >= (enc.bytes - t.pacer.burst_s * rate) / rate
+    assert t.pacer.next_at >= start + enc.bytes / rate - 1e-3
+
+
+def test_a_failed_paced_send_raises_and_never_reuses_a_sequence_number(free_udp_port):
+    plan = ChunkPlan(20_000, wire.default_chunk_bytes())
+    x = np.zeros(plan.n_params, np.float32)
+    enc = Encoder(plan, KEY, 1, sender=2)
+    t = make_transport("udp")
+    link = t.paced_link(("127.0.0.1", free_udp_port()))
+    assert link is not None
+    link.fd = -1  # a socket that is gone
+    with pytest.raises(OSError):
+        enc.send_paced(link, x, wire.MsgType.PARAMS, 1, batch=4)
+    t.close()
+    assert enc.datagrams == 0
+    assert enc._seq[0] == 4  # the first batch was framed: its numbers are spent
+
+
+def test_a_paced_round_stops_when_its_transport_closes(free_udp_port):
+    """A round on a slow link is one compiled call that can take seconds: closing the
+    transport ends it at the next batch, before the socket's number can be reused."""
+    import threading
+
+    plan = ChunkPlan(200_000, wire.default_chunk_bytes())  # 142 datagrams, about 200 KB
+    x = np.zeros(plan.n_params, np.float32)
+    enc = Encoder(plan, KEY, 1, sender=2)
+    t = make_transport("udp", rate_bytes_per_s=20e3)  # 10 s for the round
+    peer = ("127.0.0.1", free_udp_port())
+    done = threading.Event()
+
+    def send():
+        try:
+            send_vector(t, enc, peer, 0, x, wire.MsgType.PARAMS, 1)
+        except OSError:
+            pass
+        done.set()
+
+    th = threading.Thread(target=send, daemon=True)
+    th.start()
+    time.sleep(0.3)
+    t.close()
+    assert done.wait(2.0), "the send went on after close"
+    assert 0 < enc.datagrams < plan.n_chunks

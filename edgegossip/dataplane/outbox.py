@@ -19,6 +19,7 @@ from edgegossip.dataplane import wire
 from edgegossip.dataplane.chunking import ChunkPlan
 from edgegossip.dataplane.keys import LinkKeys
 from edgegossip.dataplane.payload import CODECS, Codec
+from edgegossip.transport.base import PacedLink
 
 _wire_c = extensions.load("_wire_c")  # built without OpenSSL headers: frame in Python
 
@@ -152,6 +153,86 @@ class Encoder:
                 ]
             yield self._frame(msg_type, round, block, flags, c, payload, receiver, weight)
 
+    def _compiled(self, vec: np.ndarray, span) -> bool:
+        """The compiled framer takes this vector and chunk span (a contiguous run)."""
+        return (
+            _wire_c is not None
+            and isinstance(span, range)
+            and span.step == 1
+            and vec.dtype == np.float32
+            and vec.flags.c_contiguous
+            and vec.size == self.plan.n_params
+        )
+
+    def _framing(self, vec, msg_type, round, first, stop, block, flags, receiver) -> tuple:
+        """The leading arguments of the compiled framers for chunks first .. stop - 1 of vec."""
+        if self.encrypt:
+            flags |= wire.FLAG_ENCRYPTED
+        return (
+            self._aead(receiver),
+            vec.view(np.uint8),
+            self.rows,
+            self.lengths,
+            self._prefix,
+            msg_type,
+            flags,
+            self.fleet,
+            self.sender,
+            receiver,
+            block,
+            self.session,
+            round,
+            first,
+            stop,
+            self.plan.n_chunks,
+            self.plan.chunk_bytes,
+        )
+
+    def send_paced(
+        self,
+        link: PacedLink,
+        vec: np.ndarray,
+        msg_type: int,
+        round: int,
+        chunks: Iterable[int] | None = None,
+        block: int = 0,
+        flags: int = 0,
+        receiver: int = 0,
+        batch: int = BATCH,
+        weight: int = 0,
+    ) -> bool:
+        """Frame the datagrams batches() would and send them through link, paced, `batch` at a
+        time, in one compiled call (edgegossip._wire_c.send_paced). False, with nothing sent,
+        where that call does not apply (then frame with batches()). Raises OSError as a failed
+        send does, after counting what left."""
+        plan = self.plan
+        span = range(plan.n_chunks) if chunks is None else chunks
+        if not self._compiled(vec, span):
+            return False
+        assert isinstance(span, range) and _wire_c is not None
+        seq0 = self._seq.get(receiver, 0) + 1
+        sent, nbytes, link.next_at, err, link.gso, framed = _wire_c.send_paced(
+            *self._framing(vec, msg_type, round, span.start, span.stop, block, flags, receiver),
+            seq0,
+            weight,
+            self.codec.dtype,
+            link.fd,
+            link.ip4,
+            link.port,
+            link.gso,
+            max(1, min(batch, BATCH)),
+            link.rate,
+            link.burst_s,
+            link.next_at,
+            link.stop,
+        )
+        self._seq[receiver] = seq0 + framed - 1  # framed and unsent rows used theirs too
+        self.datagrams += sent
+        self.bytes += nbytes
+        if err:
+            raise OSError(err, f"sendmmsg failed after {sent} of {len(span)} datagrams")
+        return True
+
     def batches(
         self,
         vec: np.ndarray,
@@ -170,39 +251,13 @@ class Encoder:
         batch = max(1, min(batch, BATCH))
         plan = self.plan
         span = range(plan.n_chunks) if chunks is None else chunks
-        if (
-            _wire_c is not None
-            and isinstance(span, range)
-            and span.step == 1
-            and vec.dtype == np.float32
-            and vec.flags.c_contiguous
-            and vec.size == plan.n_params
-        ):
-            raw = vec.view(np.uint8)
-            aead = self._aead(receiver)
-            if self.encrypt:
-                flags |= wire.FLAG_ENCRYPTED
+        if self._compiled(vec, span):
+            assert isinstance(span, range) and _wire_c is not None
             for first in range(span.start, span.stop, batch):
                 stop = min(first + batch, span.stop)
                 seq0 = self._next_seq(receiver)
                 n = _wire_c.frame_batch(
-                    aead,
-                    raw,
-                    self.rows,
-                    self.lengths,
-                    self._prefix,
-                    msg_type,
-                    flags,
-                    self.fleet,
-                    self.sender,
-                    receiver,
-                    block,
-                    self.session,
-                    round,
-                    first,
-                    stop,
-                    plan.n_chunks,
-                    plan.chunk_bytes,
+                    *self._framing(vec, msg_type, round, first, stop, block, flags, receiver),
                     seq0,
                     weight,
                     self.codec.dtype,

@@ -82,10 +82,9 @@ class ReplayWindow:
         last = int(seqs[k - 1])
         if last - int(seqs[0]) == k - 1:  # consecutive, the usual case
             run = (1 << min(k, WINDOW)) - 1
-        else:
+        else:  # gaps (lost datagrams): one bit each, from Python ints (tolist), not NumPy's
             run = 0
-            for s in seqs:
-                back = last - int(s)
+            for back in (last - np.asarray(seqs)).tolist():
                 if back < WINDOW:
                     run |= 1 << back
         shift = last - self.highest

@@ -48,6 +48,15 @@ def send_vector(
         + wire.TAG_SIZE
     )
     batch = transport.batch_hint(size)
+    link = transport.paced_link(endpoint)
+    if link is not None:
+        try:
+            if encoder.send_paced(
+                link, vec, msg_type, round, chunks, block, flags, receiver, batch, weight
+            ):
+                return
+        finally:
+            transport.settle(link)
     for n in encoder.batches(vec, msg_type, round, chunks, block, flags, receiver, batch, weight):
         transport.send_batch(endpoint, encoder.rows, encoder.lengths, n)
 

@@ -6,6 +6,7 @@ import logging
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -21,6 +22,23 @@ DropSink = Callable[[str], None]
 # fast(rows, lengths, start, stop, prefix) -> index of the first row it did not take; rows it
 # took were handled completely, the rest go through the handler one by one
 FastPath = Callable[[np.ndarray, np.ndarray, int, int, np.ndarray], int]
+
+
+@dataclass
+class PacedLink:
+    """What a compiled sender needs to frame, pace and send a whole round to one peer itself
+    (edgegossip._wire_c.send_paced): the socket, the peer's IPv4 address and port, UDP GSO, and
+    the pacer's bucket (rate, burst, when what it booked has left). The transport takes the
+    bucket and GSO back with settle()."""
+
+    fd: int
+    ip4: np.ndarray
+    port: int
+    gso: bool
+    rate: float  # bytes a second; 0: unpaced
+    burst_s: float
+    next_at: float
+    stop: np.ndarray  # one byte, set when the transport closes: the send ends at the next batch
 
 
 class Transport(ABC):
@@ -45,6 +63,15 @@ class Transport(ABC):
     def batch_hint(self, datagram_bytes: int) -> int:
         """Datagrams per send_batch call this transport handles well."""
         return 1
+
+    def paced_link(self, peer: Endpoint) -> PacedLink | None:
+        """The socket and pacer for a compiled sender to send to peer itself, or None (send
+        through send_batch)."""
+        return None
+
+    def settle(self, link: PacedLink) -> None:
+        """Take back the pacer's bucket and GSO state a compiled send left in link."""
+        raise NotImplementedError("a transport that offers paced_link() takes it back")
 
     @abstractmethod
     def recv_loop(

@@ -23,7 +23,7 @@ class Pacer:
     def __init__(self, rate_bytes_per_s: float | None, burst_s: float = BURST_S):
         self.rate = rate_bytes_per_s if rate_bytes_per_s and rate_bytes_per_s > 0 else None
         self.burst_s = min(burst_s, MAX_BURST_BYTES / self.rate) if self.rate else burst_s
-        self._next = time.perf_counter()
+        self.next_at = time.perf_counter()
 
     def datagrams_per_burst(self, datagram_bytes: int, most: int = 64) -> int:
         """How many datagrams may leave back to back without exceeding the burst allowance."""
@@ -31,14 +31,20 @@ class Pacer:
             return most
         return max(1, min(most, int(self.rate * self.burst_s // max(1, datagram_bytes))))
 
+    def reserve(self, nbytes: int) -> float:
+        """Book nbytes more at the configured rate: the seconds to wait before they leave (0 when
+        the gap is too small to sleep for: the burst absorbs it)."""
+        if self.rate is None:
+            return 0.0
+        now = time.perf_counter()
+        if self.next_at < now - self.burst_s:  # idle: do not save up an unbounded burst
+            self.next_at = now - self.burst_s
+        self.next_at += nbytes / self.rate
+        ahead = self.next_at - now
+        return ahead if ahead > 0.0005 else 0.0
+
     def wait(self, nbytes: int) -> None:
         """Block until nbytes more may leave at the configured rate."""
-        if self.rate is None:
-            return
-        now = time.perf_counter()
-        if self._next < now - self.burst_s:  # idle: do not save up an unbounded burst
-            self._next = now - self.burst_s
-        self._next += nbytes / self.rate
-        ahead = self._next - now
-        if ahead > 0.0005:  # sleep only when worth it; smaller gaps are absorbed by the burst
+        ahead = self.reserve(nbytes)
+        if ahead:
             time.sleep(ahead)

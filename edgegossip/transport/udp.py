@@ -9,7 +9,14 @@ import threading
 import numpy as np
 
 from edgegossip import extensions
-from edgegossip.transport.base import DropSink, Endpoint, FastPath, Handler, Transport
+from edgegossip.transport.base import (
+    DropSink,
+    Endpoint,
+    FastPath,
+    Handler,
+    PacedLink,
+    Transport,
+)
 from edgegossip.transport.pacing import BURST_S, Pacer
 
 _udp = extensions.load("_udp_c")  # None when not built (or not Linux): one call per datagram
@@ -51,6 +58,7 @@ class UdpTransport(Transport):
         # the node (emulate/netns.node_link_up) so that their loss stays per datagram
         self.gso = gso and send_batch is not None
         self._ip4: dict[str, np.ndarray | None] = {}
+        self._closing = np.zeros(1, np.uint8)  # a compiled send in flight stops at its next batch
         self.batches = 0  # receive calls that brought datagrams, and how many
         self.datagrams = 0
 
@@ -72,18 +80,43 @@ class UdpTransport(Transport):
         self.pacer.wait(len(datagram))
         self._tx.sendto(datagram, peer)
 
-    def send_batch(self, peer: Endpoint, rows: np.ndarray, lengths: np.ndarray, n: int) -> None:
-        ip4 = self._ip4.get(peer[0], False)
-        if ip4 is False:
+    def _address(self, host: str) -> np.ndarray | None:
+        if host not in self._ip4:
             try:
-                ip4 = np.frombuffer(socket.inet_aton(peer[0]), np.uint8)
+                self._ip4[host] = np.frombuffer(socket.inet_aton(host), np.uint8)
             except OSError:  # a host name: let sendto resolve it
-                ip4 = None
-            self._ip4[peer[0]] = ip4
+                self._ip4[host] = None
+        return self._ip4[host]
+
+    def paced_link(self, peer: Endpoint) -> PacedLink | None:
+        ip4 = self._address(peer[0])
+        if send_batch is None or ip4 is None:
+            return None
+        p = self.pacer
+        return PacedLink(
+            self._tx.fileno(),
+            ip4,
+            peer[1],
+            self.gso,
+            p.rate or 0.0,
+            p.burst_s,
+            p.next_at,
+            self._closing,
+        )
+
+    def settle(self, link: PacedLink) -> None:
+        self.pacer.next_at = link.next_at
+        self.gso = self.gso and link.gso
+
+    def send_batch(self, peer: Endpoint, rows: np.ndarray, lengths: np.ndarray, n: int) -> None:
+        ip4 = self._address(peer[0])
         if send_batch is None or ip4 is None:
             return super().send_batch(peer, rows, lengths, n)
-        self.pacer.wait(int(lengths[:n].sum()))
-        sent, err = send_batch(self._tx.fileno(), rows, lengths, n, ip4, peer[1], self.gso)
+        # the pacer's wait is slept inside the call: one GIL hand-over a batch, not two
+        pause_us = int(self.pacer.reserve(int(lengths[:n].sum())) * 1e6)
+        sent, err = send_batch(
+            self._tx.fileno(), rows, lengths, n, ip4, peer[1], self.gso, pause_us
+        )
         if err in (errno.EINVAL, errno.EIO) and self.gso:
             # a kernel without UDP GSO (before 4.18), or a device that cannot checksum it
             self.gso = False
@@ -156,9 +189,10 @@ class UdpTransport(Transport):
         timeout_ms = int(self.poll_s * 1000)
         assert recv_batch is not None  # this loop runs only with the compiled batch calls
         linger = LINGER_MIN_S
+        pause_us = 0  # taken inside the next call, once the last batch came back short
         while not stop.is_set():
             try:
-                n = recv_batch(fd, bufs, lengths, timeout_ms)
+                n = recv_batch(fd, bufs, lengths, timeout_ms, pause_us)
             except OSError:
                 if stop.is_set() or rx.fileno() < 0:
                     return
@@ -167,12 +201,13 @@ class UdpTransport(Transport):
             if n:
                 self.batches += 1
                 self.datagrams += n
+            pause_us = 0
             if n >= BATCH:  # more may be waiting: read on at once, and wait less next time
                 linger = max(LINGER_MIN_S, linger / 2)
             elif n:
                 if n < BATCH // 2:
                     linger = min(LINGER_MAX_S, linger * 1.5)
-                stop.wait(linger)
+                pause_us = int(linger * 1e6)
 
     def _recv_single(
         self, rx: socket.socket, handler: Handler, drop: DropSink, stop: threading.Event
@@ -191,6 +226,7 @@ class UdpTransport(Transport):
             self._dispatch(view, -1 if flags & socket.MSG_TRUNC else n, handler, drop)
 
     def close(self) -> None:
+        self._closing[0] = 1
         self._tx.close()
         if self._rx is not None:
             self._rx.close()
