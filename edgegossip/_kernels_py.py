@@ -145,7 +145,8 @@ def bf16_decode(p, out) -> None:
 def i8_encode(x, out, chunk: int) -> None:
     """Per chunk of x (chunk elements, the last may be short): a float32 scale = max|x| / 127,
     then each element as round(x * (1 / scale)) in int8, so out holds n + 4 * chunks bytes. A chunk
-    holding NaN or Inf gets a NaN scale (receivers drop it) and zeros."""
+    holding NaN or Inf gets a NaN scale (receivers drop it) and zeros; one whose scale would be
+    below the smallest normal float (every |x| under about 1.5e-36) gets scale 0 and zeros."""
     if chunk <= 0:
         raise ValueError("chunk must be positive")
     n = x.shape[0]
@@ -159,6 +160,8 @@ def i8_encode(x, out, chunk: int) -> None:
             scale, q = np.float32(np.nan), np.zeros(len(v), np.int8)
         else:
             scale = np.abs(v).max() / np.float32(127) if len(v) else np.float32(0)
+            if scale < np.finfo(np.float32).tiny:  # 1 / scale would overflow: send zeros
+                scale = np.float32(0)
             q = (
                 np.zeros(len(v), np.int8)
                 if scale == 0

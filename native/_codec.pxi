@@ -76,6 +76,8 @@ cdef void _i8_encode(const float* x, uint8_t* out, Py_ssize_t n) noexcept nogil:
         top = b if b > top else top
     bad = top >= 0x7F800000
     scale = _float(0x7FC00000u) if bad else _float(<uint32_t>top) / <float>127.0
+    if scale < <float>1.17549435e-38:  # below the smallest normal float 1 / scale overflows:
+        scale = 0                      # such a chunk (all |x| < 1.5e-36) travels as zeros
     memcpy(out, &scale, 4)
     if bad or scale == 0:
         memset(out + 4, 0, n)

@@ -242,7 +242,8 @@ cdef int _i8_check(Py_ssize_t have, Py_ssize_t n, Py_ssize_t chunk) except -1:
 def i8_encode(const float[::1] x, u8[::1] out, Py_ssize_t chunk):
     """Per chunk of x (chunk elements, the last may be short): a float32 scale = max|x| / 127,
     then each element as round(x * (1 / scale)) in int8, so out holds n + 4 * chunks bytes. A chunk
-    holding NaN or Inf gets a NaN scale (receivers drop it) and zeros."""
+    holding NaN or Inf gets a NaN scale (receivers drop it) and zeros; one whose scale would be
+    below the smallest normal float (every |x| under about 1.5e-36) gets scale 0 and zeros."""
     cdef Py_ssize_t n = x.shape[0], c, start
     _i8_check(out.shape[0], n, chunk)
     with nogil:

@@ -245,6 +245,7 @@ def test_i8_codec_matches_reference_bit_for_bit(impl, n, chunk):
         [0.5, -2.0, 1.0, 0.0],  # the largest magnitude is negative
         [-0.0, 0.0, -0.0, 0.0],  # scale 0
         [1e-45, -1e-44, 0.0, 1e-44],  # subnormals only: their scale rounds to 0
+        [3e-39, -1e-38, 1e-37, 0.0],  # a scale below the smallest normal: zeros, scale 0
         [3.4028235e38, -3.4028235e38, 1.0, -1.0],  # the largest finite floats
         [np.inf, 1.0, 2.0, 3.0],
         [1.0, -np.inf, 2.0, 3.0],
@@ -263,6 +264,16 @@ def test_i8_scale_of_special_values_matches_reference(impl, x):
     assert got[:4].view("<u4")[0] == want[:4].view("<u4")[0] or (
         np.isnan(got[:4].view("<f4")[0]) and np.isnan(want[:4].view("<f4")[0])
     )
+
+
+def test_i8_a_scale_below_the_smallest_normal_travels_as_zeros(impl):
+    # 1 / scale would overflow to Inf, and Inf * 0 to NaN: a conversion to int8 C leaves undefined
+    x = np.array([3e-39, -1e-38, 1e-37, 0.0], np.float32)
+    out, back = np.full(8, 7, np.uint8), np.empty(4, np.float32)
+    impl.i8_encode(x, out, 4)
+    assert not out.any()
+    impl.i8_decode(out, back, 4)
+    assert not back.any()
 
 
 def test_i8_error_is_at_most_half_a_step_of_its_chunk():
