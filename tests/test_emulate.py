@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from edgegossip.cli.app import cli
-from edgegossip.emulate import netns
+from edgegossip.emulate import netns, overhead
 from edgegossip.emulate.fleet import EmulatedFleet, FleetSpec
 from edgegossip.metrics import read
 from edgegossip.report.summary import summarize
@@ -458,9 +458,26 @@ def test_compressed_payloads_between_real_agents(tmp_path, mnist_data, codec):
     assert out["average_model_accuracy"] > 0.85
 
 
+def test_overhead_reference_is_the_mean_of_the_local_runs():
+    """The machine drifts between the local run before the variants and the one after: the
+    reference is their mean, and the drift is the last against the first."""
+    ref = overhead.reference_rate([28.0, 26.0])
+    assert ref == {"steps_per_s": 27.0, "local_steps_per_s": [28.0, 26.0], "drift": -0.0714}
+    assert overhead.reference_rate([25.0])["drift"] == 0.0
+    around = overhead.schedule((("elastic-gossip", "int8"),), "around")
+    assert [(a, p) for _, a, p in around] == [
+        ("local", "int8"),
+        ("elastic-gossip", "int8"),
+        ("local", "int8"),
+    ]
+    assert len({name for name, _, _ in around}) == 3  # each fleet writes a folder of its own
+    assert len(overhead.schedule((), "before")) == 1
+
+
 def test_bench_overhead_json(root_only, tmp_path):
     """The overhead benchmark's JSON shape, from a short real run: local first (its ratio is 1 by
-    definition), then the gossip variant, each agent with the CPU of its own threads."""
+    definition with --reference before), then the gossip variant, each agent with the CPU of its
+    own threads."""
     res = CliRunner().invoke(
         cli,
         [
@@ -476,6 +493,8 @@ def test_bench_overhead_json(root_only, tmp_path):
             "elastic-gossip:int8",
             "--target",
             "0.8",
+            "--reference",
+            "before",
             "--out",
             str(tmp_path),
             "--json",
@@ -489,6 +508,7 @@ def test_bench_overhead_json(root_only, tmp_path):
     ]
     local, gossip = out["runs"]
     assert local["of_local"] == 1.0 and 0 < gossip["of_local"] < 2
+    assert out["reference"]["local_steps_per_s"] == [local["steps_per_s"]]
     for a in gossip["agents"]:
         assert a["steps"] > 0 and a["train_cpu_s"] > 0
         assert a["receive_cpu_s"] > 0 and a["send_cpu_s"] > 0 and a["mb_exchanged"] > 0

@@ -267,19 +267,30 @@ def metrics(as_json: bool, seconds: float, every_s: float, models: tuple[str, ..
 )
 @click.option("--target", type=click.FloatRange(0, 1), default=0.95, show_default=True)
 @click.option(
+    "--reference",
+    type=click.Choice(["around", "before"]),
+    default="around",
+    show_default=True,
+    help="Run the local reference before and after the variants (their mean is the reference, "
+    "the machine's drift between them is reported), or only before.",
+)
+@click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
     help="Where each fleet's output goes (default: a new temporary folder).",
 )
-def overhead(as_json, nodes, seconds, model, loss, rate, variants, target, out) -> None:
+def overhead(as_json, nodes, seconds, model, loss, rate, variants, target, reference, out) -> None:
     """The same emulated fleet (root: namespaces) trained local-only, the reference, then with
-    each gossip variant: per agent steps per second and their share of local's, CPU seconds of
-    the training, receive and send threads, and time to the held-out TARGET accuracy.
+    each gossip variant, then local-only again (--reference around): per agent steps per second
+    and their share of the reference's, CPU seconds of the training, receive and send threads,
+    and time to the held-out TARGET accuracy.
 
     JSON: {"benchmark": "overhead", "nodes", "seconds", "model", "loss", "rate", "target",
-    "output", "runs": [{"algorithm", "payload", "steps_per_s", "of_local",
-    "time_to_target_first_s", "time_to_target_all_s", "average_model_accuracy",
+    "output", "reference": {"steps_per_s" (the mean of the local runs), "local_steps_per_s"
+    (each local run's, in order), "drift" (last against first, a fraction)}, "runs" (in the
+    order run: local first and, with around, last): [{"algorithm", "payload", "steps_per_s",
+    "of_local", "time_to_target_first_s", "time_to_target_all_s", "average_model_accuracy",
     "observed_loss", "agents": [{"agent", "steps", "steps_per_s", "of_local", "train_cpu_s",
     "receive_cpu_s", "send_cpu_s", "process_cpu_s", "mb_exchanged", "net_cpu_ms_per_mb",
     "datagrams_per_wake", "time_to_target_s"}]}]}"""
@@ -313,6 +324,7 @@ def overhead(as_json, nodes, seconds, model, loss, rate, variants, target, out) 
         target,
         progress=lambda m: click.echo(m, err=True),
         out=out,
+        reference=reference,
     )
     if as_json:
         emit(result, True, [])
@@ -331,6 +343,11 @@ def overhead(as_json, nodes, seconds, model, loss, rate, variants, target, out) 
             "observed_loss",
         ],
         title=f"overhead ({nodes} agents, {model}, {loss:.0%} loss, {rate}, {seconds:g} s each)",
+    )
+    ref = result["reference"]
+    click.echo(
+        f"reference: {ref['steps_per_s']} steps/s, the mean of local runs at "
+        f"{', '.join(map(str, ref['local_steps_per_s']))} (drift {ref['drift']:+.1%})"
     )
     agents = [
         {"run": f"{r['algorithm']} {r['payload']}", **a}

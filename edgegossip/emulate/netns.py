@@ -18,6 +18,7 @@ import os
 import re
 import subprocess
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from edgegossip import tools
 from edgegossip.errors import EdgegossipError
@@ -49,8 +50,29 @@ def _run(*args: str, check: bool = True, input: str | None = None) -> subprocess
     return p
 
 
+# A namespace other than the host's may only choose from the host's allowed list, which is the
+# host's default and reno unless an administrator added more: on a host whose default is BBR,
+# CUBIC is refused there (EPERM, "I/O error" from sh) until the list names it.
+TCP_ALLOWED = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
+
+
+def allow_tcp(name: str = TCP_CONGESTION_CONTROL) -> None:
+    """Add `name` to the host's allowed congestion controls; it only adds, so what any other
+    program may already choose stays allowed."""
+    allowed = TCP_ALLOWED.read_text().split()
+    if name not in allowed:
+        log.info("adding %s to %s (was: %s)", name, TCP_ALLOWED, " ".join(allowed))
+        try:
+            TCP_ALLOWED.write_text(" ".join([*allowed, name]))
+        except OSError as e:
+            raise EmulationError(
+                f"cannot allow TCP {name} in namespaces: {TCP_ALLOWED}: {e}"
+            ) from e
+
+
 def pin_tcp(ns: str) -> None:
     """Give namespace `ns` the devices' TCP congestion control (TCP_CONGESTION_CONTROL)."""
+    allow_tcp()
     _run(
         "ip",
         "netns",

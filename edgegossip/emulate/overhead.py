@@ -1,15 +1,16 @@
-"""`edgegossip bench overhead`: what gossip costs the training it is there to help. It lives
-beside the emulator because it drives emulated fleets.
+"""`edgegossip bench overhead`: what gossip costs the training it is there to help. It lives beside
+the emulator because it drives emulated fleets.
 
-One invocation runs the same emulated fleet (namespaces, kernel loss, tbf caps: emulate's) once
-as local-only training, the reference, and once per gossip variant (algorithm and payload), each
-for --seconds. Per agent, from its own records: steps per second and their ratio to the local
-run's mean, the CPU seconds of its training thread, receive thread and send thread (each
-thread's own CPU clock), and the seconds until its held-out accuracy first reached the target.
-Per run: the mean ratio, the first and the last agent to reach the target, and the test
-accuracy of the average model. Agents share this machine's cores, so a data plane's CPU is taken
-from the training of every agent: the ratio is what gossip costs here, not on a device with
-cores of its own; the CPU seconds per exchanged megabyte are what carries over."""
+One invocation runs the same emulated fleet (namespaces, kernel loss, tbf caps: emulate's) as
+local-only training, the reference, before the gossip variants (algorithm and payload) and, by
+default, again after them, each for --seconds. Per agent, from its own records: steps per second
+and their ratio to the reference (the mean of the local runs' means), the CPU seconds of its
+training thread, receive thread and send thread (each thread's own CPU clock), and the seconds
+until its held-out accuracy first reached the target. Per run: the mean ratio, the first and the
+last agent to reach the target, and the test accuracy of the average model. Agents share this
+machine's cores, so a data plane's CPU is taken from the training of every agent: the ratio is
+what gossip costs here, not on a device with cores of its own; the CPU seconds per exchanged
+megabyte are what carries over."""
 
 from __future__ import annotations
 
@@ -63,6 +64,60 @@ def _agent_row(recs: list[dict]) -> dict:
     }
 
 
+# Where the local-only reference runs: first only, or first and again last. This machine's speed
+# drifts by several percent within an hour (local's own steps per second moved 7% between three
+# invocations, README), more than the effects measured here, so by default the variants are
+# compared with the mean of a local run before and one after them, and the drift is reported.
+REFERENCES = ("around", "before")
+
+
+def reference_rate(local_rates: list[float]) -> dict:
+    """The reference: the mean steps per second of the local runs, and their drift (the last
+    against the first, a fraction; 0 with one run)."""
+    first, last = local_rates[0], local_rates[-1]
+    return {
+        "steps_per_s": round(statistics.mean(local_rates), 2),
+        "local_steps_per_s": local_rates,
+        "drift": round(last / first - 1, 4) if first else 0.0,
+    }
+
+
+def schedule(variants, reference: str) -> list[tuple[str, str, str]]:
+    """(output folder name, algorithm, payload) of each fleet, in the order they run."""
+    if reference not in REFERENCES:
+        raise ValueError(f"reference {reference!r}: one of {', '.join(REFERENCES)}")
+    # local-only sends nothing: its payload is only the label of the reference rows
+    local = (Local.name, agent_config.default("payload"))
+    out = [(f"{a}-{p}", a, p) for a, p in (local, *variants)]
+    if reference == "around":
+        out.append((f"{local[0]}-{local[1]}-after", *local))
+    return out
+
+
+def _measure(folder: Path, nodes: int, model: str, loss: float, seconds: float, target, data):
+    """One finished fleet's per-agent rows (of_local not yet set) and its run summary."""
+    s = summarize(folder, nodes, model, loss, "kernel", seconds, None, data)
+    rows = []
+    histories = {}
+    for i in range(nodes):
+        recs = read(folder / f"agent{i}" / "metrics.jsonl")
+        histories[i] = [r for r in recs if "accuracy" in r and r.get("accuracy") is not None]
+        rows.append({"agent": i, **_agent_row(recs)})
+    t0 = min((h[0]["time"] for h in histories.values() if h), default=None)
+    reached = time_to(histories, target, t0)
+    for r in rows:
+        r["time_to_target_s"] = time_to({r["agent"]: histories[r["agent"]]}, target, t0)[
+            "first_agent"
+        ]
+    return rows, {
+        "steps_per_s": round(statistics.mean(r["steps_per_s"] for r in rows), 2),
+        "time_to_target_first_s": reached["first_agent"],
+        "time_to_target_all_s": reached["all_agents"],
+        "average_model_accuracy": s["average_model_accuracy"],
+        "observed_loss": s["observed_loss"],
+    }
+
+
 def run(
     nodes: int = 4,
     seconds: float = 150.0,
@@ -76,16 +131,15 @@ def run(
     target: float = 0.95,
     progress=print,
     out: Path | None = None,
+    reference: str = "around",
 ) -> dict:
     from edgegossip.data import mnist
 
     data = mnist.load()
     base = out or Path(tempfile.mkdtemp(prefix="bench-overhead-"))
     runs = []
-    reference_rate = None
-    # local-only sends nothing: its payload is only the label of the reference row
-    for algorithm, payload in ((Local.name, agent_config.default("payload")), *variants):
-        folder = base / f"{algorithm}-{payload}"
+    for name, algorithm, payload in schedule(variants, reference):
+        folder = base / name
         spec = FleetSpec(
             nodes=nodes,
             algorithm=algorithm,
@@ -97,37 +151,15 @@ def run(
             model=model,
             payload=payload,
         )
-        progress(f"{algorithm} {payload}: {nodes} agents for {seconds:g} s")
+        progress(f"{name}: {nodes} agents for {seconds:g} s")
         _fleet(spec, progress)
-        s = summarize(folder, nodes, model, loss, "kernel", seconds, None, data)
-        rows = []
-        histories = {}
-        for i in range(nodes):
-            recs = read(folder / f"agent{i}" / "metrics.jsonl")
-            histories[i] = [r for r in recs if "accuracy" in r and r.get("accuracy") is not None]
-            rows.append({"agent": i, **_agent_row(recs)})
-        t0 = min((h[0]["time"] for h in histories.values() if h), default=None)
-        reached = time_to(histories, target, t0)
-        per_agent = {i: time_to({i: histories[i]}, target, t0)["first_agent"] for i in histories}
-        mean_rate = statistics.mean(r["steps_per_s"] for r in rows)
-        if algorithm == Local.name:
-            reference_rate = mean_rate
-        for r in rows:
-            r["of_local"] = round(r["steps_per_s"] / reference_rate, 3) if reference_rate else None
-            r["time_to_target_s"] = per_agent[r["agent"]]
-        runs.append(
-            {
-                "algorithm": algorithm,
-                "payload": payload,
-                "steps_per_s": round(mean_rate, 2),
-                "of_local": round(mean_rate / reference_rate, 3) if reference_rate else None,
-                "time_to_target_first_s": reached["first_agent"],
-                "time_to_target_all_s": reached["all_agents"],
-                "average_model_accuracy": s["average_model_accuracy"],
-                "observed_loss": s["observed_loss"],
-                "agents": rows,
-            }
-        )
+        rows, summary = _measure(folder, nodes, model, loss, seconds, target, data)
+        runs.append({"algorithm": algorithm, "payload": payload, **summary, "agents": rows})
+    ref = reference_rate([r["steps_per_s"] for r in runs if r["algorithm"] == Local.name])
+    for r in runs:
+        r["of_local"] = round(r["steps_per_s"] / ref["steps_per_s"], 3)
+        for a in r["agents"]:
+            a["of_local"] = round(a["steps_per_s"] / ref["steps_per_s"], 3)
     return {
         "benchmark": "overhead",
         "nodes": nodes,
@@ -136,6 +168,7 @@ def run(
         "loss": loss,
         "rate": rate,
         "target": target,
+        "reference": ref,
         "runs": runs,
         "output": str(base),
     }
