@@ -447,7 +447,7 @@ cdef class Run:
     cdef int64_t[::1] seqv
     cdef uint8_t[::1] scratch
     cdef float[::1] decoded
-    cdef Py_ssize_t chunk_bytes, max_body
+    cdef Py_ssize_t chunk_bytes, max_body, model_bytes, n_chunks
     cdef int dtype
     cdef readonly object seqs
     cdef readonly int64_t fresh, nbytes
@@ -455,7 +455,7 @@ cdef class Run:
 
     def __init__(self, rows not None, lengths not None, prefix not None,
                  Py_ssize_t chunk_bytes, Py_ssize_t max_body, seqs not None,
-                 int dtype=DTYPE_F32):
+                 int dtype, Py_ssize_t model_bytes, Py_ssize_t n_chunks):
         self.rows = rows
         self.rows_obj = rows
         self.lengths = lengths
@@ -470,6 +470,10 @@ cdef class Run:
             raise ValueError("chunk_bytes out of range")
         if dtype < CODEC_F32 or dtype > CODEC_I8:
             raise ValueError("unknown payload dtype")
+        if model_bytes <= 0 or n_chunks != (model_bytes + chunk_bytes - 1) // chunk_bytes:
+            raise ValueError("model_bytes and n_chunks do not fit chunk_bytes")
+        self.model_bytes = model_bytes  # every slot's buffer is the whole model
+        self.n_chunks = n_chunks
         self.chunk_bytes = chunk_bytes  # a chunk's size in the float32 model
         self.max_body = max_body
         self.dtype = dtype
@@ -479,8 +483,8 @@ cdef class Run:
 
     def target(self, uint8_t[::1] buf not None, uint8_t[::1] mask not None):
         """Point run() at a slot: the model-sized byte buffer and its chunk mask."""
-        if mask.shape[0] * self.chunk_bytes < buf.shape[0]:
-            raise ValueError("mask too short for the buffer")
+        if buf.shape[0] != self.model_bytes or mask.shape[0] != self.n_chunks:
+            raise ValueError("the buffer or its mask is not the model's size")
         self.buf = buf
         self.mask = mask
 
@@ -496,7 +500,7 @@ cdef class Run:
 
     def run(self, Aead aead not None, Py_ssize_t start, Py_ssize_t stop, uint32_t fleet, int me,
             int sender, int msg_type, bint encrypted, uint32_t session, uint32_t round,
-            int64_t highest, int64_t limit, int blocks=0):
+            int64_t highest, int64_t limit, int blocks=0, bint discard=False):
         """Accept rows start, start+1, .. while each one is, unchanged, a datagram the Python
         inbox would accept into the target slot of (sender, msg_type, session, round): group,
         size, version, type, dtype, encryption flag, fleet, receiver and tag (under `aead`,
@@ -505,7 +509,9 @@ cdef class Run:
         for a compressed dtype). Each accepted payload is copied (decrypted, decoded) into the
         slot and its mask byte set. Stops at the first other row, touching nothing for it.
         Returns how many were accepted; their sequence numbers are seqs[:k]; fresh counts
-        chunks new to the mask, nbytes the payload bytes."""
+        chunks new to the mask, nbytes the payload bytes. With `discard` the same rows are
+        taken, and nothing is copied or marked: the round has no buffer, and the caller drops
+        them as its inbox would, once they are known to be authentic and finite."""
         cdef Py_ssize_t plen = self.prefix.shape[0], i, c, off, length
         cdef Py_ssize_t mbytes, n_chunks, accepted = 0
         cdef Py_ssize_t chunk_bytes = self.chunk_bytes, max_body = self.max_body
@@ -520,10 +526,10 @@ cdef class Run:
         cdef Py_ssize_t elems
         cdef uint8_t nonce[12]
         cdef bint ok
-        if self.buf is None:
+        if self.buf is None and not discard:
             raise ValueError("target() first")
-        mbytes = self.buf.shape[0]
-        n_chunks = self.mask.shape[0]
+        mbytes = self.model_bytes
+        n_chunks = self.n_chunks
         if start < 0 or stop > self.rows.shape[0]:
             raise ValueError("rows outside the batch")
         with nogil:
@@ -548,7 +554,17 @@ cdef class Run:
                     break
                 c = _le32(h + 24)
                 off = _le32(h + 32)
-                if dtype == CODEC_I8 and _i8_products_finite(payload):
+                if discard:
+                    if dtype == CODEC_I8 and _i8_products_finite(payload):
+                        pass  # every q * scale is finite: nothing to decode to know it
+                    elif dtype != DTYPE_F32:
+                        elems = (chunk_bytes if off + chunk_bytes <= mbytes else mbytes - off) // 4
+                        _decode_chunk(dtype, payload, decoded, elems)
+                        if not _finite(<const uint8_t*>decoded, 4 * elems):
+                            break
+                    elif not _finite(payload, length):
+                        break
+                elif dtype == CODEC_I8 and _i8_products_finite(payload):
                     # every element is q * scale with |q| <= 128: finite, so decoded in place
                     elems = (chunk_bytes if off + chunk_bytes <= mbytes else mbytes - off) // 4
                     _decode_chunk(dtype, payload, <float*>&self.buf[off], elems)
@@ -562,8 +578,9 @@ cdef class Run:
                     break
                 else:
                     memcpy(&self.buf[off], payload, length)
-                fresh += self.mask[c] == 0
-                self.mask[c] = 1
+                if not discard:
+                    fresh += self.mask[c] == 0
+                    self.mask[c] = 1
                 highest = <int64_t>_le64(h + 40)
                 self.seqv[accepted] = highest
                 accepted += 1

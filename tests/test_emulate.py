@@ -509,6 +509,7 @@ def test_bench_overhead_json(root_only, tmp_path):
     local, gossip = out["runs"]
     assert local["of_local"] == 1.0 and 0 < gossip["of_local"] < 2
     assert out["reference"]["local_steps_per_s"] == [local["steps_per_s"]]
+    assert all(0 <= r["steal"] < 1 for r in out["runs"])
     for a in gossip["agents"]:
         assert a["steps"] > 0 and a["train_cpu_s"] > 0
         assert a["receive_cpu_s"] > 0 and a["send_cpu_s"] > 0 and a["mb_exchanged"] > 0

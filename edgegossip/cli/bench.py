@@ -291,9 +291,10 @@ def overhead(as_json, nodes, seconds, model, loss, rate, variants, target, refer
     (each local run's, in order), "drift" (last against first, a fraction)}, "runs" (in the
     order run: local first and, with around, last): [{"algorithm", "payload", "steps_per_s",
     "of_local", "time_to_target_first_s", "time_to_target_all_s", "average_model_accuracy",
-    "observed_loss", "agents": [{"agent", "steps", "steps_per_s", "of_local", "train_cpu_s",
-    "receive_cpu_s", "send_cpu_s", "process_cpu_s", "mb_exchanged", "net_cpu_ms_per_mb",
-    "datagrams_per_wake", "time_to_target_s"}]}]}"""
+    "observed_loss", "steal" (the share of the machine's CPU time its hypervisor took while that
+    fleet ran, from /proc/stat; a noisy neighbour shows here), "agents": [{"agent", "steps",
+    "steps_per_s", "of_local", "train_cpu_s", "receive_cpu_s", "send_cpu_s", "process_cpu_s",
+    "mb_exchanged", "net_cpu_ms_per_mb", "datagrams_per_wake", "time_to_target_s"}]}]}"""
     from edgegossip.algorithms import DEFAULT, NAMES
     from edgegossip.algorithms.local import Local
     from edgegossip.dataplane import payload as payloads
@@ -341,6 +342,7 @@ def overhead(as_json, nodes, seconds, model, loss, rate, variants, target, refer
             "time_to_target_all_s",
             "average_model_accuracy",
             "observed_loss",
+            "steal",
         ],
         title=f"overhead ({nodes} agents, {model}, {loss:.0%} loss, {rate}, {seconds:g} s each)",
     )

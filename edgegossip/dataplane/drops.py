@@ -40,8 +40,8 @@ class DropCounter:
         self.accepted = 0
         self.accepted_bytes = 0
 
-    def drop(self, reason: str) -> None:
-        self.drops[reason] += 1
+    def drop(self, reason: str, n: int = 1) -> None:
+        self.drops[reason] += n
 
     @property
     def dropped(self) -> int:

@@ -7,8 +7,10 @@ or dropped and counted.
 
 ingest() is the definition of what is accepted. fast() is the steady state compiled
 (edgegossip._wire_c): once ingest() has opened a round from a sender, the rest of that round's
-datagrams in a receive batch are checked and filed in C with the GIL released. It takes only
-datagrams ingest() would accept with the same effect and leaves every other one to ingest().
+datagrams in a receive batch are checked and filed in C with the GIL released; once it has
+refused one for want of a buffer (or after it was collected), the rest are checked and dropped
+there likewise. It takes only datagrams ingest() would treat with the same effect and leaves
+every other one to ingest().
 """
 
 from __future__ import annotations
@@ -101,21 +103,25 @@ class Inbox:
     def fast(
         self, rows: np.ndarray, lengths: np.ndarray, start: int, stop: int, prefix: np.ndarray
     ) -> int:
-        """Accept rows start.. (framed datagrams, rows[i, :lengths[i]]) while they continue a
-        round ingest() already opened; returns the first row not taken (a FastPath)."""
+        """Take rows start.. (framed datagrams, rows[i, :lengths[i]]) while they continue a
+        round ingest() already opened, filing them, or one it refused, dropping them as it
+        would; returns the first row not taken (a FastPath)."""
         if _wire_c is None:
             return start
         gate, rounds = self.gate, self.rounds
+        plan = gate.plan
         run = self._run
         if run is None or run.rows_obj is not rows:
             run = self._run = _wire_c.Run(
                 rows,
                 lengths,
                 prefix,
-                gate.plan.chunk_bytes,
+                plan.chunk_bytes,
                 gate.max_body,
                 np.zeros(len(rows), np.int64),
                 gate.codec.dtype,
+                plan.model_bytes,
+                plan.n_chunks,
             )
             rounds.fast_target = None
         head = run.peek(start)
@@ -124,14 +130,7 @@ class Inbox:
         sender, msg_type, flags, session, rnd = head
         slot = rounds.slots.get((sender, msg_type))
         link = self.links.get(sender)
-        if (
-            slot is None
-            or link is None
-            or link.session != session
-            or not link.baseline
-            or slot.current.round != rnd
-            or slot.current.buf is None
-        ):
+        if slot is None or link is None or link.session != session or not link.baseline:
             return start
         encrypted = bool(flags & wire.FLAG_ENCRYPTED)
         aead, why = gate.sender(sender, encrypted)
@@ -140,10 +139,12 @@ class Inbox:
         now = time.monotonic()
         limit = min(link.seq_limit(now), 2**63 - 1)
         with rounds.cond:
-            cur = slot.current
-            if rounds.fast_target is not cur:
-                run.target(cur.bytes, cur.mask)
-                rounds.fast_target = cur
+            target, reason = rounds.steady(slot, rnd, link, now)
+            if target is None and reason is None:
+                return start
+            if target is not None and rounds.fast_target is not target:
+                run.target(target.bytes, target.mask)
+                rounds.fast_target = target
             k = run.run(
                 aead,
                 start,
@@ -158,14 +159,20 @@ class Inbox:
                 link.window.highest,
                 limit,
                 gate.rps_blocks,
+                target is None,
             )
             if not k:
                 return start
+            if target is None:  # arrived, so no loss on the link, though nothing keeps them
+                assert reason in _ARRIVED
+                link.note_arrivals(run.seqs[:k])
+                self.counter.drop(reason, k)
+                return start + k
             link.commit_run(run.seqs[:k], now)
-            cur.received += run.fresh
-            cur.updated = now
+            target.received += run.fresh
+            target.updated = now
             self.counter.accepted += k
             self.counter.accepted_bytes += run.nbytes
-            if cur.received >= cur.expected:
+            if target.received >= target.expected:
                 rounds.cond.notify_all()
         return start + k

@@ -197,24 +197,63 @@ class Reassembly:
                 self.cond.notify_all()
         return None
 
+    def steady(
+        self, slot: Slot, round: int, link: PeerLink, now: float
+    ) -> tuple[Round | None, str | None]:
+        """What file() would do with each datagram of `round` from slot's sender in the
+        link's current session, while it changes nothing but that round's buffer: (the Round
+        they fill, None), or (None, the reason each is dropped: collected, no_buffer). (None,
+        None) when the next one does more (opens the round, lends it a buffer, or is refused
+        for its round number): file() takes that one. Under self.cond."""
+        cur = slot.current
+        if round == cur.round:
+            target = cur
+        elif round < cur.round:
+            if round != slot.previous.round:
+                return None, None  # old_round
+            target = slot.previous
+        elif round > round_limit(cur.round, link, now):
+            return None, None  # round_jump
+        else:  # it would open the round: only a refusal stays the same
+            target = slot.upcoming()
+            if target.buf is not None or self._can_lend(target, now):
+                return None, None
+            return None, "no_buffer"
+        if target.buf is not None:
+            return target, None
+        if target.collected:
+            return None, "collected"
+        return (None, None) if self._can_lend(target, now) else (None, "no_buffer")
+
+    def _victim(self, r: Round, now: float) -> Round | None:
+        """The buffer _lend() would take from another round when none is free: the oldest
+        of those nobody collected for stale_s seconds (or that were collected)."""
+        stale = [
+            x
+            for sl in self.slots.values()
+            for x in (sl.current, sl.previous)
+            if x.buf is not None
+            and not x.borrowed
+            and x is not r
+            and (x.collected or now - x.updated > self.stale_s)
+        ]
+        return min(stale, key=lambda x: x.updated) if stale else None
+
+    def _can_lend(self, r: Round, now: float) -> bool:
+        pool = self.pool
+        if pool is None:
+            return True  # every round has buffers of its own: nothing is refused for want
+        return bool(pool.free) or pool.made < pool.size or self._victim(r, now) is not None
+
     def _lend(self, r: Round, now: float) -> bool:
         """Give round r a pooled buffer (under self.cond): a free one, else the buffer of a
         round nobody collected for stale_s seconds. False if all are in use."""
         assert self.pool is not None  # lending is for the gossip buffers
         buf = self.pool.take()
         if buf is None:
-            stale = [
-                x
-                for sl in self.slots.values()
-                for x in (sl.current, sl.previous)
-                if x.buf is not None
-                and not x.borrowed
-                and x is not r
-                and (x.collected or now - x.updated > self.stale_s)
-            ]
-            if not stale:
+            victim = self._victim(r, now)
+            if victim is None:
                 return False
-            victim = min(stale, key=lambda x: x.updated)
             if self.fast_target is victim:
                 self.fast_target = None
             buf = victim.detach()
@@ -301,6 +340,20 @@ class Reassembly:
             found.collected = True
             found.borrowed = True
             return found, int(found.received)
+
+    def discard(self, sender: int, msg_type: int, round: int) -> None:
+        """Nothing will collect `round` from (sender, msg_type): mark it collected, so the rest
+        of it is dropped as such, and give a pooled buffer back now."""
+        with self.cond:
+            slot = self.slots.get((sender, msg_type))
+            found = slot.find(round) if slot is not None else None
+            if found is None or found.borrowed:
+                return
+            found.collected = True
+            if self.pool is not None and found.buf is not None:
+                if self.fast_target is found:
+                    self.fast_target = None
+                self.pool.give(found.detach())
 
     def give_back(self, r: Round) -> None:
         with self.cond:

@@ -212,6 +212,18 @@ class PeerLink:
         if seq < self.first or self.first < 0:
             self.first = seq
 
+    def note_arrivals(self, seqs) -> None:
+        """note_arrival() for each of a rising run of sequence numbers (the compiled receive
+        path's drops), in one update when they are all new to the noted window."""
+        if len(seqs) and int(seqs[0]) > self.noted.highest:
+            self.noted.advance(seqs)
+            self.arrived += len(seqs)
+            if int(seqs[0]) < self.first or self.first < 0:
+                self.first = int(seqs[0])
+            return
+        for seq in seqs.tolist():
+            self.note_arrival(seq)
+
     def _expected(self) -> int:
         return max(self.window.highest, self.noted.highest) - self.first + 1 if self.arrived else 0
 

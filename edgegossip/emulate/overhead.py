@@ -26,6 +26,18 @@ from edgegossip.metrics import read
 from edgegossip.report.summary import summarize, time_to
 
 
+def _cpu_times() -> list[int]:
+    """The machine's CPU time by kind (/proc/stat's first line, in clock ticks)."""
+    with open("/proc/stat") as f:
+        return [int(v) for v in f.readline().split()[1:]]
+
+
+def _steal(before: list[int], after: list[int]) -> float | None:
+    """The share of the machine's CPU time a hypervisor took (steal) between two readings."""
+    d = [b - a for a, b in zip(before, after)]
+    return round(d[7] / sum(d), 4) if len(d) > 7 and sum(d) > 0 else None
+
+
 def _fleet(spec: FleetSpec, progress) -> None:
     fleet = EmulatedFleet(spec)
     try:
@@ -152,9 +164,13 @@ def run(
             payload=payload,
         )
         progress(f"{name}: {nodes} agents for {seconds:g} s")
+        before = _cpu_times()
         _fleet(spec, progress)
+        steal = _steal(before, _cpu_times())
         rows, summary = _measure(folder, nodes, model, loss, seconds, target, data)
-        runs.append({"algorithm": algorithm, "payload": payload, **summary, "agents": rows})
+        runs.append(
+            {"algorithm": algorithm, "payload": payload, **summary, "steal": steal, "agents": rows}
+        )
     ref = reference_rate([r["steps_per_s"] for r in runs if r["algorithm"] == Local.name])
     for r in runs:
         r["of_local"] = round(r["steps_per_s"] / ref["steps_per_s"], 3)
