@@ -89,34 +89,34 @@ def test_a_snapshot_returns_to_the_pool_only_when_every_holder_is_done():
     assert c is a and (c.vec == 0).all() and (b.vec == x + 1).all()
 
 
-def test_a_draw_is_never_thrown_away():
-    """p = 1 with a slow sender: every step draws, the draws made while the link is busy are
-    owed and start as soon as it frees, and beyond MAX_OWED they lapse, counted."""
-    from edgegossip.protocol.gossip import MAX_OWED
-
+def _elastic_gossip(p: float, deadline_s: float, receive_buffers: int = 2):
+    """Worker 0 of three running Elastic Gossip over a slow recording link: (its config, the
+    chunk plan, its inbox, its sender, the protocol's context)."""
     cfg = AgentConfig(
         id=0,
         listen="127.0.0.1:1",
         workers=3,
         algorithm="elastic-gossip",
         model="logreg",
-        p=1.0,
-        deadline_s=0.2,
+        p=p,
+        deadline_s=deadline_s,
         peers=(Peer(1, "127.0.0.1", 1001), Peer(2, "127.0.0.1", 1002)),
     )
     plan = ChunkPlan(7850, wire.default_chunk_bytes())
-    t = SlowRecorder()
+    inbox = Inbox.build(plan, KEY, 1, receive_buffers=receive_buffers, stale_s=600)
     endpoints = PeerBook({p.id: (p.host, p.port) for p in cfg.peers})
-    sender = Sender(t, Encoder(plan, KEY, 1, 0), endpoints)
-    ctx = Context(
-        cfg,
-        plan,
-        Inbox.build(plan, KEY, 1, receive_buffers=2).rounds,
-        sender,
-        endpoints,
-        np.random.default_rng(0),
-        Snapshots(plan.n_params, 2),
-    )
+    sender = Sender(SlowRecorder(), Encoder(plan, KEY, 1, 0), endpoints)
+    rng = np.random.default_rng(0)
+    ctx = Context(cfg, plan, inbox.rounds, sender, endpoints, rng, Snapshots(plan.n_params, 2))
+    return cfg, plan, inbox, sender, ctx
+
+
+def test_a_draw_is_never_thrown_away():
+    """p = 1 with a slow sender: every step draws, the draws made while the link is busy are
+    owed and start as soon as it frees, and beyond MAX_OWED they lapse, counted."""
+    from edgegossip.protocol.gossip import MAX_OWED
+
+    cfg, plan, _, sender, ctx = _elastic_gossip(p=1.0, deadline_s=0.2)
     proto = make_protocol(ctx)
     x = np.ones(plan.n_params, np.float32)
     steps = 0
@@ -147,30 +147,7 @@ def test_a_round_no_exchange_will_collect_gives_its_buffer_back_at_once():
     that asks for none (a late answer to an exchange that timed out), is not kept until the
     inbox's stale_s: the next step gives its buffer back, so the next peer's exchange finds
     it, and the rest of the late round is dropped as collected."""
-    cfg = AgentConfig(
-        id=0,
-        listen="127.0.0.1:1",
-        workers=3,
-        algorithm="elastic-gossip",
-        model="logreg",
-        p=0.0,
-        deadline_s=5.0,
-        peers=(Peer(1, "127.0.0.1", 1001), Peer(2, "127.0.0.1", 1002)),
-    )
-    plan = ChunkPlan(7850, wire.default_chunk_bytes())
-    inbox = Inbox.build(plan, KEY, 1, receive_buffers=1, stale_s=600)
-    t = SlowRecorder()
-    endpoints = PeerBook({p.id: (p.host, p.port) for p in cfg.peers})
-    sender = Sender(t, Encoder(plan, KEY, 1, 0), endpoints)
-    ctx = Context(
-        cfg,
-        plan,
-        inbox.rounds,
-        sender,
-        endpoints,
-        np.random.default_rng(0),
-        Snapshots(plan.n_params, 2),
-    )
+    _, plan, inbox, sender, ctx = _elastic_gossip(p=0.0, deadline_s=5.0, receive_buffers=1)
     proto = make_protocol(ctx)
     x = np.ones(plan.n_params, np.float32)
     late = [

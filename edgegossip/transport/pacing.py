@@ -15,7 +15,7 @@ MAX_BURST_BYTES = 64 << 10
 # for every third datagram and cost it 2.4x the CPU; 20 ms cut the data plane's CPU by a further
 # 17%, yet the training took 5% fewer steps per CPU second (edgegossip bench overhead, two runs
 # each, README). Faster links: MAX_BURST_BYTES. The emulated links' bucket (emulate/netns.py) and
-# the receiver's longest pause (transport/udp.py) are this long too.
+# the receiver's longest pause (transport/udp.py, four bursts) follow it.
 BURST_S = 0.010
 
 
