@@ -204,7 +204,13 @@ def test_loopback_backend_labels_injected_loss(tmp_path, mnist_data):
     )
     assert res.exit_code == 0, res.output
     out = json.loads(res.output.strip().splitlines()[-1])
-    assert out["loss_kind"] == "injected" and abs(out["observed_loss"] - 0.3) < 0.05
+    # A few hundred datagrams at most: the injector's own rate is a binomial draw around 0.3
+    # (0.23 to 0.29 measured here), and what the receivers observed from sequence gaps must be
+    # that rate, less only the datagrams in flight at the end
+    injected = sum(a["drops"].get("injected_loss", 0) for a in out["agents"])
+    realized = injected / (injected + sum(a["datagrams_received"] for a in out["agents"]))
+    assert out["loss_kind"] == "injected" and abs(realized - 0.3) < 0.15
+    assert abs(out["observed_loss"] - realized) < 0.02, (out["observed_loss"], realized)
 
 
 def test_allreduce_ring_over_tcp_under_loss(fleet_factory, mnist_data):

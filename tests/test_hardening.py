@@ -222,6 +222,32 @@ def test_a_new_session_cannot_start_far_ahead_in_sequence():
     assert inbox.counter.accepted == 2 * PLAN.n_chunks
 
 
+def test_a_datagram_dropped_before_a_restart_is_not_accepted_from_a_replay_after_it():
+    """A's round arrives while C's holds the only buffer, and is dropped (no_buffer),
+    authentic: the checkpoint's replay state covers it, so an outsider who captured it cannot
+    have it accepted by the restarted receiver; A's next round is."""
+    inbox = Inbox.build(PLAN, KEY, 1, peers={A, C}, me=B, receive_buffers=1)
+    a, c = Encoder(PLAN, KEY, 1, A, session=1), Encoder(PLAN, KEY, 1, C, session=1)
+
+    def ingest(box, datagrams):
+        for d in datagrams:
+            box.ingest(memoryview(d)[3:])
+
+    ingest(inbox, _frames(a, 1, B))  # accepted: the link has a session to persist
+    inbox.rounds.give_back(inbox.rounds.borrow(A, wire.MsgType.PARAMS, 1)[0])
+    ingest(inbox, _frames(c, 1, B))  # C's round takes the one buffer
+    captured = _frames(a, 2, B)
+    ingest(inbox, captured)
+    assert inbox.counter.drops == {"no_buffer": PLAN.n_chunks}
+    restarted = Inbox.build(PLAN, KEY, 1, peers={A, C}, me=B, receive_buffers=1)
+    restarted.links.restore(inbox.links.state())
+    ingest(restarted, captured)
+    assert restarted.counter.accepted == 0
+    assert set(restarted.counter.drops) <= {"replayed", "stale"}
+    ingest(restarted, _frames(a, 3, B))
+    assert restarted.counter.accepted == PLAN.n_chunks
+
+
 def test_a_dropped_datagram_does_not_move_the_replay_window():
     """A key holder's datagram far ahead in sequence, for a round the receiver already merged,
     is dropped as `collected` and records nothing: the real sender's next round is accepted

@@ -19,7 +19,7 @@ A link with no baseline (first contact, or restored from a checkpoint) takes seq
 to FIRST_SEQ_LIMIT ahead, which a sender would need years to count.
 
 A receiver persists (session, highest) per peer with its checkpoint and restores them, so no
-datagram it had accepted before a restart is accepted after it.
+datagram that had arrived before a restart, accepted or dropped, is accepted after it.
 
 A newer session is believed on probation. One datagram of it is enough to be heard (a restarted
 peer must not wait), but the session before is kept beside it until the new one has sent
@@ -235,10 +235,14 @@ class PeerLink:
         return min(arrived, expected), expected
 
     def state(self) -> tuple[int, int]:
-        """(session, highest) to persist: a session on probation is not, the one before is."""
+        """(session, highest) to persist: a session on probation is not, the one before is.
+        Highest is the highest authentic number that arrived, kept or only noted: a datagram
+        dropped for want of a buffer, or after its round was merged, must not be taken from a
+        replay once the receiver restarts (an outsider could replay it, and it was never
+        accepted before). Noted numbers move no live window: only what a restart restores."""
         if self.prev is not None:
-            return self.prev[0], self.prev[1].highest
-        return self.session, self.window.highest
+            return self.prev[0], max(self.prev[1].highest, self.prev[4].highest)
+        return self.session, max(self.window.highest, self.noted.highest)
 
     @classmethod
     def restored(cls, session: int, highest: int) -> PeerLink:

@@ -145,19 +145,14 @@ class GossipProtocol(Protocol):
             # both sides already sent pre-step parameters, so it counts once
             p.round = ev.round
             return
-        if not self._on_params(ev, p, x, now):
-            # nothing will collect it: its buffer goes back to the pool now, for a round that
-            # is wanted, instead of after the inbox's stale_s (a late answer to an exchange
-            # that timed out, a new exchange from a peer we are still merging with)
-            self.rounds.discard(ev.sender, ev.msg_type, ev.round)
+        self._on_params(ev, p, x, now)
 
     def _on_request(self, ev, x: np.ndarray, now: float) -> None:
         """A peer's REQUEST: only the pull protocol answers one."""
 
-    def _on_params(self, ev, p: Pending | None, x: np.ndarray, now: float) -> bool:
+    def _on_params(self, ev, p: Pending | None, x: np.ndarray, now: float) -> None:
         """A PARAMS round that answers no exchange of ours (p: what we have pending with its
-        sender, if anything); True if an exchange will collect it."""
-        return False
+        sender, if anything)."""
 
     def _merge(self, x: np.ndarray, p: Pending, r) -> None:
         """Merge the receive buffer r (r.buf, r.mask) of exchange p into x."""
