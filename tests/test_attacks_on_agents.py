@@ -74,7 +74,10 @@ def test_attacks_on_a_running_agent(tmp_path, free_udp_port, mnist_data, kind):
     dest = ("127.0.0.1", ports[B])
 
     def frames(enc, rnd, receiver=B):
-        return [bytes(d) for d in enc.chunks(x, wire.MsgType.PARAMS, rnd, receiver=receiver)]
+        # A's rounds open exchanges (REPLY), as a peer's do: B answers and merges each, where
+        # a round nothing collects would have its buffer given back, the rest dropped
+        chunks = enc.chunks(x, wire.MsgType.PARAMS, rnd, receiver=receiver, flags=wire.FLAG_REPLY)
+        return [bytes(d) for d in chunks]
 
     def send(datagrams):
         for d in datagrams:

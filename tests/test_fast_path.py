@@ -197,8 +197,6 @@ def _links(inbox):
             k.first,
             k.arrived,
             k.baseline,
-            k.noted.highest,
-            k.noted.bits,
         )
         for s, k in inbox.links.items()
     }

@@ -248,25 +248,47 @@ def test_a_datagram_dropped_before_a_restart_is_not_accepted_from_a_replay_after
     assert restarted.counter.accepted == PLAN.n_chunks
 
 
-def test_a_dropped_datagram_does_not_move_the_replay_window():
-    """A key holder's datagram far ahead in sequence, for a round the receiver already merged,
-    is dropped as `collected` and records nothing: the real sender's next round is accepted
-    whole, not dropped as stale."""
+def test_a_datagram_dropped_as_collected_is_refused_when_replayed():
+    """An authentic datagram of a round the receiver already merged is dropped (collected) and
+    recorded: its replay is refused as replayed, not filed, and the sender's next round is
+    accepted whole."""
     inbox = Inbox.build(PLAN, KEY, 1, peers={A, C}, me=B, receive_buffers=2)
     real = Encoder(PLAN, KEY, 1, A, session=1)
-    for d in _frames(real, 1, B):
+    first = _frames(real, 1, B)
+    for d in first[:-1]:
         inbox.ingest(memoryview(d)[3:])
-    r, got = inbox.rounds.borrow(A, wire.MsgType.PARAMS, 1)
-    assert got == PLAN.n_chunks
-    inbox.rounds.give_back(r)  # merged: its buffer goes back to the pool
-    forged = Encoder(PLAN, KEY, 1, A, session=1)
-    forged._seq[B] = real._seq[B] + (1 << 16) - 1
-    inbox.ingest(memoryview(_frames(forged, 1, B)[0])[3:])
+    inbox.rounds.give_back(inbox.rounds.borrow(A, wire.MsgType.PARAMS, 1)[0])  # merged
+    inbox.ingest(memoryview(first[-1])[3:])
     assert inbox.counter.drops == {"collected": 1}
+    inbox.ingest(memoryview(first[-1])[3:])
+    assert inbox.counter.drops == {"collected": 1, "replayed": 1}
     for d in _frames(real, 2, B):
         inbox.ingest(memoryview(d)[3:])
-    assert inbox.counter.drops == {"collected": 1}
-    assert inbox.counter.accepted == 2 * PLAN.n_chunks
+    assert inbox.counter.accepted == 2 * PLAN.n_chunks - 1
+    assert inbox.links.by_link() == {A: 0.0}
+
+
+def test_a_dropped_datagram_of_the_session_before_does_not_end_a_restarted_peers_probation():
+    """A restarts (session 2, on probation against session 1). A datagram of session 1 that
+    arrived and was dropped as collected, replayed now, would have taken the link back to
+    session 1 as if A still spoke there: it is refused, and A's new session stays."""
+    inbox = Inbox.build(PLAN, KEY, 1, peers={A, C}, me=B, receive_buffers=2)
+    old = Encoder(PLAN, KEY, 1, A, session=1)
+    for d in _frames(old, 1, B):
+        inbox.ingest(memoryview(d)[3:])
+    inbox.rounds.give_back(inbox.rounds.borrow(A, wire.MsgType.PARAMS, 1)[0])
+    late = _frames(old, 1, B)  # the round again (a retransmitted answer): merged already
+    for d in late:
+        inbox.ingest(memoryview(d)[3:])
+    assert inbox.counter.drops == {"collected": PLAN.n_chunks}
+    new = Encoder(PLAN, KEY, 1, A, session=2)
+    inbox.ingest(memoryview(_frames(new, 1, B)[0])[3:])
+    assert inbox.links[A].session == 2 and inbox.links[A].prev is not None
+    for d in late:
+        inbox.ingest(memoryview(d)[3:])
+    assert inbox.links[A].session == 2
+    assert inbox.counter.drops == {"collected": PLAN.n_chunks, "replayed": PLAN.n_chunks}
+    assert inbox.links.state().tolist() == [[A, 1, 2 * PLAN.n_chunks]]
 
 
 def test_a_session_claimed_on_one_datagrams_word_does_not_lock_the_link():

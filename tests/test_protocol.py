@@ -142,6 +142,34 @@ def test_a_draw_is_never_thrown_away():
     sender.close()
 
 
+def test_a_round_no_exchange_will_collect_gives_its_buffer_back_at_once():
+    """One shared receive buffer. A PARAMS round from a peer we have no exchange with, and
+    that asks for none (a late answer to an exchange that timed out), is not kept until the
+    inbox's stale_s: the next step gives its buffer back, so the next peer's exchange finds
+    it, and the rest of the late round is dropped as collected."""
+    _, plan, inbox, sender, ctx = _elastic_gossip(p=0.0, deadline_s=5.0, receive_buffers=1)
+    proto = make_protocol(ctx)
+    x = np.ones(plan.n_params, np.float32)
+    late = [
+        bytes(d)[3:] for d in Encoder(plan, KEY, 1, 1).chunks(x, wire.MsgType.PARAMS, 7, receiver=0)
+    ]
+    for d in late[:-1]:
+        inbox.ingest(memoryview(d))
+    assert inbox.rounds.pool.free == [] and inbox.rounds.pool.made == 1
+    proto.before_step(x, 1)
+    assert len(inbox.rounds.pool.free) == 1  # given back, not held for stale_s
+    inbox.ingest(memoryview(late[-1]))
+    assert inbox.counter.drops["collected"] == 1
+    asks = Encoder(plan, KEY, 1, 2).chunks(x, wire.MsgType.PARAMS, 1, flags=wire.FLAG_REPLY)
+    for d in asks:
+        inbox.ingest(memoryview(bytes(d)[3:]))
+    assert "no_buffer" not in inbox.counter.drops
+    proto.before_step(x, 2)
+    assert 2 in proto.pending  # answered: the exchange goes ahead with the buffer
+    assert inbox.rounds.pool.made == 1
+    sender.close()
+
+
 class Direct(Transport):
     """Hands every datagram straight to one inbox, as a lossless link would."""
 

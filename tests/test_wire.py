@@ -198,7 +198,8 @@ def test_loss_counts_datagrams_nothing_kept_and_is_never_negative():
     for seq in range(11, 101):  # every later one dropped for want of a buffer
         link.note_arrival(seq)
     assert link.loss() == (100, 100)
-    for seq in (40, 41):  # replayed copies of unkept datagrams count again, capped
+    for seq in (40, 41):  # replayed copies of unkept datagrams: recorded, so refused
+        assert link.admit(1, seq, 0.0) == "replayed"
         link.note_arrival(seq)
     assert link.loss() == (100, 100)
     link.commit(1, 110, 0.0)  # 101..109 lost

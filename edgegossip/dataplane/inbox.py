@@ -26,8 +26,8 @@ from edgegossip.dataplane.gate import Gate
 from edgegossip.dataplane.reassembly import Reassembly
 from edgegossip.dataplane.replay import FIRST_ROUND_LIMIT, Links, PeerLink
 
-# authentic datagrams dropped for want of a buffer: they record nothing in the replay window,
-# but they did arrive, so the loss a receiver observes on the link does not count them
+# authentic datagrams dropped because nothing could keep them: they did arrive, so the loss a
+# receiver observes on the link does not count them, and the replay window records them
 _ARRIVED = frozenset({"collected", "no_buffer"})
 
 # built without OpenSSL headers: every datagram goes through ingest()
@@ -92,8 +92,8 @@ class Inbox:
         if reason is None:
             self.counter.accepted += 1
             self.counter.accepted_bytes += h.length
-        elif reason in _ARRIVED and h.session == link.session:
-            link.note_arrival(h.seq)  # the network delivered it: not a loss, though nothing kept it
+        elif reason in _ARRIVED:
+            link.note(h.session, h.seq)  # delivered (no loss) and never to be taken from a replay
         return reason
 
     def _commit(self, link: PeerLink, h: wire.Header, now: float) -> None:

@@ -341,6 +341,20 @@ class Reassembly:
             found.borrowed = True
             return found, int(found.received)
 
+    def discard(self, sender: int, msg_type: int, round: int) -> None:
+        """Nothing will collect `round` from (sender, msg_type): mark it collected, so the rest
+        of it is dropped as such, and give a pooled buffer back now."""
+        with self.cond:
+            slot = self.slots.get((sender, msg_type))
+            found = slot.find(round) if slot is not None else None
+            if found is None or found.borrowed:
+                return
+            found.collected = True
+            if self.pool is not None and found.buf is not None:
+                if self.fast_target is found:
+                    self.fast_target = None
+                self.pool.give(found.detach())
+
     def give_back(self, r: Round) -> None:
         with self.cond:
             r.borrowed = False

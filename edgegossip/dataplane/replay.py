@@ -7,19 +7,23 @@ the newest accepted is dropped (``old_session``); a newer session, once its tag 
 starts the window afresh (the peer restarted and numbers from 1 again).
 
 Nothing is recorded until the whole datagram is accepted (check, then commit), so a replayed,
-out-of-bounds or old-round datagram never moves a window. And no single datagram may move one
-far: a sequence number may lead the highest accepted by at most
+out-of-bounds or old-round datagram never moves a window. An authentic datagram that nothing could
+keep (its round already merged, no buffer free) is recorded too: it is not taken again from a
+replay, in this session or, while a newer one is on probation, through the session before.
+And no single datagram may move one far: a sequence number may lead the highest accepted by at
+most
 
     JUMP + RATE * (seconds since this link last accepted a datagram)
 
 (``seq_jump``), which no sender reaches by sending, and a session may lead the known one by at most
-SESSION_JUMP restarts (``session_jump``). A key holder who sends one datagram at the limit holds
-the link's real traffic below the window for JUMP / (its datagram rate) seconds, not for ever.
+SESSION_JUMP restarts (``session_jump``). A key holder (with keyfiles, only the link's own
+sender) who sends one datagram at the limit, kept or not, holds the link's real traffic below the
+window for JUMP / (its datagram rate) seconds, not for ever.
 A link with no baseline (first contact, or restored from a checkpoint) takes sequence numbers up
 to FIRST_SEQ_LIMIT ahead, which a sender would need years to count.
 
 A receiver persists (session, highest) per peer with its checkpoint and restores them, so no
-datagram that had arrived before a restart, accepted or dropped, is accepted after it.
+datagram that had arrived authentic before a restart, kept or not, is accepted after it.
 
 A newer session is believed on probation. One datagram of it is enough to be heard (a restarted
 peer must not wait), but the session before is kept beside it until the new one has sent
@@ -104,7 +108,6 @@ class PeerLink:
         "arrived",
         "past_expected",
         "past_arrived",
-        "noted",
         "prev",
         "probation",
     )
@@ -118,7 +121,6 @@ class PeerLink:
         self.arrived = 0
         self.past_expected = 0  # and for the sessions before it
         self.past_arrived = 0
-        self.noted = ReplayWindow()  # what arrived but was not kept (note_arrival)
         self.prev: tuple | None = None  # the session a newer one replaced, while on probation
         self.probation = 0  # datagrams the newer session must still send to be confirmed
 
@@ -134,9 +136,10 @@ class PeerLink:
         if self.session >= 0:
             if session < self.session:
                 if self.prev is not None and session == self.prev[0]:
-                    window = self.prev[1]
-                    if window.reason(seq) is None and seq <= window.highest + JUMP:
+                    why = self.prev[1].reason(seq)
+                    if why is None and seq <= self.prev[1].highest + JUMP:
                         return None  # the peer still speaks there: see commit()
+                    return why or "old_session"
                 return "old_session"
             if session > self.session:  # a restarted peer numbers from 1 again
                 if session - self.session > SESSION_JUMP:
@@ -150,7 +153,7 @@ class PeerLink:
         return why
 
     # what a session on probation would give back if the peer turns out to be still in the old
-    _KEPT = ("session", "window", "first", "arrived", "noted", "past_expected", "past_arrived")
+    _KEPT = ("session", "window", "first", "arrived", "past_expected", "past_arrived")
 
     def _fields(self) -> tuple:
         return tuple(getattr(self, k) for k in self._KEPT)
@@ -173,7 +176,7 @@ class PeerLink:
                 self.past_arrived += self.arrived
             self.session = session
             self.window = ReplayWindow()
-            self.first, self.arrived, self.noted = seq, 0, ReplayWindow()
+            self.first, self.arrived = seq, 0
         elif self.prev is not None:
             self._confirm(1)
         self._record(seq, now)
@@ -203,20 +206,29 @@ class PeerLink:
 
     def note_arrival(self, seq: int) -> None:
         """An authentic datagram of the current session that nothing kept (its round was
-        collected, or no buffer was free): the network delivered it, so it is no loss, but the
-        replay window records nothing of it. Its number still bounds what the peer sent; a
-        window of its own keeps a replayed copy from counting twice."""
-        if self.noted.check(seq) is not None:
+        collected, or no buffer was free): the network delivered it, so it is no loss, and the
+        window records it, so a replayed copy is refused as any other (admit() said it is
+        fresh). It neither confirms a session on probation nor counts as accepted."""
+        if self.window.check(seq) is not None:
             return
         self.arrived += 1
         if seq < self.first or self.first < 0:
             self.first = seq
 
+    def note(self, session: int, seq: int) -> None:
+        """note_arrival() for a datagram of either session admit() lets in: one of the session
+        a newer one is on probation against is recorded in that session's window, so that its
+        replay cannot take the link back there."""
+        if session == self.session:
+            self.note_arrival(seq)
+        elif self.prev is not None and session == self.prev[0]:
+            self.prev[1].check(seq)
+
     def note_arrivals(self, seqs) -> None:
         """note_arrival() for each of a rising run of sequence numbers (the compiled receive
-        path's drops), in one update when they are all new to the noted window."""
-        if len(seqs) and int(seqs[0]) > self.noted.highest:
-            self.noted.advance(seqs)
+        path's drops), in one update when they are all above the window."""
+        if len(seqs) and int(seqs[0]) > self.window.highest:
+            self.window.advance(seqs)
             self.arrived += len(seqs)
             if int(seqs[0]) < self.first or self.first < 0:
                 self.first = int(seqs[0])
@@ -225,24 +237,20 @@ class PeerLink:
             self.note_arrival(seq)
 
     def _expected(self) -> int:
-        return max(self.window.highest, self.noted.highest) - self.first + 1 if self.arrived else 0
+        return self.window.highest - self.first + 1 if self.arrived else 0
 
     def loss(self) -> tuple[int, int]:
-        """(datagrams that arrived, datagrams the peer numbered for us), all sessions. A
-        datagram noted, then kept by a later copy, counts twice: arrived is capped at expected,
-        so that can hide loss, never make it negative."""
+        """(datagrams that arrived, datagrams the peer numbered for us), all sessions."""
         arrived, expected = self.past_arrived + self.arrived, self.past_expected + self._expected()
         return min(arrived, expected), expected
 
     def state(self) -> tuple[int, int]:
         """(session, highest) to persist: a session on probation is not, the one before is.
-        Highest is the highest authentic number that arrived, kept or only noted: a datagram
-        dropped for want of a buffer, or after its round was merged, must not be taken from a
-        replay once the receiver restarts (an outsider could replay it, and it was never
-        accepted before). Noted numbers move no live window: only what a restart restores."""
+        Highest is the highest authentic number that arrived, kept or only noted, so that no
+        replay of either is taken once the receiver restarts."""
         if self.prev is not None:
-            return self.prev[0], max(self.prev[1].highest, self.prev[4].highest)
-        return self.session, max(self.window.highest, self.noted.highest)
+            return self.prev[0], self.prev[1].highest
+        return self.session, self.window.highest
 
     @classmethod
     def restored(cls, session: int, highest: int) -> PeerLink:

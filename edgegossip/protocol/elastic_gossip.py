@@ -25,9 +25,11 @@ class ElasticGossipProtocol(GossipProtocol):
         self._pending(j, pre, now)
         return True
 
-    def _on_params(self, ev, p: Pending | None, x: np.ndarray, now: float) -> None:
+    def _on_params(self, ev, p: Pending | None, x: np.ndarray, now: float) -> bool:
         if ev.flags & wire.FLAG_REPLY and p is None:
             self._answer_or_owe(ev, x, now)
+            return True
+        return False
 
     def _merge(self, x: np.ndarray, p: Pending, r) -> None:
         assert p.pre is not None  # both ends keep their pre-step snapshot

@@ -145,14 +145,19 @@ class GossipProtocol(Protocol):
             # both sides already sent pre-step parameters, so it counts once
             p.round = ev.round
             return
-        self._on_params(ev, p, x, now)
+        if not self._on_params(ev, p, x, now):
+            # nothing will collect it: its buffer goes back to the pool now, for a round that
+            # is wanted, instead of after the inbox's stale_s (a late answer to an exchange
+            # that timed out, a new exchange from a peer we are still merging with)
+            self.rounds.discard(ev.sender, ev.msg_type, ev.round)
 
     def _on_request(self, ev, x: np.ndarray, now: float) -> None:
         """A peer's REQUEST: only the pull protocol answers one."""
 
-    def _on_params(self, ev, p: Pending | None, x: np.ndarray, now: float) -> None:
+    def _on_params(self, ev, p: Pending | None, x: np.ndarray, now: float) -> bool:
         """A PARAMS round that answers no exchange of ours (p: what we have pending with its
-        sender, if anything)."""
+        sender, if anything); True if an exchange will collect it."""
+        return False
 
     def _merge(self, x: np.ndarray, p: Pending, r) -> None:
         """Merge the receive buffer r (r.buf, r.mask) of exchange p into x."""

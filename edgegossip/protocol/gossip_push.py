@@ -35,12 +35,13 @@ class PushProtocol(GossipProtocol):
     def _gain(self, s: float) -> None:
         self.ctx.push_weight = min(self.ctx.push_weight + s, float(self.ctx.cfg.workers))
 
-    def _on_params(self, ev, p: Pending | None, x: np.ndarray, now: float) -> None:
+    def _on_params(self, ev, p: Pending | None, x: np.ndarray, now: float) -> bool:
         if p is None:
             self._pending(ev.sender, None, now, ev.round)
             self.pending[ev.sender].weight = self._admit(ev.weight)
-        else:
-            self._gain(self._admit(ev.weight))
+            return True
+        self._gain(self._admit(ev.weight))
+        return False
 
     def _merge(self, x: np.ndarray, p: Pending, r) -> None:
         self.ctx.push_weight = gossip_push.apply(
