@@ -77,7 +77,7 @@ def test_compose_fleet_learns_under_loss_in_podman(tmp_path, podman_env, mnist_d
             "--p",
             "1/4",
             "--duration",
-            "60",
+            "30",
             "--base",
             BASE,
             "--json",
@@ -121,7 +121,7 @@ def test_compose_fleet_learns_under_loss_in_podman(tmp_path, podman_env, mnist_d
             any(s in n for n in names) for s in ("node0", "node1", "node2")
         ), f"containers {names}; podman said:\n{(up.stdout + up.stderr)[-3000:]}"
         started = time.monotonic()
-        while time.monotonic() - started < 150:  # the agents stop themselves after 60 s
+        while time.monotonic() - started < 150:  # the agents stop themselves after 30 s
             ps = subprocess.run(
                 [
                     "podman",
@@ -144,9 +144,9 @@ def test_compose_fleet_learns_under_loss_in_podman(tmp_path, podman_env, mnist_d
         subprocess.run(
             compose + ["down"], env=podman_env, capture_output=True, timeout=300, cwd=out
         )
-    print(f"compose: build + up + 60 s run took {time.monotonic() - t0:.0f} s")
+    print(f"compose: build + up + 30 s run took {time.monotonic() - t0:.0f} s")
     assert "loss 10% by" in logs.stdout + logs.stderr, logs.stdout[-2000:]
-    s = summarize(out, 3, "logreg", 0.1, "compose", 60.0, None, mnist_data)
+    s = summarize(out, 3, "logreg", 0.1, "compose", 30.0, None, mnist_data)
     print(json.dumps({k: s[k] for k in ("observed_loss", "average_model_accuracy")}))
     assert all(a["steps"] > 0 and a["datagrams_received"] > 100 for a in s["agents"]), (
         s["agents"],

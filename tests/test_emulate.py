@@ -470,13 +470,16 @@ def test_overhead_reference_is_the_mean_of_the_local_runs():
     ref = overhead.reference_rate([28.0, 26.0])
     assert ref == {"steps_per_s": 27.0, "local_steps_per_s": [28.0, 26.0], "drift": -0.0714}
     assert overhead.reference_rate([25.0])["drift"] == 0.0
-    around = overhead.schedule((("elastic-gossip", "int8"),), "around")
-    assert [(a, p) for _, a, p in around] == [
-        ("local", "int8"),
-        ("elastic-gossip", "int8"),
-        ("local", "int8"),
+    around = overhead.schedule(
+        (("elastic-gossip", "int8"), ("elastic-gossip", "int8", None)), "around", "20mbit"
+    )
+    assert [run[1:] for run in around] == [
+        ("local", "int8", "20mbit"),
+        ("elastic-gossip", "int8", "20mbit"),
+        ("elastic-gossip", "int8", None),  # its own cap: uncapped, beside the capped one
+        ("local", "int8", "20mbit"),
     ]
-    assert len({name for name, _, _ in around}) == 3  # each fleet writes a folder of its own
+    assert len({run[0] for run in around}) == 4  # each fleet writes a folder of its own
     assert len(overhead.schedule((), "before")) == 1
 
 
@@ -496,7 +499,7 @@ def test_bench_overhead_json(root_only, tmp_path):
             "--model",
             "logreg",
             "--variant",
-            "elastic-gossip:int8",
+            "elastic-gossip:int8:none",
             "--target",
             "0.8",
             "--reference",
@@ -508,9 +511,9 @@ def test_bench_overhead_json(root_only, tmp_path):
     )
     assert res.exit_code == 0, res.output
     out = json.loads(res.output.strip().splitlines()[-1])
-    assert [(r["algorithm"], r["payload"]) for r in out["runs"]] == [
-        ("local", "int8"),  # local sends nothing: the default payload labels it
-        ("elastic-gossip", "int8"),
+    assert [(r["algorithm"], r["payload"], r["rate"]) for r in out["runs"]] == [
+        ("local", "int8", "20mbit"),  # local sends nothing: the default payload labels it
+        ("elastic-gossip", "int8", None),  # a cap of its own: uncapped
     ]
     local, gossip = out["runs"]
     assert local["of_local"] == 1.0 and 0 < gossip["of_local"] < 2
@@ -521,8 +524,10 @@ def test_bench_overhead_json(root_only, tmp_path):
         assert a["receive_cpu_s"] > 0 and a["send_cpu_s"] > 0 and a["mb_exchanged"] > 0
         assert a["time_to_target_s"] is not None  # logreg passes 0.8 within seconds
     assert all(a["receive_cpu_s"] is None for a in local["agents"])  # no data plane at all
-    res = CliRunner().invoke(cli, ["bench", "overhead", "--variant", "nope:int8"])
-    assert res.exit_code == 2 and "ALGORITHM:PAYLOAD" in res.output
+    for bad in ("nope:int8", "elastic-gossip", "elastic-gossip:int8:fast", "local:int8:none"):
+        res = CliRunner().invoke(cli, ["bench", "overhead", "--variant", bad])
+        assert res.exit_code == 2 and bad in res.output, res.output
+        assert "Traceback" not in res.output
 
 
 def test_links_are_paced_below_their_cap_and_uncapped_ones_as_a_device_paces(tmp_path):

@@ -261,9 +261,9 @@ def metrics(as_json: bool, seconds: float, every_s: float, models: tuple[str, ..
     "--variant",
     "variants",
     multiple=True,
-    metavar="ALGORITHM:PAYLOAD",
-    help="A gossip run beside the local one (repeatable). Default: elastic-gossip:float32 and "
-    "elastic-gossip:int8.",
+    metavar="ALGORITHM:PAYLOAD[:RATE]",
+    help="A gossip run beside the local one (repeatable), on links capped at --rate or at its "
+    "own RATE ('none': uncapped). Default: elastic-gossip:float32 and elastic-gossip:int8.",
 )
 @click.option("--target", type=click.FloatRange(0, 1), default=0.95, show_default=True)
 @click.option(
@@ -289,7 +289,8 @@ def overhead(as_json, nodes, seconds, model, loss, rate, variants, target, refer
     JSON: {"benchmark": "overhead", "nodes", "seconds", "model", "loss", "rate", "target",
     "output", "reference": {"steps_per_s" (the mean of the local runs), "local_steps_per_s"
     (each local run's, in order), "drift" (last against first, a fraction)}, "runs" (in the
-    order run: local first and, with around, last): [{"algorithm", "payload", "steps_per_s",
+    order run: local first and, with around, last): [{"algorithm", "payload", "rate" (the
+    link cap, null: uncapped), "steps_per_s",
     "of_local", "time_to_target_first_s", "time_to_target_all_s", "average_model_accuracy",
     "observed_loss", "steal" (the share of the machine's CPU time its hypervisor took while that
     fleet ran, from /proc/stat; a noisy neighbour shows here), "agents": [{"agent", "steps",
@@ -306,21 +307,34 @@ def overhead(as_json, nodes, seconds, model, loss, rate, variants, target, refer
             "bench overhead emulates a fleet in network namespaces: run it as root",
             exit_codes.NEEDS_ROOT,
         )
+
+    def cap(text: str, what: str) -> str | None:
+        if text.lower() == "none":
+            return None
+        try:
+            netns.rate_to_mbps(text)
+        except ValueError:
+            fail(f"{what} {text!r}: write it as e.g. 20mbit, 500kbit or none", exit_codes.USAGE)
+        return text
+
+    rate_cap = cap(rate, "--rate")
     parsed = []
     for v in variants or (f"{DEFAULT}:float32", f"{DEFAULT}:int8"):
-        alg, _, pay = v.partition(":")
-        if alg not in NAMES or alg == Local.name or pay not in payloads.NAMES:
+        parts = v.split(":")
+        alg, pay, own = parts[0], parts[1] if len(parts) > 1 else "", parts[2:]
+        if alg not in NAMES or alg == Local.name or pay not in payloads.NAMES or len(own) > 1:
             fail(
-                f"--variant {v!r}: write ALGORITHM:PAYLOAD, e.g. {DEFAULT}:int8",
+                f"--variant {v!r}: write ALGORITHM:PAYLOAD[:RATE], e.g. {DEFAULT}:int8 or "
+                f"{DEFAULT}:int8:none",
                 exit_codes.USAGE,
             )
-        parsed.append((alg, pay))
+        parsed.append((alg, pay, cap(own[0], f"--variant {v!r}: rate") if own else rate_cap))
     result = o.run(
         nodes,
         seconds,
         model,
         loss,
-        None if rate.lower() == "none" else rate,
+        rate_cap,
         tuple(parsed),
         target,
         progress=lambda m: click.echo(m, err=True),
@@ -336,6 +350,7 @@ def overhead(as_json, nodes, seconds, model, loss, rate, variants, target, refer
         [
             "algorithm",
             "payload",
+            "rate",
             "steps_per_s",
             "of_local",
             "time_to_target_first_s",
@@ -352,7 +367,7 @@ def overhead(as_json, nodes, seconds, model, loss, rate, variants, target, refer
         f"{', '.join(map(str, ref['local_steps_per_s']))} (drift {ref['drift']:+.1%})"
     )
     agents = [
-        {"run": f"{r['algorithm']} {r['payload']}", **a}
+        {"run": f"{r['algorithm']} {r['payload']} {r['rate'] or 'uncapped'}", **a}
         for r in result["runs"]
         for a in r["agents"]
     ]

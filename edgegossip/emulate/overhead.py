@@ -2,15 +2,15 @@
 the emulator because it drives emulated fleets.
 
 One invocation runs the same emulated fleet (namespaces, kernel loss, tbf caps: emulate's) as
-local-only training, the reference, before the gossip variants (algorithm and payload) and, by
-default, again after them, each for --seconds. Per agent, from its own records: steps per second
-and their ratio to the reference (the mean of the local runs' means), the CPU seconds of its
-training thread, receive thread and send thread (each thread's own CPU clock), and the seconds
-until its held-out accuracy first reached the target. Per run: the mean ratio, the first and the
-last agent to reach the target, and the test accuracy of the average model. Agents share this
-machine's cores, so a data plane's CPU is taken from the training of every agent: the ratio is
-what gossip costs here, not on a device with cores of its own; the CPU seconds per exchanged
-megabyte are what carries over."""
+local-only training, the reference, before the gossip variants (algorithm, payload and, where a
+variant names one, its own link cap) and, by default, again after them, each for --seconds. Per
+agent, from its own records: steps per second and their ratio to the reference (the mean of the
+local runs' means), the CPU seconds of its training thread, receive thread and send thread (each
+thread's own CPU clock), and the seconds until its held-out accuracy first reached the target. Per
+run: the mean ratio, the first and the last agent to reach the target, and the test accuracy of the
+average model. Agents share this machine's cores, so a data plane's CPU is taken from the training
+of every agent: the ratio is what gossip costs here, not on a device with cores of its own; the CPU
+seconds per exchanged megabyte are what carries over."""
 
 from __future__ import annotations
 
@@ -94,13 +94,19 @@ def reference_rate(local_rates: list[float]) -> dict:
     }
 
 
-def schedule(variants, reference: str) -> list[tuple[str, str, str]]:
-    """(output folder name, algorithm, payload) of each fleet, in the order they run."""
+def schedule(variants, reference: str, rate: str | None = None) -> list[tuple]:
+    """(output folder name, algorithm, payload, link cap) of each fleet, in the order they run.
+    A variant is (algorithm, payload) on links capped at `rate`, or (algorithm, payload, cap)
+    with a cap of its own (None: uncapped), so capped and uncapped links meet one reference."""
     if reference not in REFERENCES:
         raise ValueError(f"reference {reference!r}: one of {', '.join(REFERENCES)}")
     # local-only sends nothing: its payload is only the label of the reference rows
-    local = (Local.name, agent_config.default("payload"))
-    out = [(f"{a}-{p}", a, p) for a, p in (local, *variants)]
+    local = (Local.name, agent_config.default("payload"), rate)
+    out = []
+    for a, p, *own in (local, *variants):
+        cap = own[0] if own else rate
+        name = f"{a}-{p}" if cap == rate else f"{a}-{p}-{cap or 'uncapped'}"
+        out.append((name, a, p, cap))
     if reference == "around":
         out.append((f"{local[0]}-{local[1]}-after", *local))
     return out
@@ -136,7 +142,7 @@ def run(
     model: str = "mlp",
     loss: float = 0.1,
     rate: str | None = "20mbit",
-    variants: tuple[tuple[str, str], ...] = (
+    variants: tuple[tuple, ...] = (
         (DEFAULT, "float32"),
         (DEFAULT, "int8"),
     ),
@@ -150,13 +156,13 @@ def run(
     data = mnist.load()
     base = out or Path(tempfile.mkdtemp(prefix="bench-overhead-"))
     runs = []
-    for name, algorithm, payload in schedule(variants, reference):
+    for name, algorithm, payload, cap in schedule(variants, reference, rate):
         folder = base / name
         spec = FleetSpec(
             nodes=nodes,
             algorithm=algorithm,
             loss=loss,
-            rate=rate,
+            rate=cap,
             backend="netns",
             out=folder,
             duration_s=seconds,
@@ -169,7 +175,14 @@ def run(
         steal = _steal(before, _cpu_times())
         rows, summary = _measure(folder, nodes, model, loss, seconds, target, data)
         runs.append(
-            {"algorithm": algorithm, "payload": payload, **summary, "steal": steal, "agents": rows}
+            {
+                "algorithm": algorithm,
+                "payload": payload,
+                "rate": cap,
+                **summary,
+                "steal": steal,
+                "agents": rows,
+            }
         )
     ref = reference_rate([r["steps_per_s"] for r in runs if r["algorithm"] == Local.name])
     for r in runs:
