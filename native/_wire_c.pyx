@@ -328,12 +328,13 @@ def send_paced(Aead aead not None, const uint8_t[::1] model not None,
                Py_ssize_t chunk_bytes, uint64_t seq0, uint16_t weight, int dtype,
                int fd, const unsigned char[::1] ip4 not None, int port, bint gso,
                Py_ssize_t batch, double rate, double burst_s, double next_at,
-               const uint8_t[::1] stop=None):
+               const uint8_t[::1] stop=None, Py_ssize_t overhead=0):
     """Frame chunks first_chunk .. stop_chunk - 1 as frame_batch() does, `batch` rows at a time,
     and send each batch to ip4:port (_sendrows.pxi) once a token bucket of `rate` bytes a second
-    allows it (rate 0: unpaced). The bucket is transport/pacing.py's Pacer: `next_at` (its
-    CLOCK_MONOTONIC reading, time.perf_counter's clock) is when the bytes booked so far have
-    left, never more than burst_s in the past. A whole round is one release of the GIL, not two
+    allows it (rate 0: unpaced), booking each datagram as its length plus `overhead` (the
+    frame's headers: transport/pacing.py's WIRE_OVERHEAD). The bucket is that module's Pacer:
+    `next_at` (its CLOCK_MONOTONIC reading, time.perf_counter's clock) is when the bytes booked
+    so far have left, never more than burst_s in the past. A whole round is one release of the GIL, not two
     or three a batch. A kernel that refuses UDP GSO (EINVAL, EIO) gets the rest without it.
     stop[0] set (by another thread: the transport closing its socket) ends it before the next
     batch, as if the round had been sent.
@@ -371,7 +372,7 @@ def send_paced(Aead aead not None, const uint8_t[::1] model not None,
             if not ok:
                 break
             framed = done + k
-            nbytes = 0
+            nbytes = k * overhead
             for i in range(k):
                 nbytes += lengths[i]
             if rate > 0:
@@ -380,7 +381,7 @@ def send_paced(Aead aead not None, const uint8_t[::1] model not None,
                     next_at = now - burst_s
                 next_at += nbytes / rate
                 ahead = next_at - now
-                if ahead > 0.0005:  # smaller gaps are absorbed by the burst
+                if ahead > 0.0005:  # smaller gaps are absorbed by the burst (EARLY_S)
                     _sleep_us(<long>(ahead * 1e6))
             err = _send_rows(fd, &rows[0, 0], rows.shape[1], &lengths[0], k, &addr, gso, &sent)
             if err and gso and (err == EINVAL or err == EIO):

@@ -347,18 +347,21 @@ def test_recv_batch_pauses_before_it_waits(free_udp_port):
 
 def test_the_pacer_books_what_it_lets_out(monkeypatch):
     """reserve() returns the wait before a burst may leave (slept by the caller, inside its
-    send call); an idle sender saves up at most one burst."""
+    send call); an idle sender saves up at most one burst. It books frames: the rate is the
+    link's, and each datagram's headers cross it too."""
     from edgegossip.transport import pacing
 
+    w = pacing.WIRE_OVERHEAD
     now = [100.0]
     monkeypatch.setattr(pacing.time, "perf_counter", lambda: now[0])
     p = pacing.Pacer(1e6, burst_s=0.01)  # 1 MB/s, 10 KB bursts
-    assert p.reserve(10_000) == pytest.approx(0.01)  # a new pacer has nothing saved up
-    assert p.reserve(100) == pytest.approx(0.0101)
-    assert p.reserve(100) == pytest.approx(0.0102)
+    assert p.reserve(10_000 - w) == pytest.approx(0.01)  # a new pacer has nothing saved up
+    assert p.reserve(100 - w) == pytest.approx(0.0101)  # one 100-byte frame
+    assert p.reserve(2 * (50 - w), 2) == pytest.approx(0.0102)  # two 50-byte frames
     now[0] += 60.0  # idle for a minute: still only one burst ahead
-    assert p.reserve(10_000) == 0.0
-    assert p.reserve(10_000) == pytest.approx(0.01)
+    assert p.reserve(10_000 - w) == 0.0
+    assert p.reserve(10_000 - w) == pytest.approx(0.01)
+    assert p.datagrams_per_burst(1000 - w) == 10  # 1,000-byte frames in a 10 KB burst
     assert pacing.Pacer(None).reserve(10**9) == 0.0
 
 

@@ -20,6 +20,7 @@ from edgegossip.dataplane.chunking import ChunkPlan
 from edgegossip.dataplane.keys import LinkKeys
 from edgegossip.dataplane.payload import CODECS, Codec
 from edgegossip.transport.base import PacedLink
+from edgegossip.transport.pacing import WIRE_OVERHEAD
 
 _wire_c = extensions.load("_wire_c")  # built without OpenSSL headers: frame in Python
 
@@ -225,6 +226,7 @@ class Encoder:
             link.burst_s,
             link.next_at,
             link.stop,
+            WIRE_OVERHEAD,
         )
         self._seq[receiver] = seq0 + framed - 1  # framed and unsent rows used theirs too
         self.datagrams += sent

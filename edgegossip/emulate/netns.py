@@ -22,7 +22,7 @@ from pathlib import Path
 
 from edgegossip import tools
 from edgegossip.errors import EdgegossipError
-from edgegossip.transport.pacing import BURST_S
+from edgegossip.transport.pacing import BURST_S, EARLY_S
 
 log = logging.getLogger(__name__)
 
@@ -98,17 +98,20 @@ def rate_to_mbps(rate: str | None) -> float | None:
 
 
 # tbf's bucket: what may leave back to back. As much as the agents' pacer releases at once
-# (BURST_S of the rate); never below 4 KB. A bucket of a few datagrams made tbf's timer release
-# each burst three datagrams at a time, in softirqs that ran, and were charged to, whatever
-# training thread the timer interrupted.
-TBF_BURST_S = BURST_S
+# (BURST_S of the rate, and a burst may leave EARLY_S early), and one whole frame more (tbf books
+# the frame a burst ends on whole); never below 4 KB. What does not fit waits in tbf's queue for
+# its timer, whose softirqs then send it on, charged to whatever thread the timer interrupted:
+# mostly training threads. A bucket of a few datagrams did that to every burst; a bucket of
+# exactly BURST_S still to one burst in 30 (tc's overlimits, README).
+TBF_BURST_S = BURST_S + EARLY_S
 TBF_MIN_BURST = 4000
+MAX_FRAME = 1514  # an Ethernet frame with a 1,500-byte MTU
 
 
 def tbf(rate: str) -> list[str]:
     """tc's words for a tbf cap at rate (e.g. "20mbit"): its rate, bucket and queue."""
     mbps = rate_to_mbps(rate) or 0.0
-    burst = max(TBF_MIN_BURST, int(mbps * 1e6 / 8 * TBF_BURST_S))
+    burst = max(TBF_MIN_BURST, int(mbps * 1e6 / 8 * TBF_BURST_S) + MAX_FRAME)
     return ["tbf", "rate", rate, "burst", str(burst), "latency", "50ms"]
 
 

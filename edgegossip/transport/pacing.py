@@ -18,6 +18,16 @@ MAX_BURST_BYTES = 64 << 10
 # the receiver's longest pause (transport/udp.py, four bursts) follow it.
 BURST_S = 0.010
 
+# What a datagram adds on the link beyond its UDP payload: IPv4 20, UDP 8, Ethernet 14 bytes. The
+# rate is the link's, so the pacer books whole frames: booking payload alone sent 3% above a cap
+# of the same rate (1.4 KB datagrams), and the emulator's tbf then held a queue that its timer
+# drained in softirqs charged to whatever ran, mostly training threads (README, bench overhead).
+WIRE_OVERHEAD = 42
+
+# A wait shorter than this is not slept (the burst absorbs it), so a burst may leave this much
+# early: what a cap of exactly the rate must hold beyond BURST_S (native/_wire_c.pyx: the same)
+EARLY_S = 0.0005
+
 
 class Pacer:
     def __init__(self, rate_bytes_per_s: float | None, burst_s: float = BURST_S):
@@ -29,22 +39,24 @@ class Pacer:
         """How many datagrams may leave back to back without exceeding the burst allowance."""
         if self.rate is None:
             return most
-        return max(1, min(most, int(self.rate * self.burst_s // max(1, datagram_bytes))))
+        frame = datagram_bytes + WIRE_OVERHEAD
+        return max(1, min(most, int(self.rate * self.burst_s // frame)))
 
-    def reserve(self, nbytes: int) -> float:
-        """Book nbytes more at the configured rate: the seconds to wait before they leave (0 when
-        the gap is too small to sleep for: the burst absorbs it)."""
+    def reserve(self, nbytes: int, datagrams: int = 1) -> float:
+        """Book `datagrams` datagrams of nbytes in all (UDP payload) at the configured rate, as
+        the frames they make: the seconds to wait before they leave (0 when the gap is too small
+        to sleep for: the burst absorbs it)."""
         if self.rate is None:
             return 0.0
         now = time.perf_counter()
         if self.next_at < now - self.burst_s:  # idle: do not save up an unbounded burst
             self.next_at = now - self.burst_s
-        self.next_at += nbytes / self.rate
+        self.next_at += (nbytes + WIRE_OVERHEAD * datagrams) / self.rate
         ahead = self.next_at - now
-        return ahead if ahead > 0.0005 else 0.0
+        return ahead if ahead > EARLY_S else 0.0
 
     def wait(self, nbytes: int) -> None:
-        """Block until nbytes more may leave at the configured rate."""
+        """Block until one datagram of nbytes may leave at the configured rate."""
         ahead = self.reserve(nbytes)
         if ahead:
             time.sleep(ahead)

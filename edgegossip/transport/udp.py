@@ -116,7 +116,7 @@ class UdpTransport(Transport):
         if send_batch is None or ip4 is None:
             return super().send_batch(peer, rows, lengths, n)
         # the pacer's wait is slept inside the call: one GIL hand-over a batch, not two
-        pause_us = int(self.pacer.reserve(int(lengths[:n].sum())) * 1e6)
+        pause_us = int(self.pacer.reserve(int(lengths[:n].sum()), n) * 1e6)
         sent, err = send_batch(
             self._tx.fileno(), rows, lengths, n, ip4, peer[1], self.gso, pause_us
         )
