@@ -129,7 +129,7 @@ class AgentConfig:
     payload: str = setting(
         "net", "int8", "how parameters travel (dataplane/payload.py)", payload.NAMES
     )
-    rate_mbps: float = setting("net", 20.0, "send pacing, megabits per second")
+    rate_mbps: float = setting("net", 20.0, "send pacing, megabits per second on the link (frames)")
     deadline_s: float = setting("net", 10.0, "an exchange gives up on missing chunks after this")
     deadline: str = setting(
         "net", "fixed", "fixed, or adaptive: per link, from its transfer times", DEADLINES

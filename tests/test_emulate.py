@@ -481,6 +481,12 @@ def test_overhead_reference_is_the_mean_of_the_local_runs():
     ]
     assert len({run[0] for run in around}) == 4  # each fleet writes a folder of its own
     assert len(overhead.schedule((), "before")) == 1
+    # a steady drift from 26 to 28 steps/s over four runs: each run meets local where it ran
+    drifting = overhead.reference_rate([26.0, 28.0])
+    assert [overhead.local_at(drifting, i, 4) for i in range(4)] == pytest.approx(
+        [26.0, 26 + 2 / 3, 26 + 4 / 3, 28.0]
+    )
+    assert overhead.local_at(overhead.reference_rate([25.0]), 1, 2) == 25.0
 
 
 def test_bench_overhead_json(root_only, tmp_path):
@@ -516,7 +522,8 @@ def test_bench_overhead_json(root_only, tmp_path):
         ("elastic-gossip", "int8", None),  # a cap of its own: uncapped
     ]
     local, gossip = out["runs"]
-    assert local["of_local"] == 1.0 and 0 < gossip["of_local"] < 2
+    assert local["of_local"] == local["of_local_here"] == 1.0 and 0 < gossip["of_local"] < 2
+    assert gossip["of_local_here"] == gossip["of_local"]  # one local run: nothing to draw
     assert out["reference"]["local_steps_per_s"] == [local["steps_per_s"]]
     assert all(0 <= r["steal"] < 1 for r in out["runs"])
     for a in gossip["agents"]:

@@ -289,9 +289,10 @@ def overhead(as_json, nodes, seconds, model, loss, rate, variants, target, refer
     JSON: {"benchmark": "overhead", "nodes", "seconds", "model", "loss", "rate", "target",
     "output", "reference": {"steps_per_s" (the mean of the local runs), "local_steps_per_s"
     (each local run's, in order), "drift" (last against first, a fraction)}, "runs" (in the
-    order run: local first and, with around, last): [{"algorithm", "payload", "rate" (the
-    link cap, null: uncapped), "steps_per_s",
-    "of_local", "time_to_target_first_s", "time_to_target_all_s", "average_model_accuracy",
+    order run: local first and, with around, last): [{"algorithm", "payload", "rate" (the link
+    cap, null: uncapped), "steps_per_s", "of_local", "of_local_here" (against local's rate drawn
+    on a line from the first local run to the last, at this run's place: what a steady drift
+    takes out), "time_to_target_first_s", "time_to_target_all_s", "average_model_accuracy",
     "observed_loss", "steal" (the share of the machine's CPU time its hypervisor took while that
     fleet ran, from /proc/stat; a noisy neighbour shows here), "agents": [{"agent", "steps",
     "steps_per_s", "of_local", "train_cpu_s", "receive_cpu_s", "send_cpu_s", "process_cpu_s",
@@ -353,6 +354,7 @@ def overhead(as_json, nodes, seconds, model, loss, rate, variants, target, refer
             "rate",
             "steps_per_s",
             "of_local",
+            "of_local_here",
             "time_to_target_first_s",
             "time_to_target_all_s",
             "average_model_accuracy",

@@ -94,6 +94,14 @@ def reference_rate(local_rates: list[float]) -> dict:
     }
 
 
+def local_at(ref: dict, i: int, n: int) -> float:
+    """Local's steps per second at the i-th of n runs, drawn on a straight line from the first
+    local run (run 0) to the last (run n - 1): the fleets take equal turns, and this machine's
+    speed mostly moves one way within an invocation (README). One local run: its rate."""
+    first, last = ref["local_steps_per_s"][0], ref["local_steps_per_s"][-1]
+    return first + (last - first) * i / (n - 1) if n > 1 else first
+
+
 def schedule(variants, reference: str, rate: str | None = None) -> list[tuple]:
     """(output folder name, algorithm, payload, link cap) of each fleet, in the order they run.
     A variant is (algorithm, payload) on links capped at `rate`, or (algorithm, payload, cap)
@@ -185,8 +193,9 @@ def run(
             }
         )
     ref = reference_rate([r["steps_per_s"] for r in runs if r["algorithm"] == Local.name])
-    for r in runs:
+    for i, r in enumerate(runs):
         r["of_local"] = round(r["steps_per_s"] / ref["steps_per_s"], 3)
+        r["of_local_here"] = round(r["steps_per_s"] / local_at(ref, i, len(runs)), 3)
         for a in r["agents"]:
             a["of_local"] = round(a["steps_per_s"] / ref["steps_per_s"], 3)
     return {
