@@ -310,13 +310,10 @@ def overhead(as_json, nodes, seconds, model, loss, rate, variants, target, refer
         )
 
     def cap(text: str, what: str) -> str | None:
-        if text.lower() == "none":
-            return None
         try:
-            netns.rate_to_mbps(text)
+            return netns.link_cap(text)
         except ValueError:
             fail(f"{what} {text!r}: write it as e.g. 20mbit, 500kbit or none", exit_codes.USAGE)
-        return text
 
     rate_cap = cap(rate, "--rate")
     parsed = []

@@ -154,7 +154,7 @@ def emulate(
     from edgegossip.data import mnist
     from edgegossip.emulate import netns
     from edgegossip.emulate.fleet import FleetSpec
-    from edgegossip.emulate.netns import rate_to_mbps
+    from edgegossip.emulate.netns import link_cap
     from edgegossip.errors import UsageError
     from edgegossip.report import plot
 
@@ -177,9 +177,8 @@ def emulate(
         backend = options.resolve_network_backend(backend)
     if not duration and not epochs:
         fail("give --duration SECONDS or --epochs E", exit_codes.USAGE)
-    rate = None if rate.lower() == "none" else rate
     try:
-        rate_to_mbps(rate)
+        rate = link_cap(rate)
         if not export_kind:
             plot.require()  # refused now, not after the run
         mnist.load()

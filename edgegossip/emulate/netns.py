@@ -97,12 +97,21 @@ def rate_to_mbps(rate: str | None) -> float | None:
     raise ValueError(f"--rate {rate!r}: write it as e.g. 20mbit, 500kbit or 1gbit")
 
 
+def link_cap(text: str) -> str | None:
+    """A link cap as the command line gives it: a rate (e.g. 20mbit), or None for "none"
+    (uncapped). ValueError, with the one line to show, for anything else."""
+    if text.strip().lower() == "none":
+        return None
+    rate_to_mbps(text)
+    return text
+
+
 # tbf's bucket: what may leave back to back. As much as the agents' pacer releases at once
 # (BURST_S of the rate, and a burst may leave EARLY_S early), and one whole frame more (tbf books
 # the frame a burst ends on whole); never below 4 KB. What does not fit waits in tbf's queue for
 # its timer, whose softirqs then send it on, charged to whatever thread the timer interrupted:
-# mostly training threads. A bucket of a few datagrams did that to every burst; a bucket of
-# exactly BURST_S still to one burst in 30 (tc's overlimits, README).
+# mostly training threads. A bucket of a few datagrams did that to every burst; one of exactly
+# BURST_S still to many (tc's overlimits per node halved with this one, README).
 TBF_BURST_S = BURST_S + EARLY_S
 TBF_MIN_BURST = 4000
 MAX_FRAME = 1514  # an Ethernet frame with a 1,500-byte MTU
