@@ -153,4 +153,5 @@ def test_compose_fleet_learns_under_loss_in_podman(tmp_path, podman_env, mnist_d
         (logs.stdout + logs.stderr)[-4000:],
     )
     assert s["average_model_accuracy"] > 0.85
-    assert abs(s["observed_loss"] - 0.1) <= 0.02, s["observed_loss"]
+    n = sum(a["link_expected"] for a in s["agents"])  # binomial: 4 standard errors
+    assert abs(s["observed_loss"] - 0.1) <= 4 * (0.1 * 0.9 / n) ** 0.5, (s["observed_loss"], n)
