@@ -1,6 +1,6 @@
 """`emulate --export compose` run for real with Debian's podman and podman-compose (root, CI):
 3 logreg agents, 10% loss applied inside each container, one minute. The agents must learn and
-the receivers must observe the configured loss within 2 points. No registry: the base image is
+the receivers must observe the configured loss within 4 standard errors. No registry: the base image is
 the lab's Debian root, imported locally."""
 
 import json
