@@ -13,6 +13,7 @@ import time
 import pytest
 
 from edgegossip.report.summary import summarize
+from tests.helpers.loss import assert_observed_loss
 
 pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(900)]
 BASE = "localhost/edgegossip-test-base:latest"
@@ -153,5 +154,4 @@ def test_compose_fleet_learns_under_loss_in_podman(tmp_path, podman_env, mnist_d
         (logs.stdout + logs.stderr)[-4000:],
     )
     assert s["average_model_accuracy"] > 0.85
-    n = sum(a["link_expected"] for a in s["agents"])  # binomial: 4 standard errors
-    assert abs(s["observed_loss"] - 0.1) <= 4 * (0.1 * 0.9 / n) ** 0.5, (s["observed_loss"], n)
+    assert_observed_loss(s, 0.1)

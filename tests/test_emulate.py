@@ -2,7 +2,6 @@
 and restarted, a link cut and healed, leftovers cleaned. logreg on real MNIST keeps runs short."""
 
 import json
-import math
 import statistics
 import subprocess
 import time
@@ -15,6 +14,7 @@ from edgegossip.emulate import netns, overhead
 from edgegossip.emulate.fleet import EmulatedFleet, FleetSpec
 from edgegossip.metrics import read
 from edgegossip.report.summary import summarize
+from tests.helpers.loss import assert_observed_loss
 
 
 def _no_leftovers(run_ids=None):
@@ -67,17 +67,6 @@ def fleet_factory(root_only, tmp_path):
             run_ids.append(f.lan.run_id)
         f.down()
     assert _no_leftovers(run_ids or [None])
-
-
-SIGMAS = 4
-
-
-def _binomial_close(summary: dict, loss: float) -> None:
-    """The observed loss within SIGMAS standard errors of the configured one: each datagram is
-    lost on its own, so the observed share is binomial over the datagrams the run numbered."""
-    n = sum(a["link_expected"] for a in summary["agents"])
-    bound = SIGMAS * math.sqrt(loss * (1 - loss) / n)
-    assert abs(summary["observed_loss"] - loss) <= bound, (summary["observed_loss"], n, bound)
 
 
 def _wait_done(fleet, timeout=90):
@@ -133,11 +122,10 @@ def test_emulate_cli_json_observed_loss(root_only, tmp_path, mnist_data):
     # the agents send UDP GSO buffers, as devices do; the links cut them before the loss rule,
     # so the loss observed is per datagram (test_netns: a lost buffer counts every datagram)
     assert "gso = true" in (tmp_path / "run" / "agent0.toml").read_text()
-    # each datagram is lost on its own with p = 0.2, so the observed share is binomial: within
-    # SIGMAS standard errors of 0.2 (a false failure in 16,000 runs). A run numbers only about
-    # 2,000 datagrams (680 with int8, where a fixed +-0.02 was 1.3 standard errors and failed CI).
+    # the observed share is binomial (helpers/loss.py). A run numbers only about 2,000
+    # datagrams (680 with int8, where a fixed +-0.02 was 1.3 standard errors and failed CI).
     assert sum(a["link_expected"] for a in out["agents"]) >= 1000
-    _binomial_close(out, 0.2)
+    assert_observed_loss(out, 0.2)
     assert out["average_model_accuracy"] > 0.85
     assert (tmp_path / "run" / "accuracy_vs_time.png").is_file()
 
@@ -349,7 +337,7 @@ table inet egtest_hostfw {
     assert res.exit_code == 0, res.output
     out = json.loads(res.output.strip().splitlines()[-1])
     assert out["loss_alarm"] is None
-    _binomial_close(out, 0.1)
+    assert_observed_loss(out, 0.1)
     assert all(a["datagrams_received"] > 100 for a in out["agents"])
 
 
