@@ -504,11 +504,54 @@ def test_overhead_reference_is_the_mean_of_the_local_runs():
     assert len({run[0] for run in around}) == 4  # each fleet writes a folder of its own
     assert len(overhead.schedule((), "before")) == 1
     # a steady drift from 26 to 28 steps/s over four runs: each run meets local where it ran
-    drifting = overhead.reference_rate([26.0, 28.0])
-    assert [overhead.local_at(drifting, i, 4) for i in range(4)] == pytest.approx(
+    drifting = {0: 26.0, 3: 28.0}
+    assert [overhead.local_at(drifting, i) for i in range(4)] == pytest.approx(
         [26.0, 26 + 2 / 3, 26 + 4 / 3, 28.0]
     )
-    assert overhead.local_at(overhead.reference_rate([25.0]), 1, 2) == 25.0
+    assert overhead.local_at({0: 25.0}, 1) == 25.0  # --reference before: one local run
+
+
+def test_overhead_rounds_alternate_the_variants_between_local_runs():
+    """Three rounds of two variants: a local run opens the invocation and closes each round,
+    the variants' order flips every round, and each variant run is judged against the local
+    runs just before and after it."""
+    a, b = ("elastic-gossip", "int8"), ("elastic-gossip", "int8", None)
+    runs = overhead.schedule((a, b), "around", "20mbit", rounds=3)
+    kinds = [(r[1], r[3]) for r in runs]
+    local, capped, uncapped = ("local", "20mbit"), ("elastic-gossip", "20mbit"), (a[0], None)
+    assert kinds == [
+        local,
+        capped,
+        uncapped,
+        local,
+        uncapped,
+        capped,
+        local,
+        capped,
+        uncapped,
+        local,
+    ]
+    assert len({r[0] for r in runs}) == len(runs)  # a folder each
+    rates = {0: 20.0, 3: 23.0, 6: 23.0, 9: 20.0}
+    assert overhead.local_at(rates, 1) == pytest.approx(21.0)
+    assert overhead.local_at(rates, 5) == 23.0
+    assert overhead.local_at(rates, 8) == pytest.approx(21.0)
+    shares = [0.9, 0.8, 1.0, 0.95, 0.7, 0.85]
+    rows = [
+        {"algorithm": r[1], "payload": r[2], "rate": r[3], "time_to_target_all_s": 60.0}
+        for r in runs
+    ]
+    for row, share in zip([x for x in rows if x["algorithm"] != "local"], shares):
+        row["of_local_here"] = share
+    summary = overhead.by_variant(rows)
+    assert [(v["rate"], v["of_local_here"], v["median"], v["min"], v["max"]) for v in summary] == [
+        ("20mbit", [0.9, 0.95, 0.7], 0.9, 0.7, 0.95),
+        (None, [0.8, 1.0, 0.85], 0.85, 0.8, 1.0),
+    ]
+    with pytest.raises(ValueError):
+        overhead.schedule((a,), "before", rounds=2)
+    res = CliRunner().invoke(cli, ["bench", "overhead", "--rounds", "2", "--reference", "before"])
+    assert res.exit_code == 2 and "--rounds" in res.output and "Traceback" not in res.output
 
 
 def test_bench_overhead_json(root_only, tmp_path):

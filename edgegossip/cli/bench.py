@@ -275,24 +275,37 @@ def metrics(as_json: bool, seconds: float, every_s: float, models: tuple[str, ..
     "the machine's drift between them is reported), or only before.",
 )
 @click.option(
+    "--rounds",
+    type=click.IntRange(1, 10),
+    default=1,
+    show_default=True,
+    help="Run the variants this many times, in reverse order every other round, with a local "
+    "run between rounds (needs --reference around): the spread of each variant's share.",
+)
+@click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
     help="Where each fleet's output goes (default: a new temporary folder).",
 )
-def overhead(as_json, nodes, seconds, model, loss, rate, variants, target, reference, out) -> None:
+def overhead(
+    as_json, nodes, seconds, model, loss, rate, variants, target, reference, rounds, out
+) -> None:
     """The same emulated fleet (root: namespaces) trained local-only, the reference, then with
     each gossip variant, then local-only again (--reference around): per agent steps per second
     and their share of the reference's, CPU seconds of the training, receive and send threads,
     and time to the held-out TARGET accuracy.
 
     JSON: {"benchmark": "overhead", "nodes", "seconds", "model", "loss", "rate", "target",
-    "output", "reference": {"steps_per_s" (the mean of the local runs), "local_steps_per_s"
-    (each local run's, in order), "drift" (last against first, a fraction)}, "runs" (in the
-    order run: local first and, with around, last): [{"algorithm", "payload", "rate" (the link
-    cap, null: uncapped), "steps_per_s", "of_local", "of_local_here" (against local's rate drawn
-    on a line from the first local run to the last, at this run's place: what a steady drift
-    takes out), "time_to_target_first_s", "time_to_target_all_s", "average_model_accuracy",
+    "rounds", "output", "reference": {"steps_per_s" (the mean of the local runs),
+    "local_steps_per_s" (each local run's, in order), "drift" (last against first, a
+    fraction)}, "variants": [{"algorithm", "payload", "rate", "of_local_here" and
+    "time_to_target_all_s" (one per round, in order), "median", "min", "max" (of those
+    shares)}], "runs" (in the order run: local first and, with around, last and between
+    rounds): [{"algorithm", "payload", "rate" (the link cap, null: uncapped), "steps_per_s",
+    "of_local", "of_local_here" (against local's rate drawn on a line between the local runs
+    just before and after this one, at its place: what a steady drift takes out),
+    "time_to_target_first_s", "time_to_target_all_s", "average_model_accuracy",
     "observed_loss", "steal" (the share of the machine's CPU time its hypervisor took while that
     fleet ran, from /proc/stat; a noisy neighbour shows here), "agents": [{"agent", "steps",
     "steps_per_s", "of_local", "train_cpu_s", "receive_cpu_s", "send_cpu_s", "process_cpu_s",
@@ -303,6 +316,8 @@ def overhead(as_json, nodes, seconds, model, loss, rate, variants, target, refer
     from edgegossip.emulate import netns
     from edgegossip.emulate import overhead as o
 
+    if rounds > 1 and reference != "around":
+        fail("--rounds above 1 needs --reference around", exit_codes.USAGE)
     if not netns.is_root():
         fail(
             "bench overhead emulates a fleet in network namespaces: run it as root",
@@ -338,6 +353,7 @@ def overhead(as_json, nodes, seconds, model, loss, rate, variants, target, refer
         progress=lambda m: click.echo(m, err=True),
         out=out,
         reference=reference,
+        rounds=rounds,
     )
     if as_json:
         emit(result, True, [])
@@ -386,4 +402,10 @@ def overhead(as_json, nodes, seconds, model, loss, rate, variants, target, refer
             "time_to_target_s",
         ],
         title="per agent",
+    )
+    emit(
+        {"results": result["variants"]},
+        False,
+        ["algorithm", "payload", "rate", "of_local_here", "median", "min", "max"],
+        title=f"each variant over {rounds} round(s): of local's steps, where it ran",
     )

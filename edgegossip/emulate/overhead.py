@@ -3,7 +3,8 @@ the emulator because it drives emulated fleets.
 
 One invocation runs the same emulated fleet (namespaces, kernel loss, tbf caps: emulate's) as
 local-only training, the reference, before the gossip variants (algorithm, payload and, where a
-variant names one, its own link cap) and, by default, again after them, each for --seconds. Per
+variant names one, its own link cap) and, by default, again after them, each for --seconds;
+with --rounds N, N times over, a local run between rounds (schedule()). Per
 agent, from its own records: steps per second and their ratio to the reference (the mean of the
 local runs' means), the CPU seconds of its training thread, receive thread and send thread (each
 thread's own CPU clock), and the seconds until its held-out accuracy first reached the target. Per
@@ -94,30 +95,79 @@ def reference_rate(local_rates: list[float]) -> dict:
     }
 
 
-def local_at(ref: dict, i: int, n: int) -> float:
-    """Local's steps per second at the i-th of n runs, drawn on a straight line from the first
-    local run (run 0) to the last (run n - 1): the fleets take equal turns, and this machine's
-    speed mostly moves one way within an invocation (README). One local run: its rate."""
-    first, last = ref["local_steps_per_s"][0], ref["local_steps_per_s"][-1]
-    return first + (last - first) * i / (n - 1) if n > 1 else first
+def local_at(local_rates: dict[int, float], i: int) -> float:
+    """Local's steps per second at run i, drawn on a straight line between the local runs just
+    before and just after it (local_rates: run index -> steps per second): the fleets take equal
+    turns, and this machine's speed mostly moves one way over a few fleets (README). With a
+    local run on one side only, that run's rate."""
+    before = max((j for j in local_rates if j <= i), default=None)
+    after = min((j for j in local_rates if j >= i), default=None)
+    if before is None or after is None or before == after:
+        nearest = after if before is None else before
+        assert nearest is not None, "no local run"
+        return local_rates[nearest]
+    a, b = local_rates[before], local_rates[after]
+    return a + (b - a) * (i - before) / (after - before)
 
 
-def schedule(variants, reference: str, rate: str | None = None) -> list[tuple]:
+def schedule(variants, reference: str, rate: str | None = None, rounds: int = 1) -> list[tuple]:
     """(output folder name, algorithm, payload, link cap) of each fleet, in the order they run.
     A variant is (algorithm, payload) on links capped at `rate`, or (algorithm, payload, cap)
-    with a cap of its own (None: uncapped), so capped and uncapped links meet one reference."""
+    with a cap of its own (None: uncapped), so capped and uncapped links meet one reference.
+
+    rounds > 1 (around only) runs the variants that many times, in reverse order every other
+    round, with a local run between rounds: each variant run is judged against the local runs
+    just before and after it, and the one that ran last in a round runs first in the next, so
+    neither a drift nor its place in the order favours a variant."""
     if reference not in REFERENCES:
         raise ValueError(f"reference {reference!r}: one of {', '.join(REFERENCES)}")
+    if rounds < 1 or (rounds > 1 and reference != "around"):
+        raise ValueError("rounds above 1 need the reference around them")
     # local-only sends nothing: its payload is only the label of the reference rows
     local = (Local.name, agent_config.default("payload"), rate)
-    out = []
-    for a, p, *own in (local, *variants):
+    named = []
+    for a, p, *own in variants:
         cap = own[0] if own else rate
         name = f"{a}-{p}" if cap == rate else f"{a}-{p}-{cap or 'uncapped'}"
-        out.append((name, a, p, cap))
-    if reference == "around":
-        out.append((f"{local[0]}-{local[1]}-after", *local))
+        named.append((name, a, p, cap))
+    if rounds == 1:
+        out = [(f"{local[0]}-{local[1]}", *local), *named]
+        if reference == "around":
+            out.append((f"{local[0]}-{local[1]}-after", *local))
+        return out
+    out = [(f"{local[0]}-{local[1]}-0", *local)]
+    for k in range(1, rounds + 1):
+        turn = named if k % 2 else named[::-1]
+        out += [(f"{name}-{k}", *rest) for name, *rest in turn]
+        out.append((f"{local[0]}-{local[1]}-{k}", *local))
     return out
+
+
+def by_variant(runs: list[dict]) -> list[dict]:
+    """Each variant's runs over the rounds, in the order it first ran: its share of local's
+    steps (of_local_here) and the seconds until all its agents reached the target, per round,
+    with the median and range of the share."""
+    out: dict[tuple, dict] = {}
+    for r in runs:
+        if r["algorithm"] == Local.name:
+            continue
+        v = out.setdefault(
+            (r["algorithm"], r["payload"], r["rate"]),
+            {
+                "algorithm": r["algorithm"],
+                "payload": r["payload"],
+                "rate": r["rate"],
+                "of_local_here": [],
+                "time_to_target_all_s": [],
+            },
+        )
+        v["of_local_here"].append(r["of_local_here"])
+        v["time_to_target_all_s"].append(r["time_to_target_all_s"])
+    for v in out.values():
+        shares = v["of_local_here"]
+        v["median"] = round(statistics.median(shares), 3)
+        v["min"], v["max"] = min(shares), max(shares)
+    return list(out.values())
 
 
 def _measure(folder: Path, nodes: int, model: str, loss: float, seconds: float, target, data):
@@ -158,13 +208,14 @@ def run(
     progress=print,
     out: Path | None = None,
     reference: str = "around",
+    rounds: int = 1,
 ) -> dict:
     from edgegossip.data import mnist
 
     data = mnist.load()
     base = out or Path(tempfile.mkdtemp(prefix="bench-overhead-"))
     runs = []
-    for name, algorithm, payload, cap in schedule(variants, reference, rate):
+    for name, algorithm, payload, cap in schedule(variants, reference, rate, rounds):
         folder = base / name
         spec = FleetSpec(
             nodes=nodes,
@@ -192,10 +243,11 @@ def run(
                 "agents": rows,
             }
         )
-    ref = reference_rate([r["steps_per_s"] for r in runs if r["algorithm"] == Local.name])
+    local_rates = {i: r["steps_per_s"] for i, r in enumerate(runs) if r["algorithm"] == Local.name}
+    ref = reference_rate(list(local_rates.values()))
     for i, r in enumerate(runs):
         r["of_local"] = round(r["steps_per_s"] / ref["steps_per_s"], 3)
-        r["of_local_here"] = round(r["steps_per_s"] / local_at(ref, i, len(runs)), 3)
+        r["of_local_here"] = round(r["steps_per_s"] / local_at(local_rates, i), 3)
         for a in r["agents"]:
             a["of_local"] = round(a["steps_per_s"] / ref["steps_per_s"], 3)
     return {
@@ -206,7 +258,9 @@ def run(
         "loss": loss,
         "rate": rate,
         "target": target,
+        "rounds": rounds,
         "reference": ref,
         "runs": runs,
+        "variants": by_variant(runs),
         "output": str(base),
     }
