@@ -49,3 +49,41 @@ def test_failed_save_keeps_the_previous_checkpoint(tmp_path):
         pass
     np.testing.assert_array_equal(checkpoint.load(tmp_path)["params"], np.zeros(4, np.float32))
     assert not list(tmp_path.glob(".ckpt-*"))
+
+
+def test_a_checkpoint_skipped_for_want_of_a_copy_is_due_at_the_next_step(tmp_path):
+    """Every parameter copy in an exchange at step 100: the checkpoint is written at the first
+    step a copy is free, not a whole interval later (counting step % every missed it, and a
+    killed agent then had nothing to resume from)."""
+    from edgegossip.agent.checkpoints import Checkpoints
+    from edgegossip.config import AgentConfig
+    from edgegossip.dataplane.sender import Snapshots
+    from edgegossip.storage import Storage
+
+    cfg = AgentConfig(
+        id=0,
+        listen="127.0.0.1:1",
+        algorithm="local",
+        output=str(tmp_path),
+        checkpoint_every=100,
+        checkpoint_every_s=0,
+    )
+    c = Checkpoints(cfg)
+    c.storage = Storage(tmp_path, budget_bytes=10 << 20, checkpoint_bytes=1 << 12)
+    c.pool = Snapshots(16, 1)
+    x = np.arange(16, dtype=np.float32)
+    try:
+        assert not c.due(99) and c.due(100)
+        held = c.pool.take(x)  # the only copy is in an exchange
+        c.in_background(x, 100)
+        assert c.due(101)  # still due
+        held.release()
+        c.in_background(x, 101)
+        c.storage.close()
+        assert int(checkpoint.load(tmp_path)["step"]) == 101
+        assert not c.due(200) and c.due(201)  # the interval counts from the one written
+        resumed = Checkpoints(cfg)
+        assert resumed.resume(np.empty_like(x), np.empty_like(x)) == 101
+        assert not resumed.due(102) and resumed.due(201)
+    finally:
+        c.storage.close()

@@ -32,6 +32,7 @@ class Checkpoints:
         self.storage: Storage | None = None
         self.pool: Snapshots | None = None  # where a background checkpoint copies x to
         self._next = time.monotonic() + cfg.checkpoint_every_s
+        self._last_step = 0  # the step of the last checkpoint handed over or resumed from
 
     def resume(self, x: np.ndarray, momentum: np.ndarray) -> int | None:
         """Load the last checkpoint into x (and momentum, if it has one); its step, or None
@@ -46,8 +47,9 @@ class Checkpoints:
             np.copyto(momentum, state["momentum"])
         self.replay = state.get("replay", self.replay)
         self.kept = {k: v for k, v in state.items() if k not in AGENT_FIELDS}
-        log.info("resumed from step %d", int(state["step"]))
-        return int(state["step"])
+        self._last_step = int(state["step"])
+        log.info("resumed from step %d", self._last_step)
+        return self._last_step
 
     def state(self, params: np.ndarray, step: int) -> dict[str, np.ndarray]:
         """What resuming needs: the parameters, the step, the inbox's replay marks and the
@@ -73,8 +75,11 @@ class Checkpoints:
         return {"path": str(self.out / checkpoint.NAME), "step": step}
 
     def due(self, step: int) -> bool:
+        """By steps, counted from the last one handed over (or from the step resumed at), not
+        step % every == 0: a checkpoint skipped because no copy was free is then still due at
+        the next step instead of waiting a whole interval."""
         cfg = self.cfg
-        by_steps = cfg.checkpoint_every and step % cfg.checkpoint_every == 0
+        by_steps = cfg.checkpoint_every and step - self._last_step >= cfg.checkpoint_every
         by_time = cfg.checkpoint_every_s and time.monotonic() >= self._next
         return bool(by_steps or by_time)
 
@@ -89,3 +94,4 @@ class Checkpoints:
             return
         self.storage.checkpoint(self.state(snap.vec, step), step, done=snap.release)
         self._next = time.monotonic() + self.cfg.checkpoint_every_s
+        self._last_step = step
