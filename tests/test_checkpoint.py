@@ -6,6 +6,10 @@ import tracemalloc
 import numpy as np
 
 from edgegossip import checkpoint
+from edgegossip.agent.checkpoints import Checkpoints
+from edgegossip.config import AgentConfig
+from edgegossip.dataplane.sender import Snapshots
+from edgegossip.storage import Storage
 
 
 def test_round_trip_is_an_ordinary_npz(tmp_path):
@@ -55,11 +59,6 @@ def test_a_checkpoint_skipped_for_want_of_a_copy_is_due_at_the_next_step(tmp_pat
     """Every parameter copy in an exchange at step 100: the checkpoint is written at the first
     step a copy is free, not a whole interval later (counting step % every missed it, and a
     killed agent then had nothing to resume from)."""
-    from edgegossip.agent.checkpoints import Checkpoints
-    from edgegossip.config import AgentConfig
-    from edgegossip.dataplane.sender import Snapshots
-    from edgegossip.storage import Storage
-
     cfg = AgentConfig(
         id=0,
         listen="127.0.0.1:1",
