@@ -73,30 +73,15 @@ def allow_tcp(name: str = TCP_CONGESTION_CONTROL) -> None:
 def pin_tcp(ns: str) -> None:
     """Give namespace `ns` the devices' TCP congestion control (TCP_CONGESTION_CONTROL)."""
     allow_tcp()
-    _in_ns(ns, f"echo {TCP_CONGESTION_CONTROL} > /proc/sys/net/ipv4/tcp_congestion_control")
-
-
-def _in_ns(ns: str, script: str) -> None:
-    """Run a shell script inside namespace `ns` (its /proc/sys is the namespace's own)."""
-    _run("ip", "netns", "exec", ns, "sh", "-c", script)
-
-
-# With br_netfilter loaded (Docker, Podman and Kubernetes hosts load it), every frame a bridge
-# forwards also goes through the IPv4, IPv6 and ARP hooks of the bridge's namespace, charged to
-# the sending agent's thread, so a fleet's cost would depend on what else the host runs. The
-# medium the bridge stands for (Wi-Fi, a switch) runs no firewall, and the loss rules live in
-# each node's own namespace. These sysctls are per namespace (Linux 5.3 on); without the module
-# they do not exist. (Measured here: int8 send-thread CPU per MB 5.96 ms with the hooks off
-# against 6.07 ms on, two 60 s fleets each, within their spread.)
-BRIDGE_NF_CALLS = ("arptables", "iptables", "ip6tables")
-
-
-def add_switch(ns: str) -> None:
-    """A bridge br0 in namespace `ns` (already made), up, whose frames meet no IP firewall."""
-    _run("ip", "-n", ns, "link", "add", "br0", "type", "bridge")
-    _run("ip", "-n", ns, "link", "set", "br0", "up")
-    calls = " ".join(f"/proc/sys/net/bridge/bridge-nf-call-{c}" for c in BRIDGE_NF_CALLS)
-    _in_ns(ns, f"for f in {calls}; do [ ! -e $f ] || echo 0 > $f; done")
+    _run(
+        "ip",
+        "netns",
+        "exec",
+        ns,
+        "sh",
+        "-c",
+        f"echo {TCP_CONGESTION_CONTROL} > /proc/sys/net/ipv4/tcp_congestion_control",
+    )
 
 
 def rate_to_mbps(rate: str | None) -> float | None:
@@ -199,7 +184,8 @@ class Lan:
         try:
             _run("ip", "netns", "add", self.switch)
             self.created.append(f"ns:{self.switch}")
-            add_switch(self.switch)
+            _run("ip", "-n", self.switch, "link", "add", "br0", "type", "bridge")
+            _run("ip", "-n", self.switch, "link", "set", "br0", "up")
             for i in range(self.n_nodes):
                 self._add_node(i)
         except Exception:

@@ -14,7 +14,6 @@ import re
 from edgegossip.emulate.netns import (
     EmulationError,
     _run,
-    add_switch,
     kill_namespace_processes,
     loss_rules,
     node_link_up,
@@ -61,7 +60,8 @@ def free_lab_id() -> int:
 def up(lab: int, n: int, loss: float, rate: str | None) -> None:
     sw = switch_ns(lab)
     _run("ip", "netns", "add", sw)
-    add_switch(sw)
+    _run("ip", "-n", sw, "link", "add", "br0", "type", "bridge")
+    _run("ip", "-n", sw, "link", "set", "br0", "up")
     _run("ip", "-n", sw, "link", "set", "lo", "up")
     _run("ip", "link", "add", host_link(lab), "type", "veth", "peer", "name", "host", "netns", sw)
     _run("ip", "-n", sw, "link", "set", "host", "master", "br0", "up")
