@@ -12,9 +12,10 @@ MAX_BURST_BYTES = 64 << 10
 
 
 # How often a paced sender wakes: 10 ms is 22 KB at 18 Mbit/s a wake-up. 2 ms woke the sender
-# for every third datagram and cost it 2.4x the CPU; 20 ms cut the data plane's CPU by a further
-# 17%, yet the training took 5% fewer steps per CPU second (edgegossip bench overhead, two runs
-# each, README). Faster links: MAX_BURST_BYTES. The emulated links' bucket (emulate/netns.py) and
+# for every third datagram and cost it 2.4x the CPU. In interleaved int8 fleets (README, "The
+# pacer's burst"), 5 ms cost 22% more data-plane CPU and 20 ms 20% less, and both made fewer
+# steps than 10 ms: a longer burst saves the sender's wake-ups but costs the training more than
+# it saves. Faster links: MAX_BURST_BYTES. The emulated links' bucket (emulate/netns.py) and
 # the receiver's longest pause (transport/udp.py, four bursts) follow it.
 BURST_S = 0.010
 
