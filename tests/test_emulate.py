@@ -574,6 +574,8 @@ def test_bench_overhead_json(root_only, tmp_path):
             "logreg",
             "--variant",
             "elastic-gossip:int8:none",
+            "--variant",
+            "floor:int8:none",
             "--target",
             "0.8",
             "--reference",
@@ -588,8 +590,16 @@ def test_bench_overhead_json(root_only, tmp_path):
     assert [(r["algorithm"], r["payload"], r["rate"]) for r in out["runs"]] == [
         ("local", "int8", "20mbit"),  # local sends nothing: the default payload labels it
         ("elastic-gossip", "int8", None),  # a cap of its own: uncapped
+        ("floor", "int8", None),  # local agents, beside them the gossip run's traffic replayed
     ]
-    local, gossip = out["runs"]
+    local, gossip, floor = out["runs"]
+    for g, f in zip(gossip["agents"], floor["agents"]):
+        # the floor sent what the gossip agent sent, a second's worth of rounds either way
+        assert f["mb_sent_per_s"] == pytest.approx(g["mb_sent_per_s"], rel=0.25), (g, f)
+        assert f["datagram_bytes"] == g["datagram_bytes"] > 1000
+        assert f["receive_cpu_s"] > 0 and f["send_cpu_s"] > 0 and f["datagrams_per_wake"] > 1
+        assert f["steps"] > 0 and f["train_cpu_s"] > 0
+    assert 0.05 < floor["observed_loss"] < 0.2  # the replayed traffic crossed the lossy links
     assert local["of_local"] == local["of_local_here"] == 1.0 and 0 < gossip["of_local"] < 2
     assert gossip["of_local_here"] == gossip["of_local"]  # one local run: nothing to draw
     assert out["reference"]["local_steps_per_s"] == [local["steps_per_s"]]
@@ -599,7 +609,13 @@ def test_bench_overhead_json(root_only, tmp_path):
         assert a["receive_cpu_s"] > 0 and a["send_cpu_s"] > 0 and a["mb_exchanged"] > 0
         assert a["time_to_target_s"] is not None  # logreg passes 0.8 within seconds
     assert all(a["receive_cpu_s"] is None for a in local["agents"])  # no data plane at all
-    for bad in ("nope:int8", "elastic-gossip", "elastic-gossip:int8:fast", "local:int8:none"):
+    for bad in (
+        "nope:int8",
+        "elastic-gossip",
+        "elastic-gossip:int8:fast",
+        "local:int8:none",
+        "floor:int8",  # nothing before it to replay
+    ):
         res = CliRunner().invoke(cli, ["bench", "overhead", "--variant", bad])
         assert res.exit_code == 2 and bad in res.output, res.output
         assert "Traceback" not in res.output
@@ -619,3 +635,34 @@ def test_links_are_paced_below_their_cap_and_uncapped_ones_as_a_device_paces(tmp
     assert EmulatedFleet(spec)._config(0, addrs).rate_mbps == config.default("rate_mbps")
     capped = EmulatedFleet(replace(spec, rate="50mbit"))._config(1, addrs)
     assert capped.rate_mbps == pytest.approx(45.0)
+
+
+def test_floor_processes_replay_a_load_over_real_sockets(tmp_path, free_udp_port):
+    """Two floor processes on loopback send each other a load at its rate, in rounds of the given
+    size, and read what arrives; each reports its threads' CPU and its counts."""
+    from edgegossip.emulate import floor as fl
+
+    load = fl.Load(bytes_per_s=500_000.0, datagram_bytes=1_400, per_round=50)
+    ends = [("127.0.0.1", free_udp_port()), ("127.0.0.1", free_udp_port())]
+    floors = fl.Floors()
+    try:
+        floors.start(
+            [
+                (fl.argv(ends[i], [ends[1 - i]], load, 2e6, 2.0, out), out)
+                for i, out in enumerate((tmp_path / "f0.json", tmp_path / "f1.json"))
+            ]
+        )
+        results = floors.finish(30.0)
+    finally:
+        floors.kill()
+    for i, r in enumerate(results):
+        # rounds leave whole, so the last one may overshoot the mean rate by one round
+        assert 0.8e6 <= r["bytes_sent"] <= 1e6 + 70_000 + 50 * 1_400, r
+        assert r["bytes_sent"] == r["datagrams_sent"] * 1_400
+        assert r["send_cpu_s"] > 0 and r["receive_cpu_s"] >= 0
+        other = results[1 - i]
+        # loopback loses nothing, but the processes start and stop apart: a round may go out
+        # before its peer bound, and one may be in flight as the peer stops
+        lost = other["datagrams_sent"] - r["datagrams_received"]
+        assert 0 <= lost <= 3 * load.per_round, (r, other)
+        assert r["bytes_received"] == r["datagrams_received"] * 1_400

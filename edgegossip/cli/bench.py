@@ -263,7 +263,10 @@ def metrics(as_json: bool, seconds: float, every_s: float, models: tuple[str, ..
     multiple=True,
     metavar="ALGORITHM:PAYLOAD[:RATE]",
     help="A gossip run beside the local one (repeatable), on links capped at --rate or at its "
-    "own RATE ('none': uncapped). Default: elastic-gossip:float32 and elastic-gossip:int8.",
+    "own RATE ('none': uncapped). Default: elastic-gossip:float32 and elastic-gossip:int8. "
+    "floor:PAYLOAD: local-only training while each node sends and receives, with bare system "
+    "calls, the traffic the last gossip run of PAYLOAD on the same links sent from it (name "
+    "that variant first): what those bytes cost the training in the kernel alone.",
 )
 @click.option("--target", type=click.FloatRange(0, 1), default=0.95, show_default=True)
 @click.option(
@@ -309,11 +312,14 @@ def overhead(
     "observed_loss", "steal" (the share of the machine's CPU time its hypervisor took while that
     fleet ran, from /proc/stat; a noisy neighbour shows here), "agents": [{"agent", "steps",
     "steps_per_s", "of_local", "train_cpu_s", "receive_cpu_s", "send_cpu_s", "process_cpu_s",
-    "mb_exchanged", "net_cpu_ms_per_mb", "datagrams_per_wake", "time_to_target_s"}]}]}"""
+    "mb_exchanged", "mb_sent_per_s", "datagram_bytes", "net_cpu_ms_per_mb",
+    "datagrams_per_wake", "time_to_target_s"}]}]}. A floor run's algorithm is "floor"; its
+    receive and send CPU seconds, megabytes and wake-ups are its floor processes', its steps and
+    training CPU its local-only agents'."""
     from edgegossip.algorithms import DEFAULT, NAMES
     from edgegossip.algorithms.local import Local
     from edgegossip.dataplane import payload as payloads
-    from edgegossip.emulate import netns
+    from edgegossip.emulate import floor, netns
     from edgegossip.emulate import overhead as o
 
     if rounds > 1 and reference != "around":
@@ -335,13 +341,18 @@ def overhead(
     for v in variants or (f"{DEFAULT}:float32", f"{DEFAULT}:int8"):
         parts = v.split(":")
         alg, pay, own = parts[0], parts[1] if len(parts) > 1 else "", parts[2:]
-        if alg not in NAMES or alg == Local.name or pay not in payloads.NAMES or len(own) > 1:
+        known = alg == floor.NAME or (alg in NAMES and alg != Local.name)
+        if not known or pay not in payloads.NAMES or len(own) > 1:
             fail(
-                f"--variant {v!r}: write ALGORITHM:PAYLOAD[:RATE], e.g. {DEFAULT}:int8 or "
-                f"{DEFAULT}:int8:none",
+                f"--variant {v!r}: write ALGORITHM:PAYLOAD[:RATE], e.g. {DEFAULT}:int8, "
+                f"{DEFAULT}:int8:none or {floor.NAME}:int8",
                 exit_codes.USAGE,
             )
         parsed.append((alg, pay, cap(own[0], f"--variant {v!r}: rate") if own else rate_cap))
+    try:
+        o.schedule(parsed, reference, rate_cap, rounds)
+    except ValueError as e:
+        fail(f"--variant: {e}", exit_codes.USAGE)
     result = o.run(
         nodes,
         seconds,

@@ -22,8 +22,11 @@ from pathlib import Path
 from edgegossip import config as agent_config
 from edgegossip.algorithms import DEFAULT
 from edgegossip.algorithms.local import Local
+from edgegossip.dataplane import payload as agent_payload
+from edgegossip.emulate import floor
 from edgegossip.emulate.fleet import EmulatedFleet, FleetSpec
 from edgegossip.metrics import read
+from edgegossip.models import make_model
 from edgegossip.report.summary import summarize, time_to
 
 
@@ -39,16 +42,44 @@ def _steal(before: list[int], after: list[int]) -> float | None:
     return round(d[7] / sum(d), 4) if len(d) > 7 and sum(d) > 0 else None
 
 
-def _fleet(spec: FleetSpec, progress) -> None:
+def _fleet(
+    name: str, spec: FleetSpec, progress, loads: list[floor.Load] | None = None
+) -> list[dict]:
+    """Run one fleet to its end; with loads (one per node), the floor's processes beside its
+    local-only agents, whose results it returns."""
     fleet = EmulatedFleet(spec)
+    floors = floor.Floors()
     try:
         fleet.up()
+        if loads:
+            assert fleet.lan is not None, "the floor runs in the nodes' namespaces"
+            addrs = [(h, p + floor.PORT_OFFSET) for h, p in fleet.addresses()]
+            floors.start(
+                [
+                    (
+                        fleet.lan.exec_args(i)
+                        + floor.argv(
+                            addrs[i],
+                            [a for j, a in enumerate(addrs) if j != i],
+                            load,
+                            fleet.configs[i].rate_mbps * 1e6 / 8,  # the agent's own pace
+                            spec.duration_s,
+                            spec.out / f"floor{i}.json",
+                        ),
+                        spec.out / f"floor{i}.json",
+                    )
+                    for i, load in enumerate(loads)
+                ]
+            )
         fleet.wait(spec.duration_s + 120)
         if fleet.failed():
             raise RuntimeError(f"agent {fleet.failed()[0]} failed; see {spec.out}")
+        found = floors.finish(30.0) if loads else []
     finally:
+        floors.kill()
         fleet.down()
-    progress(f"{spec.algorithm} {spec.payload}: done")
+    progress(f"{name}: done")
+    return found
 
 
 def _agent_row(recs: list[dict]) -> dict:
@@ -68,10 +99,38 @@ def _agent_row(recs: list[dict]) -> dict:
         "send_cpu_s": cpu.get("send"),
         "process_cpu_s": cpu.get("process"),
         "mb_exchanged": round(mb, 1),
+        # what the floor replays (floor.Load)
+        "mb_sent_per_s": round(stop.get("bytes_sent", 0) / span / 1e6, 4),
+        "datagram_bytes": (
+            round(stop["bytes_sent"] / stop["datagrams_sent"])
+            if stop.get("datagrams_sent")
+            else None
+        ),
         "net_cpu_ms_per_mb": round(net_cpu * 1e3 / mb, 2) if mb and net_cpu is not None else None,
         "datagrams_per_wake": (
             round(stop["datagrams_received"] / stop["receive_batches"], 1)
             if stop.get("receive_batches")
+            else None
+        ),
+    }
+
+
+def _floor_row(f: dict) -> dict:
+    """A floor process's figures, in the columns of a data plane's."""
+    mb = (f["bytes_sent"] + f["bytes_received"]) / 1e6
+    cpu = f["receive_cpu_s"] + f["send_cpu_s"]
+    return {
+        "receive_cpu_s": f["receive_cpu_s"],
+        "send_cpu_s": f["send_cpu_s"],
+        "mb_exchanged": round(mb, 1),
+        "mb_sent_per_s": round(f["bytes_sent"] / f["seconds"] / 1e6, 4),
+        "datagram_bytes": (
+            round(f["bytes_sent"] / f["datagrams_sent"]) if f["datagrams_sent"] else None
+        ),
+        "net_cpu_ms_per_mb": round(cpu * 1e3 / mb, 2) if mb else None,
+        "datagrams_per_wake": (
+            round(f["datagrams_received"] / f["receive_batches"], 1)
+            if f["receive_batches"]
             else None
         ),
     }
@@ -123,6 +182,16 @@ def schedule(variants, reference: str, rate: str | None = None, rounds: int = 1)
         raise ValueError(f"reference {reference!r}: one of {', '.join(REFERENCES)}")
     if rounds < 1 or (rounds > 1 and reference != "around"):
         raise ValueError("rounds above 1 need the reference around them")
+    for k, (a, p, *own) in enumerate(variants):
+        cap = own[0] if own else rate
+        if a == floor.NAME and not any(
+            b not in (floor.NAME, Local.name) and q == p and (o[0] if o else rate) == cap
+            for b, q, *o in variants[:k]
+        ):
+            raise ValueError(
+                f"{floor.NAME}:{p} replays the last gossip run of {p} on the same links: "
+                "name that variant before it"
+            )
     # local-only sends nothing: its payload is only the label of the reference rows
     local = (Local.name, agent_config.default("payload"), rate)
     named = []
@@ -212,14 +281,27 @@ def run(
 ) -> dict:
     from edgegossip.data import mnist
 
+    order = schedule(variants, reference, rate, rounds)
     data = mnist.load()
     base = out or Path(tempfile.mkdtemp(prefix="bench-overhead-"))
     runs = []
-    for name, algorithm, payload, cap in schedule(variants, reference, rate, rounds):
+    sent: dict[tuple, list[dict]] = {}  # (payload, cap): the agent rows of its last gossip run
+    for name, algorithm, payload, cap in order:
         folder = base / name
+        loads = None
+        if algorithm == floor.NAME:
+            n_chunks = (
+                agent_payload.codec(payload)
+                .plan(make_model(model).n_params, agent_config.default("chunk_bytes"))
+                .n_chunks
+            )
+            loads = [
+                floor.Load(a["mb_sent_per_s"] * 1e6, a["datagram_bytes"], n_chunks)
+                for a in sent[(payload, cap)]
+            ]
         spec = FleetSpec(
             nodes=nodes,
-            algorithm=algorithm,
+            algorithm=Local.name if loads else algorithm,
             loss=loss,
             rate=cap,
             backend="netns",
@@ -230,9 +312,17 @@ def run(
         )
         progress(f"{name}: {nodes} agents for {seconds:g} s")
         before = _cpu_times()
-        _fleet(spec, progress)
+        found = _fleet(name, spec, progress, loads)
         steal = _steal(before, _cpu_times())
         rows, summary = _measure(folder, nodes, model, loss, seconds, target, data)
+        for row, f in zip(rows, found):
+            row.update(_floor_row(f))
+        if found:  # what the kernel dropped of the replayed traffic, as a gossip run's loss
+            sent_n = sum(f["datagrams_sent"] for f in found)
+            got = sum(f["datagrams_received"] for f in found)
+            summary["observed_loss"] = round(1 - got / sent_n, 4) if sent_n else None
+        if algorithm not in (Local.name, floor.NAME):
+            sent[(payload, cap)] = rows
         runs.append(
             {
                 "algorithm": algorithm,
