@@ -553,6 +553,9 @@ def test_overhead_rounds_alternate_the_variants_between_local_runs():
     ]
     with pytest.raises(ValueError):
         overhead.schedule((a,), "before", rounds=2)
+    # a floor replays datagrams: all-reduce's TCP ring before it is no source
+    with pytest.raises(ValueError, match="floor:float32"):
+        overhead.schedule((("allreduce", "float32"), ("floor", "float32")), "before")
     res = CliRunner().invoke(cli, ["bench", "overhead", "--rounds", "2", "--reference", "before"])
     assert res.exit_code == 2 and "--rounds" in res.output and "Traceback" not in res.output
 

@@ -19,6 +19,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from edgegossip import algorithms
 from edgegossip import config as agent_config
 from edgegossip.algorithms import DEFAULT
 from edgegossip.algorithms.local import Local
@@ -82,58 +83,68 @@ def _fleet(
     return found
 
 
+def _traffic(
+    bytes_sent: int,
+    datagrams_sent: int,
+    bytes_received: int,
+    datagrams_received: int,
+    wakes: int | None,
+    receive_cpu_s: float | None,
+    send_cpu_s: float | None,
+    seconds: float,
+) -> dict:
+    """The data-plane columns of an agent row, from an agent's counts or a floor process's."""
+    mb = (bytes_sent + bytes_received) / 1e6
+    # None, not 0, where the agent has no data-plane threads (local; all-reduce's TCP ring)
+    threads = [c for c in (receive_cpu_s, send_cpu_s) if c is not None]
+    net_cpu = sum(threads) if threads else None
+    return {
+        "receive_cpu_s": receive_cpu_s,
+        "send_cpu_s": send_cpu_s,
+        "mb_exchanged": round(mb, 1),
+        # what a floor replays (floor.Load)
+        "mb_sent_per_s": round(bytes_sent / seconds / 1e6, 4),
+        "datagram_bytes": round(bytes_sent / datagrams_sent) if datagrams_sent else None,
+        "net_cpu_ms_per_mb": round(net_cpu * 1e3 / mb, 2) if mb and net_cpu is not None else None,
+        "datagrams_per_wake": round(datagrams_received / wakes, 1) if wakes else None,
+    }
+
+
 def _agent_row(recs: list[dict]) -> dict:
     start = next(r for r in recs if r.get("event") == "start")
     stop = [r for r in recs if r.get("event") == "stop"][-1]
     span = max(stop["time"] - start["time"], 1e-9)
     cpu = stop.get("cpu_s") or {}
-    mb = (stop.get("bytes_sent", 0) + stop.get("bytes_received", 0)) / 1e6
-    # None, not 0, where the agent has no data-plane threads (local; all-reduce's TCP ring)
-    threads = [cpu[k] for k in ("receive", "send") if cpu.get(k) is not None]
-    net_cpu = sum(threads) if threads else None
     return {
         "steps": stop["step"],
         "steps_per_s": round(stop["step"] / span, 2),
         "train_cpu_s": cpu.get("train"),
-        "receive_cpu_s": cpu.get("receive"),
-        "send_cpu_s": cpu.get("send"),
         "process_cpu_s": cpu.get("process"),
-        "mb_exchanged": round(mb, 1),
-        # what the floor replays (floor.Load)
-        "mb_sent_per_s": round(stop.get("bytes_sent", 0) / span / 1e6, 4),
-        "datagram_bytes": (
-            round(stop["bytes_sent"] / stop["datagrams_sent"])
-            if stop.get("datagrams_sent")
-            else None
-        ),
-        "net_cpu_ms_per_mb": round(net_cpu * 1e3 / mb, 2) if mb and net_cpu is not None else None,
-        "datagrams_per_wake": (
-            round(stop["datagrams_received"] / stop["receive_batches"], 1)
-            if stop.get("receive_batches")
-            else None
+        **_traffic(
+            stop.get("bytes_sent", 0),
+            stop.get("datagrams_sent", 0),
+            stop.get("bytes_received", 0),
+            stop.get("datagrams_received", 0),
+            stop.get("receive_batches"),
+            cpu.get("receive"),
+            cpu.get("send"),
+            span,
         ),
     }
 
 
 def _floor_row(f: dict) -> dict:
     """A floor process's figures, in the columns of a data plane's."""
-    mb = (f["bytes_sent"] + f["bytes_received"]) / 1e6
-    cpu = f["receive_cpu_s"] + f["send_cpu_s"]
-    return {
-        "receive_cpu_s": f["receive_cpu_s"],
-        "send_cpu_s": f["send_cpu_s"],
-        "mb_exchanged": round(mb, 1),
-        "mb_sent_per_s": round(f["bytes_sent"] / f["seconds"] / 1e6, 4),
-        "datagram_bytes": (
-            round(f["bytes_sent"] / f["datagrams_sent"]) if f["datagrams_sent"] else None
-        ),
-        "net_cpu_ms_per_mb": round(cpu * 1e3 / mb, 2) if mb else None,
-        "datagrams_per_wake": (
-            round(f["datagrams_received"] / f["receive_batches"], 1)
-            if f["receive_batches"]
-            else None
-        ),
-    }
+    return _traffic(
+        f["bytes_sent"],
+        f["datagrams_sent"],
+        f["bytes_received"],
+        f["datagrams_received"],
+        f["receive_batches"],
+        f["receive_cpu_s"],
+        f["send_cpu_s"],
+        f["seconds"],
+    )
 
 
 # Where the local-only reference runs: first only, or first and again last. This machine's speed
@@ -169,6 +180,11 @@ def local_at(local_rates: dict[int, float], i: int) -> float:
     return a + (b - a) * (i - before) / (after - before)
 
 
+def _sends_datagrams(variant: str) -> bool:
+    """Whether a variant's run is traffic a floor can replay: a gossip algorithm's datagrams."""
+    return variant != floor.NAME and algorithms.get(variant).datagrams
+
+
 def schedule(variants, reference: str, rate: str | None = None, rounds: int = 1) -> list[tuple]:
     """(output folder name, algorithm, payload, link cap) of each fleet, in the order they run.
     A variant is (algorithm, payload) on links capped at `rate`, or (algorithm, payload, cap)
@@ -185,7 +201,7 @@ def schedule(variants, reference: str, rate: str | None = None, rounds: int = 1)
     for k, (a, p, *own) in enumerate(variants):
         cap = own[0] if own else rate
         if a == floor.NAME and not any(
-            b not in (floor.NAME, Local.name) and q == p and (o[0] if o else rate) == cap
+            _sends_datagrams(b) and q == p and (o[0] if o else rate) == cap
             for b, q, *o in variants[:k]
         ):
             raise ValueError(
@@ -321,7 +337,7 @@ def run(
             sent_n = sum(f["datagrams_sent"] for f in found)
             got = sum(f["datagrams_received"] for f in found)
             summary["observed_loss"] = round(1 - got / sent_n, 4) if sent_n else None
-        if algorithm not in (Local.name, floor.NAME):
+        if _sends_datagrams(algorithm):
             sent[(payload, cap)] = rows
         runs.append(
             {
