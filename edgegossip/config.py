@@ -131,6 +131,12 @@ class AgentConfig:
     )
     rate_mbps: float = setting("net", 20.0, "send pacing, megabits per second on the link (frames)")
     deadline_s: float = setting("net", 10.0, "an exchange gives up on missing chunks after this")
+    peer_wait_s: float = setting(
+        "net",
+        15.0,
+        "at start, wait at most this long for every peer's name to resolve, then train anyway"
+        " (the rest resolve in the background)",
+    )
     deadline: str = setting(
         "net", "fixed", "fixed, or adaptive: per link, from its transfer times", DEADLINES
     )
@@ -383,6 +389,7 @@ def validate(c: AgentConfig) -> None:
     need(c.rps_period >= 1, "train.rps_period", "must be positive")
     need(c.rate_mbps > 0, "net.rate_mbps", "must be positive")
     need(c.deadline_s > 0, "net.deadline_s", "must be positive")
+    need(c.peer_wait_s >= 0, "net.peer_wait_s", "must be >= 0")
     need(
         0 < c.deadline_min_s <= c.deadline_max_s,
         "net.deadline_min_s",

@@ -230,13 +230,16 @@ def test_loopback_backend_labels_injected_loss(tmp_path, mnist_data):
     )
     assert res.exit_code == 0, res.output
     out = json.loads(res.output.strip().splitlines()[-1])
-    # A few hundred datagrams at most: the injector's own rate is a binomial draw around 0.3
-    # (0.23 to 0.29 measured here), and what the receivers observed from sequence gaps must be
-    # that rate, less only the datagrams in flight at the end
+    # A few hundred datagrams at most (78 in a slow CI run): the injector's own rate is a
+    # binomial draw around 0.3, within 5 standard deviations. Every datagram it drops is a gap in
+    # its link's sequence numbers, and so counted lost, but those before a link's first arrival
+    # or after its last: the drops at the four ends of two links are four geometric runs
+    # (P(k) = 0.7 * 0.3^k), more than 15 in all with probability 1.5e-6
     injected = sum(a["drops"].get("injected_loss", 0) for a in out["agents"])
-    realized = injected / (injected + sum(a["datagrams_received"] for a in out["agents"]))
-    assert out["loss_kind"] == "injected" and abs(realized - 0.3) < 0.15
-    assert abs(out["observed_loss"] - realized) < 0.02, (out["observed_loss"], realized)
+    n = injected + sum(a["datagrams_received"] for a in out["agents"])
+    gaps = sum(a["link_expected"] - a["link_arrived"] for a in out["agents"])
+    assert out["loss_kind"] == "injected" and abs(injected / n - 0.3) < 5 * (0.21 / n) ** 0.5
+    assert 0 <= injected - gaps <= 15, (injected, gaps, out["agents"])
 
 
 def test_allreduce_ring_over_tcp_under_loss(fleet_factory, mnist_data):

@@ -41,9 +41,6 @@ from edgegossip.storage import StepTimes, Storage, checkpoint_bytes, metrics_sha
 from edgegossip.transport.peers import PeerBook
 
 log = logging.getLogger(__name__)
-# how long the agent waits at start for peer names to resolve before it trains anyway (the rest
-# resolve in the background): a compose network's DNS knows every service within seconds
-RESOLVE_WAIT_S = 15.0
 
 
 class Agent:
@@ -184,7 +181,7 @@ class Agent:
         cfg = self.cfg
         if not self.algorithm.datagrams:  # ZeroMQ's TCP connect resolves names itself
             return None
-        peers.resolve(wait_s=RESOLVE_WAIT_S)
+        peers.resolve(wait_s=cfg.peer_wait_s)
         spec = PlaneSpec(
             cfg.transport,
             cfg.listen_endpoint,

@@ -28,6 +28,12 @@ from edgegossip.fleet import bundle
 IMAGE = "localhost/edgegossip-agent:latest"
 DEFAULT_BASE = "docker.io/library/debian:bookworm-slim"
 STATE = "/var/lib/edgegossip"
+# podman-compose starts one container after another: 5 s apart here on a quiet machine, 30 s
+# and more under load (a CI run's agents started 51.3, 59.4 and 81.5 s in, so the last one and
+# the first never trained together). A compose network's DNS knows a service once its container
+# runs, so an agent that waits for every peer's name starts with the last of them, and the
+# fleet trains its --duration together.
+PEER_WAIT_S = 300.0
 
 CONTAINERFILE = """# the edgegossip agent; built by `podman-compose build` (or docker compose build)
 ARG BASE={base}
@@ -93,7 +99,11 @@ def export(spec: FleetSpec, out: Path, base: str = DEFAULT_BASE, progress=print)
         # no GSO: netem's loss, where the kernel has it, sits before any cut and would drop a
         # GSO buffer whole
         cfg = replace(
-            fleet._config(i, addrs), output=f"{STATE}/out", listen=f"0.0.0.0:{PORT}", gso=False
+            fleet._config(i, addrs),
+            output=f"{STATE}/out",
+            listen=f"0.0.0.0:{PORT}",
+            gso=False,
+            peer_wait_s=PEER_WAIT_S,
         )
         (out / f"agent{i}").mkdir(exist_ok=True)
         (out / "config").mkdir(exist_ok=True)
