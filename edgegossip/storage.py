@@ -76,6 +76,16 @@ def metrics_share(budget_bytes: int, checkpoint_bytes: int) -> int:
     return room
 
 
+def _median(xs: list[float]) -> float:
+    """np.median's value without np.median, which imports numpy.ma on its first call: under a
+    flood of connections that left no descriptor, that import failed and ended the agent at its
+    first metrics record (tests/test_control.py)."""
+    a = np.asarray(xs)
+    k = len(a) // 2
+    part = np.partition(a, [k - 1, k] if len(a) % 2 == 0 else [k])
+    return float((part[k - 1] + part[k]) / 2 if len(a) % 2 == 0 else part[k])
+
+
 class StepTimes:
     """How long steps take, between two metrics records: the median step, and the longest step
     taken while a checkpoint was being written (what the write cost training, if anything)."""
@@ -98,7 +108,7 @@ class StepTimes:
 
     def take(self) -> dict:
         out = {
-            "step_ms": round(float(np.median(self._steps)) * 1e3, 3) if self._steps else None,
+            "step_ms": round(_median(self._steps) * 1e3, 3) if self._steps else None,
             "checkpoint_stall_ms": None if self._stall is None else round(self._stall * 1e3, 1),
         }
         self._steps, self._stall = [], None
@@ -213,6 +223,8 @@ class Storage:
             self._fail(job.step, f"checkpoint not written: {e.strerror or e}")
         else:
             job.ok = True
+            if self.checkpoint_error is not None:
+                log.warning("step %d: checkpoint written again", job.step)
             self.checkpoint_error = None
             self.checkpoint_step, self.checkpoint_at = job.step, time.monotonic()
             if self.note and self.note.startswith(("checkpoint", "disk nearly full")):
@@ -225,8 +237,11 @@ class Storage:
 
     def _fail(self, step: int, why: str) -> None:
         self.checkpoint_failures += 1
+        # a line when the trouble starts or changes, not one a checkpoint: out of descriptors
+        # or disk, that was a line every few steps, written to the card by the journal
+        if why != self.checkpoint_error:
+            log.warning("step %d: %s (counted in checkpoint_failures from now)", step, why)
         self.checkpoint_error = self.note = why
-        log.warning("step %d: %s", step, why)
 
     def _write_record(self, rec: dict) -> None:
         line = json.dumps(rec) + "\n"

@@ -136,7 +136,10 @@ def test_a_flood_of_idle_connections_is_survived(tmp_path, free_udp_port, mnist_
     """Issue 21, item 4: idle TCP connections to the control port, kept up for seconds against
     an agent with few descriptors, once made checkpoint writes fail with EMFILE and the agent
     exit, and the operator got no answer after the flood stopped. Handshakes are bounded now,
-    a failed checkpoint is counted, and the agent answers once the flood ends."""
+    a failed checkpoint is counted, and the agent answers once the flood ends. The flood starts
+    as soon as the port takes connections, before the first metrics record: a lazy import in
+    that record (np.median's of numpy.ma) once failed for want of a descriptor and ended the
+    agent. A failing checkpoint is logged when the failures start, not at every one."""
     import os
     import resource
     import socket
@@ -163,7 +166,12 @@ def test_a_flood_of_idle_connections_is_survived(tmp_path, free_udp_port, mnist_
         preexec_fn=few_descriptors,
     )
     procs.append(p)
-    before = until(lambda: _try(port, certs))["step"]
+
+    def port_open() -> bool:
+        with socket.socket() as s:
+            return s.connect_ex(("127.0.0.1", port)) == 0
+
+    until(port_open, what="the control port", every=0.001)
     flood: list[socket.socket] = []
     end = time.monotonic() + 6
     while time.monotonic() < end:  # keep more connections open than the agent has descriptors
@@ -180,10 +188,11 @@ def test_a_flood_of_idle_connections_is_survived(tmp_path, free_udp_port, mnist_
     for s in flood:
         s.close()
     st = until(lambda: _try(port, certs), timeout=30, what="an answer after the flood")
-    assert st["step"] > before and st["state"] == "training"
+    assert st["step"] > 0 and st["state"] == "training"
     assert _ask(port, "stop", certs)["state"] == "stopping"
     out, err = p.communicate(timeout=30)
     assert p.returncode == 0, err[-2000:]
+    assert err.count("checkpoint not written") <= err.count("checkpoint written again") + 1, err
 
 
 @pytest.mark.parametrize("allow,answered", [("127.0.0.2", False), ("127.0.0.0/8", True)])

@@ -39,6 +39,8 @@ def agent(config_path: str, as_json: bool) -> None:
     try:
         final = a.run()
     except OSError as e:
+        if e.filename:  # a file the agent could not open, not its sockets
+            fail(f"{e.filename}: {e.strerror or e}", exit_codes.FAILURE)
         fail(f"network: {e.strerror or e} (listen {cfg.listen})", exit_codes.FAILURE)
     except RingStalled as e:
         fail(str(e), exit_codes.FAILURE)
