@@ -1,8 +1,9 @@
-# Sending a batch of framed rows to one IPv4 peer with sendmmsg(2), shared by _udp_c.pyx (the
-# transport's send_batch) and _wire_c.pyx (send_paced: a whole round framed, paced and sent
-# with the GIL released once), included textually by both. Linux only.
+# Sending a batch of framed rows to one IPv4 peer with sendmmsg(2), and the pacer's token
+# bucket, shared by _udp_c.pyx (the transport's send_batch; send_rows_paced, the floor's) and
+# _wire_c.pyx (send_paced: a whole round framed, paced and sent with the GIL released once),
+# included textually by both. Linux only.
 
-from libc.errno cimport errno, EINTR
+from libc.errno cimport errno, EINTR, EINVAL, EIO
 from libc.string cimport memcpy, memset
 from posix.time cimport timespec, nanosleep, clock_gettime
 from posix.time cimport CLOCK_MONOTONIC
@@ -69,6 +70,22 @@ cdef inline double _monotonic() noexcept nogil:
     return t.tv_sec + t.tv_nsec * 1e-9
 
 
+cdef inline double _pace(double next_at, Py_ssize_t nbytes, double rate,
+                         double burst_s) noexcept nogil:
+    """The token bucket of transport/pacing.py's Pacer: book nbytes at `rate` bytes a second on
+    the clock reading next_at (when what was booked so far has left, never more than burst_s
+    in the past), sleep until they may leave, and return the new next_at. A wait under
+    EARLY_S is not slept: the burst absorbs it."""
+    cdef double now = _monotonic(), ahead
+    if next_at < now - burst_s:  # idle: do not save up an unbounded burst
+        next_at = now - burst_s
+    next_at += nbytes / rate
+    ahead = next_at - now
+    if ahead > 0.0005:  # pacing.EARLY_S
+        _sleep_us(<long>(ahead * 1e6))
+    return next_at
+
+
 cdef int _send_rows(int fd, const unsigned char *rows, Py_ssize_t stride,
                     const Py_ssize_t *lengths, Py_ssize_t n, const sockaddr_in *addr, bint gso,
                     Py_ssize_t *sent) noexcept nogil:
@@ -126,6 +143,41 @@ cdef int _send_rows(int fd, const unsigned char *rows, Py_ssize_t stride,
         done += rc
     sent[0] = n
     return 0
+
+
+cdef int _send_rows_any(int fd, const unsigned char *rows, Py_ssize_t stride,
+                        const Py_ssize_t *lengths, Py_ssize_t n, const sockaddr_in *addr,
+                        bint *gso, Py_ssize_t *sent) noexcept nogil:
+    """_send_rows, and when a kernel refuses UDP GSO (EINVAL, EIO: one without it, or a device
+    that cannot checksum it) the rest without it, which *gso then stays."""
+    cdef Py_ssize_t first
+    cdef int err = _send_rows(fd, rows, stride, lengths, n, addr, gso[0], sent)
+    if err and gso[0] and (err == EINVAL or err == EIO):
+        gso[0] = False
+        first = sent[0]
+        err = _send_rows(fd, rows + first * stride, stride, lengths + first, n - first, addr,
+                         False, sent)
+        sent[0] += first
+    return err
+
+
+cdef int _send_batch_paced(int fd, const unsigned char *rows, Py_ssize_t stride,
+                           const Py_ssize_t *lengths, Py_ssize_t k, const sockaddr_in *addr,
+                           bint *gso, Py_ssize_t overhead, double rate, double burst_s,
+                           double *next_at, Py_ssize_t *sent, Py_ssize_t *total) noexcept nogil:
+    """One batch of a paced round: book rows 0..k-1 in the bucket as their lengths plus
+    `overhead` each (rate 0: unpaced), wait for it, send them with _send_rows_any, and add the
+    bytes of those sent to *total. Returns errno or 0; *sent is how many left."""
+    cdef Py_ssize_t i, nbytes = k * overhead
+    cdef int err
+    for i in range(k):
+        nbytes += lengths[i]
+    if rate > 0:
+        next_at[0] = _pace(next_at[0], nbytes, rate, burst_s)
+    err = _send_rows_any(fd, rows, stride, lengths, k, addr, gso, sent)
+    for i in range(sent[0]):
+        total[0] += lengths[i]
+    return err
 
 
 cdef int _address(const unsigned char[::1] ip4, int port, sockaddr_in *addr) except -1:

@@ -53,8 +53,6 @@ DEF MAX_PAYLOAD = 65536
 include "_codec.pxi"
 include "_sendrows.pxi"
 
-from libc.errno cimport EINVAL, EIO
-
 
 cdef inline uint32_t _le32(const uint8_t *p) noexcept nogil:
     return p[0] | (<uint32_t>p[1] << 8) | (<uint32_t>p[2] << 16) | (<uint32_t>p[3] << 24)
@@ -340,14 +338,13 @@ def send_paced(Aead aead not None, const uint8_t[::1] model not None,
     batch, as if the round had been sent.
     Returns (datagrams sent, their bytes, next_at, errno or 0, gso, rows framed): a row framed
     and not sent has used its sequence number all the same (a nonce is never used twice)."""
-    cdef Py_ssize_t count = stop_chunk - first_chunk, done = 0, k, i, sent = 0, nbytes, total = 0
+    cdef Py_ssize_t count = stop_chunk - first_chunk, done = 0, k, sent = 0, total = 0
     cdef Py_ssize_t framed = 0
     cdef bytearray scratch_obj = bytearray(_encoded_len(dtype, chunk_bytes // 4) + 4)
     cdef uint8_t *scratch = scratch_obj
     cdef sockaddr_in addr
     cdef int err = 0
     cdef bint ok = True
-    cdef double now, ahead
     cdef volatile const uint8_t *halt = &stop[0] if stop is not None and stop.shape[0] else NULL
     if batch < 1:
         batch = 1
@@ -372,26 +369,8 @@ def send_paced(Aead aead not None, const uint8_t[::1] model not None,
             if not ok:
                 break
             framed = done + k
-            nbytes = k * overhead
-            for i in range(k):
-                nbytes += lengths[i]
-            if rate > 0:
-                now = _monotonic()
-                if next_at < now - burst_s:  # idle: do not save up an unbounded burst
-                    next_at = now - burst_s
-                next_at += nbytes / rate
-                ahead = next_at - now
-                if ahead > 0.0005:  # smaller gaps are absorbed by the burst (EARLY_S)
-                    _sleep_us(<long>(ahead * 1e6))
-            err = _send_rows(fd, &rows[0, 0], rows.shape[1], &lengths[0], k, &addr, gso, &sent)
-            if err and gso and (err == EINVAL or err == EIO):
-                gso = False  # a kernel without UDP GSO, or a device that cannot checksum it
-                i = sent
-                err = _send_rows(fd, &rows[i, 0], rows.shape[1], &lengths[i], k - i, &addr,
-                                 False, &sent)
-                sent += i
-            for i in range(sent):
-                total += lengths[i]
+            err = _send_batch_paced(fd, &rows[0, 0], rows.shape[1], &lengths[0], k, &addr,
+                                    &gso, overhead, rate, burst_s, &next_at, &sent, &total)
             done += sent
             if err:
                 break

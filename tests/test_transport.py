@@ -445,3 +445,89 @@ def test_a_paced_round_stops_when_its_transport_closes(free_udp_port):
     t.close()
     assert done.wait(2.0), "the send went on after close"
     assert 0 < enc.datagrams < plan.n_chunks
+
+
+@pytest.fixture
+def udp_c():
+    from edgegossip import extensions
+
+    mod = extensions.load("_udp_c")
+    if mod is None:
+        pytest.skip("built without the batch calls")
+    return mod
+
+
+def test_the_receive_pause_follows_its_rule(udp_c):
+    """The one linger rule (both the agent's receive loop and the floor's use it): a full batch
+    halves the pause, one under half full grows it by half, bounded by least and most."""
+    lo, hi = 0.0005, 0.04
+    assert udp_c.next_linger(0.01, 128, 128, lo, hi) == 0.005
+    assert udp_c.next_linger(0.0006, 128, 128, lo, hi) == lo
+    assert udp_c.next_linger(0.01, 10, 128, lo, hi) == pytest.approx(0.015)
+    assert udp_c.next_linger(0.035, 1, 128, lo, hi) == hi
+    assert udp_c.next_linger(0.01, 64, 128, lo, hi) == 0.01  # half full: kept
+    assert udp_c.next_linger(0.01, 0, 128, lo, hi) == 0.01  # nothing came: kept
+
+
+def test_rows_sent_paced_arrive_whole_and_book_the_bucket(udp_c, free_udp_port):
+    """The floor's send: count datagrams from a few rows, each batch booked in the bucket as
+    its bytes and headers; a stop flag already set sends nothing."""
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.bind(("127.0.0.1", free_udp_port()))
+    rx.settimeout(2.0)
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rows = np.arange(4 * 300, dtype=np.uint8).reshape(4, 300)
+    lengths = np.full(4, 300, np.intp)
+    ip4 = np.frombuffer(socket.inet_aton("127.0.0.1"), np.uint8)
+    port = rx.getsockname()[1]
+    stop = np.zeros(1, np.uint8)
+    rate = 200_000.0
+    try:
+        t0 = time.perf_counter()
+        sent, nbytes, next_at, err, gso = udp_c.send_rows_paced(
+            tx.fileno(), rows, lengths, 10, ip4, port, True, 4, rate, 0.01, t0, stop, 42
+        )
+        got = [rx.recv(2048) for _ in range(10)]
+        stop[0] = 1
+        none = udp_c.send_rows_paced(
+            tx.fileno(), rows, lengths, 10, ip4, port, True, 4, rate, 0.01, t0, stop, 42
+        )
+    finally:
+        rx.close()
+        tx.close()
+    assert (sent, nbytes, err) == (10, 3000, 0)
+    assert [g for g in got] == [rows[i % 4].tobytes() for i in range(10)]
+    # the bucket moved on by the booked frames (less any idle allowance, at most a burst)
+    assert next_at >= t0 + 10 * 342 / rate - 0.01
+    assert none[:2] == (0, 0)
+
+
+def test_drain_reads_what_arrives_until_stopped(udp_c, free_udp_port):
+    """The floor's receive: it reads in batches with the GIL released and counts what it let
+    go of, until its stop flag is set from another thread."""
+    import threading
+
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.bind(("127.0.0.1", free_udp_port()))
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for i in range(40):
+        tx.sendto(bytes([i]) * (100 + i), rx.getsockname())
+    bufs = np.zeros((16, 512), np.uint8)
+    lengths = np.zeros(16, np.intp)
+    stop = np.zeros(1, np.uint8)
+    out = []
+    th = threading.Thread(
+        target=lambda: out.append(udp_c.drain(rx.fileno(), bufs, lengths, 20, stop, 0.0005, 0.04))
+    )
+    try:
+        th.start()
+        time.sleep(0.3)
+        stop[0] = 1
+        th.join(5.0)
+    finally:
+        rx.close()
+        tx.close()
+    assert not th.is_alive() and out
+    batches, datagrams, nbytes, err = out[0]
+    assert (datagrams, nbytes, err) == (40, sum(100 + i for i in range(40)), 0)
+    assert 3 <= batches <= 40  # 16 rows a call

@@ -5,12 +5,15 @@ floor:PAYLOAD`).
 Beside each local-only agent, one process in the node's network namespace sends what a gossip run
 of the same invocation sent from that node, through the same links: its bytes per second, in its
 datagram size, as rounds of one model's datagrams to one peer at a time (peers in turn), paced at
-the agent's pace in the pacer's bursts (transport/udp.py, transport/pacing.py), idle between
-rounds so that its mean rate is the gossip run's. Its receive thread reads as an agent's does (the
-same batches and pauses) and lets go of what it read unlooked at. Neither thread frames, encodes,
-tags, checks or merges: between a gossip run's share of local's steps and the floor's lies what
-the data plane's own code costs; between the floor's and local's, what the kernel and the emulated
-network cost for those bytes, which no code of ours can take away."""
+the agent's pace in the pacer's bursts (transport/udp.py, transport/pacing.py), idle between rounds
+so that its mean rate is the gossip run's. Its receive thread reads as an agent's does (the same
+batches and pauses) and lets go of what it read unlooked at. Neither thread frames, encodes, tags,
+checks or merges, and neither runs Python between bursts: a round is one compiled call
+(_udp_c.send_rows_paced, the agent's send_paced without the framing) and the receive loop is one
+(_udp_c.drain), so that the floor's cost is the kernel's, not an interpreter's: between a gossip
+run's share of local's steps and the floor's lies what the data plane's own code costs; between the
+floor's and local's, what the kernel and the emulated network cost for those bytes, which no code
+of ours can take away."""
 
 from __future__ import annotations
 
@@ -27,7 +30,19 @@ from pathlib import Path
 
 import numpy as np
 
-from edgegossip.transport.udp import UdpTransport
+from edgegossip import extensions
+from edgegossip.transport.pacing import WIRE_OVERHEAD
+from edgegossip.transport.udp import (
+    BATCH,
+    LINGER_MAX_S,
+    LINGER_MIN_S,
+    RECV_BUFFER,
+    UdpTransport,
+)
+
+_udp = extensions.load("_udp_c")
+drain = _udp.drain if _udp is not None else None
+send_rows_paced = _udp.send_rows_paced if _udp is not None else None
 
 NAME = "floor"  # the variant's algorithm field: local-only training under replayed traffic
 PORT_OFFSET = 1  # the floor listens beside the agent's data-plane port, never on it
@@ -42,21 +57,39 @@ class Load:
     per_round: int  # datagrams of one model in the payload's encoding
 
 
-def _sender(tx, peers, load: Load, stop: threading.Event, out: dict) -> None:
+def _sender(
+    tx: UdpTransport, peers, load: Load, stop: threading.Event, halt: np.ndarray, out: dict
+) -> None:
+    assert send_rows_paced is not None  # serve() refused to start without the compiled calls
     batch = tx.batch_hint(load.datagram_bytes)
     # what the datagrams hold is never read: any bytes of the right length do
     rows = np.random.default_rng(0).integers(0, 256, (batch, load.datagram_bytes), np.uint8)
     lengths = np.full(batch, load.datagram_bytes, np.intp)
     t0, sent, k = time.monotonic(), 0, 0
-    while not stop.is_set():
-        peer = peers[k % len(peers)]
+    while not halt[0]:
+        link = tx.paced_link(peers[k % len(peers)])  # the bucket as the last round left it
+        if link is None:
+            raise ValueError("the floor sends to IPv4 addresses only")
         k += 1
-        left = load.per_round
-        while left and not stop.is_set():
-            n = min(batch, left)
-            tx.send_batch(peer, rows, lengths, n)
-            left -= n
-            sent += n
+        n, _, link.next_at, err, link.gso = send_rows_paced(
+            link.fd,
+            rows,
+            lengths,
+            load.per_round,
+            link.ip4,
+            link.port,
+            link.gso,
+            batch,
+            link.rate,
+            link.burst_s,
+            link.next_at,
+            halt,
+            WIRE_OVERHEAD,
+        )
+        tx.settle(link)
+        sent += n
+        if err:
+            raise OSError(err, f"sendmmsg to {link.ip4.tolist()}:{link.port} failed")
         ahead = t0 + sent * load.datagram_bytes / load.bytes_per_s - time.monotonic()
         if ahead > 0:
             stop.wait(ahead)
@@ -64,19 +97,20 @@ def _sender(tx, peers, load: Load, stop: threading.Event, out: dict) -> None:
     out["bytes_sent"] = sent * load.datagram_bytes
 
 
-def _receiver(rx: UdpTransport, stop: threading.Event, out: dict) -> None:
-    got = [0]
-
-    def take(bufs, lengths, i, n, prefix) -> int:  # the whole batch, in one call
-        got[0] += int(lengths[i:n].sum())
-        return n
-
-    rx.recv_loop(lambda view: None, lambda reason: None, stop, take)
+def _receiver(rx: UdpTransport, halt: np.ndarray, out: dict) -> None:
+    assert drain is not None
+    bufs = np.zeros((BATCH, RECV_BUFFER), np.uint8)
+    lengths = np.zeros(BATCH, np.intp)
+    batches, datagrams, nbytes, err = drain(
+        rx.receive_fd(), bufs, lengths, 50, halt, LINGER_MIN_S, LINGER_MAX_S
+    )
+    if err:
+        raise OSError(err, "receive failed")
     out.update(
         receive_cpu_s=round(time.thread_time(), 3),
-        bytes_received=got[0],
-        datagrams_received=rx.datagrams,
-        receive_batches=rx.batches,
+        bytes_received=nbytes,
+        datagrams_received=datagrams,
+        receive_batches=batches,
     )
 
 
@@ -88,19 +122,23 @@ def serve(
     seconds: float,
 ) -> dict:
     """Send and receive for `seconds` (or until SIGTERM); the counts and each thread's CPU."""
+    if drain is None:
+        raise RuntimeError("the floor needs the compiled UDP calls (edgegossip._udp_c)")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    rx = UdpTransport(poll_s=0.05)
+    halt = np.zeros(1, np.uint8)  # what the compiled loops see of the stop
+    rx = UdpTransport()
     rx.bind(listen)
     tx = UdpTransport(rate_bytes_per_s=pace_bytes_per_s)
     out: dict = {}
     threads = [
-        threading.Thread(target=_receiver, args=(rx, stop, out), name="receive"),
-        threading.Thread(target=_sender, args=(tx, peers, load, stop, out), name="send"),
+        threading.Thread(target=_receiver, args=(rx, halt, out), name="receive"),
+        threading.Thread(target=_sender, args=(tx, peers, load, stop, halt, out), name="send"),
     ]
     for t in threads:
         t.start()
     stop.wait(seconds)
+    halt[0] = 1
     stop.set()
     for t in threads:
         t.join()

@@ -26,7 +26,7 @@ BURST_S = 0.010
 WIRE_OVERHEAD = 42
 
 # A wait shorter than this is not slept (the burst absorbs it), so a burst may leave this much
-# early: what a cap of exactly the rate must hold beyond BURST_S (native/_wire_c.pyx: the same)
+# early: what a cap of exactly the rate must hold beyond BURST_S (native/_sendrows.pxi: the same)
 EARLY_S = 0.0005
 
 

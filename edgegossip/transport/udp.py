@@ -22,6 +22,7 @@ from edgegossip.transport.pacing import BURST_S, Pacer
 _udp = extensions.load("_udp_c")  # None when not built (or not Linux): one call per datagram
 recv_batch = _udp.recv_batch if _udp is not None else None
 send_batch = _udp.send_batch if _udp is not None else None
+next_linger = _udp.next_linger if _udp is not None else None
 
 RECV_BUFFER = 9216  # a row: above any datagram we send (8192); a larger one is seen as truncated
 BATCH = 128  # datagrams per recvmmsg call: a longest pause's worth at 3 senders' 18 Mbit/s
@@ -35,7 +36,7 @@ SOCKET_RCVBUF = 32 << 20  # about 25 ms at 10 Gbit/s: outlasts a receive thread'
 # buffer (rmem_max 8 MB, fleet/remote.py) holds up to 1.6 Gbit/s. A wake-up, not a datagram, is
 # what the receive thread pays for: with at most 10 ms it read 17.5 datagrams a wake-up at 22
 # us of CPU each, with 20 ms (64 rows) 31 at 15 us, with 40 ms 60 at 12 us, the loss observed
-# unchanged (int8, `emulate --nodes 4 --duration 60`, README).
+# unchanged (int8, `emulate --nodes 4 --duration 60`, README). The rule: _udp_c.next_linger.
 LINGER_MAX_S = 4 * BURST_S
 LINGER_MIN_S = 0.0005
 
@@ -78,6 +79,12 @@ class UdpTransport(Transport):
         rx.settimeout(self.poll_s)
         self._rx = rx
         return rx.getsockname()
+
+    def receive_fd(self) -> int:
+        """The bound socket's descriptor, for a compiled receive loop (emulate/floor.py)."""
+        if self._rx is None:
+            raise RuntimeError("bind() first")
+        return self._rx.fileno()
 
     def send(self, peer: Endpoint, datagram: memoryview) -> None:
         self.pacer.wait(len(datagram))
@@ -190,7 +197,8 @@ class UdpTransport(Transport):
         rows = [memoryview(bufs[i]) for i in range(BATCH)]
         fd = rx.fileno()
         timeout_ms = int(self.poll_s * 1000)
-        assert recv_batch is not None  # this loop runs only with the compiled batch calls
+        # this loop runs only with the compiled batch calls
+        assert recv_batch is not None and next_linger is not None
         linger = LINGER_MIN_S
         pause_us = 0  # taken inside the next call, once the last batch came back short
         while not stop.is_set():
@@ -204,13 +212,9 @@ class UdpTransport(Transport):
             if n:
                 self.batches += 1
                 self.datagrams += n
-            pause_us = 0
-            if n >= BATCH:  # more may be waiting: read on at once, and wait less next time
-                linger = max(LINGER_MIN_S, linger / 2)
-            elif n:
-                if n < BATCH // 2:
-                    linger = min(LINGER_MAX_S, linger * 1.5)
-                pause_us = int(linger * 1e6)
+            # a full batch: more may be waiting, so read on at once
+            linger = next_linger(linger, n, BATCH, LINGER_MIN_S, LINGER_MAX_S)
+            pause_us = int(linger * 1e6) if 0 < n < BATCH else 0
 
     def _recv_single(
         self, rx: socket.socket, handler: Handler, drop: DropSink, stop: threading.Event
