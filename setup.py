@@ -30,6 +30,7 @@ extensions = [
     Extension(
         "edgegossip._kernels_c",
         ["native/_kernels_c.pyx"],
+        include_dirs=["native"],
         extra_compile_args=(["-O0", "-g"] if debug else ["-O3"]) + strict,
     ),
     Extension("edgegossip._udp_c", ["native/_udp_c.pyx"],
@@ -47,7 +48,7 @@ def _have_openssl() -> bool:
 if _have_openssl():
     # HMAC() (for the MAC benchmark's reference row) is deprecated in OpenSSL 3, not removed
     extensions.append(Extension(
-        "edgegossip._wire_c", ["native/_wire_c.pyx"], libraries=["crypto"],
+        "edgegossip._wire_c", ["native/_wire_c.pyx"], libraries=["crypto"], include_dirs=["native"],
         define_macros=[("OPENSSL_SUPPRESS_DEPRECATED", "1")],
         extra_compile_args=(["-O0", "-g"] if debug else ["-O3"]) + strict))
 

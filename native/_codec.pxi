@@ -59,34 +59,12 @@ cdef inline uint16_t _f2bf(float f) noexcept nogil:
     return <uint16_t>(x >> 16)
 
 
-cdef void _i8_encode(const float* x, uint8_t* out, Py_ssize_t n) noexcept nogil:
-    # max|x| is taken on the bits: a non-negative float's bits order as its value does, and Inf
-    # and NaN are the patterns from 0x7F800000 up. An integer max vectorises; a float max with
-    # a NaN test was a scalar loop that cost more than the rest of the datagram together.
-    # x * (1 / scale) is rounded by adding and taking away 1.5 * 2^23: exact round-half-even for
-    # |v| < 2^22 in float arithmetic, where a division and a libm rintf call per element (no
-    # SSE4.1 on baseline x86-64, nor on every ARM build) cost several times as much.
-    cdef Py_ssize_t i
-    cdef int32_t top = 0, b  # signed: the sign bit is cleared, and SSE2 compares signed
-    cdef float scale, inv, q, m
-    cdef volatile float magic = 12582912.0  # read once, so the compiler cannot fold it away
-    cdef bint bad
-    for i in range(n):
-        b = <int32_t>(_bits(x[i]) & 0x7FFFFFFFu)
-        top = b if b > top else top
-    bad = top >= 0x7F800000
-    scale = _float(0x7FC00000u) if bad else _float(<uint32_t>top) / <float>127.0
-    if scale < <float>1.17549435e-38:  # below the smallest normal float 1 / scale overflows:
-        scale = 0                      # such a chunk (all |x| < 1.5e-36) travels as zeros
-    memcpy(out, &scale, 4)
-    if bad or scale == 0:
-        memset(out + 4, 0, n)
-        return
-    inv = <float>1.0 / scale
-    m = magic
-    for i in range(n):
-        q = (x[i] * inv + m) - m
-        out[4 + i] = <uint8_t><signed char>(127 if q > 127 else (-127 if q < -127 else q))
+cdef extern from "_i8.h" nogil:
+    # int8 encoding of one chunk, in C for its AVX2 build on x86-64 (the header says why)
+    void _i8_encode "eg_i8_encode"(const float* x, uint8_t* out, Py_ssize_t n) noexcept
+    void _i8_encode_with "eg_i8_encode_with"(const float* x, uint8_t* out, Py_ssize_t n,
+                                             int baseline) noexcept
+    int _i8_uses_avx2 "eg_i8_uses_avx2"() noexcept
 
 
 cdef inline Py_ssize_t _encoded_len(int dtype, Py_ssize_t n) noexcept nogil:

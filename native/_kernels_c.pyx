@@ -239,17 +239,24 @@ cdef int _i8_check(Py_ssize_t have, Py_ssize_t n, Py_ssize_t chunk) except -1:
     return 0
 
 
-def i8_encode(const float[::1] x, u8[::1] out, Py_ssize_t chunk):
+def i8_encode(const float[::1] x, u8[::1] out, Py_ssize_t chunk, bint baseline=False):
     """Per chunk of x (chunk elements, the last may be short): a float32 scale = max|x| / 127,
     then each element as round(x * (1 / scale)) in int8, so out holds n + 4 * chunks bytes. A chunk
     holding NaN or Inf gets a NaN scale (receivers drop it) and zeros; one whose scale would be
-    below the smallest normal float (every |x| under about 1.5e-36) gets scale 0 and zeros."""
+    below the smallest normal float (every |x| under about 1.5e-36) gets scale 0 and zeros.
+    `baseline` runs the portable build even where an AVX2 one is used (i8_uses_avx2), so that
+    tests check both."""
     cdef Py_ssize_t n = x.shape[0], c, start
     _i8_check(out.shape[0], n, chunk)
     with nogil:
         for c in range(_nchunks(n, chunk)):
             start = c * chunk
-            _i8_encode(&x[start], &out[start + 4 * c], min(chunk, n - start))
+            _i8_encode_with(&x[start], &out[start + 4 * c], min(chunk, n - start), baseline)
+
+
+def i8_uses_avx2():
+    """True when i8_encode (and the wire path's int8 framing) runs its AVX2 build here."""
+    return bool(_i8_uses_avx2())
 
 
 def i8_decode(const u8[::1] p, float[::1] out, Py_ssize_t chunk):

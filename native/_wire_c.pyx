@@ -6,8 +6,9 @@
 # frames and seals a batch of chunks, and files a run of datagrams into a receive slot, with the
 # GIL released and each link's ChaCha20-Poly1305 context keyed once (OpenSSL's EVP; per
 # datagram only the nonce is set). Python keeps every decision that is not the steady state:
-# Run.run() only accepts, and stops at the first datagram it would not accept unchanged, so
-# edgegossip/dataplane/inbox.py's Python path stays the single definition of what is dropped.
+# Run.run() only accepts, and stops at the first of its sender's datagrams it would not accept
+# unchanged, so edgegossip/dataplane/inbox.py's Python path stays the single definition of what
+# is dropped.
 
 import numpy as np
 
@@ -414,14 +415,24 @@ cdef inline Py_ssize_t _steady(const uint8_t *d, Py_ssize_t n, const uint8_t *pr
     return length
 
 
+cdef inline bint _from(const uint8_t *d, Py_ssize_t n, const uint8_t *prefix, Py_ssize_t plen,
+                       int sender) noexcept nogil:
+    """Whether row d (n bytes) is framed and its unauthenticated header names `sender`: a row
+    run() must take in order, or stop at."""
+    return (n >= plen + HEADER_SIZE + TAG_SIZE and memcmp(d, prefix, plen) == 0
+            and _le16(d + plen + 8) == sender)
+
+
 cdef class Run:
-    """Files runs of one receive batch into one receive slot. Built once per receive batch
-    array (rows, lengths and the group prefix are the transport's, reused for every batch),
-    pointed at a slot with target(), then run() per batch: typed views are acquired here once,
-    not per call, which at small batches would cost more than the datagrams."""
+    """Files one sender's rows of a receive batch into one receive slot. Built once per receive
+    batch array (rows, lengths, the group prefix and the `taken` flags are the transport's,
+    reused for every batch), pointed at a slot with target(), then run() per sender and batch:
+    typed views are acquired here once, not per call, which at small batches would cost more
+    than the datagrams."""
     cdef const uint8_t[:, ::1] rows
     cdef const Py_ssize_t[::1] lengths
     cdef const uint8_t[::1] prefix
+    cdef uint8_t[::1] taken
     cdef uint8_t[::1] buf
     cdef uint8_t[::1] mask
     cdef int64_t[::1] seqv
@@ -431,21 +442,24 @@ cdef class Run:
     cdef int dtype
     cdef readonly object seqs
     cdef readonly int64_t fresh, nbytes
-    cdef readonly object rows_obj
+    cdef readonly object rows_obj, taken_obj
 
-    def __init__(self, rows not None, lengths not None, prefix not None,
+    def __init__(self, rows not None, lengths not None, prefix not None, taken not None,
                  Py_ssize_t chunk_bytes, Py_ssize_t max_body, seqs not None,
                  int dtype, Py_ssize_t model_bytes, Py_ssize_t n_chunks):
         self.rows = rows
         self.rows_obj = rows
         self.lengths = lengths
         self.prefix = prefix
+        self.taken = taken
+        self.taken_obj = taken
         self.seqs = seqs
         self.seqv = seqs
         if self.prefix.shape[0] == 0 or max_body + self.prefix.shape[0] > self.rows.shape[1]:
             raise ValueError("rows too narrow for the largest datagram")
-        if self.lengths.shape[0] < self.rows.shape[0] or self.seqv.shape[0] < self.rows.shape[0]:
-            raise ValueError("lengths or seqs shorter than the batch")
+        if (self.lengths.shape[0] < self.rows.shape[0] or self.seqv.shape[0] < self.rows.shape[0]
+                or self.taken.shape[0] < self.rows.shape[0]):
+            raise ValueError("lengths, taken or seqs shorter than the batch")
         if not 0 < chunk_bytes <= 4 * MAX_PAYLOAD or chunk_bytes % 4:
             raise ValueError("chunk_bytes out of range")
         if dtype < CODEC_F32 or dtype > CODEC_I8:
@@ -481,17 +495,21 @@ cdef class Run:
     def run(self, Aead aead not None, Py_ssize_t start, Py_ssize_t stop, uint32_t fleet, int me,
             int sender, int msg_type, bint encrypted, uint32_t session, uint32_t round,
             int64_t highest, int64_t limit, int blocks=0, bint discard=False):
-        """Accept rows start, start+1, .. while each one is, unchanged, a datagram the Python
-        inbox would accept into the target slot of (sender, msg_type, session, round): group,
-        size, version, type, dtype, encryption flag, fleet, receiver and tag (under `aead`,
-        the link's key) valid, sequence above `highest`, rising and at most `limit`, chunk
-        geometry exact (and the block id below `blocks`, when not 0), payload finite (decoded,
-        for a compressed dtype). Each accepted payload is copied (decrypted, decoded) into the
-        slot and its mask byte set. Stops at the first other row, touching nothing for it.
-        Returns how many were accepted; their sequence numbers are seqs[:k]; fresh counts
-        chunks new to the mask, nbytes the payload bytes. With `discard` the same rows are
-        taken, and nothing is copied or marked: the round has no buffer, and the caller drops
-        them as its inbox would, once they are known to be authentic and finite."""
+        """Accept `sender`'s rows among start .. stop - 1, in order, while each one is,
+        unchanged, a datagram the Python inbox would accept into the target slot of (sender,
+        msg_type, session, round): group, size, version, type, dtype, encryption flag, fleet,
+        receiver and tag (under `aead`, the link's key) valid, sequence above `highest`, rising
+        and at most `limit`, chunk geometry exact (and the block id below `blocks`, when not 0),
+        payload finite (decoded, for a compressed dtype). Each accepted payload is copied
+        (decrypted, decoded) into the slot, its mask byte and its row's `taken` flag set. Rows
+        already taken, and rows whose header names another sender, are passed over: a link's
+        order is its own, and paced senders' bursts interleave in a batch, so one call takes a
+        sender's whole share of it. Stops at the first row of `sender` it would not accept,
+        touching nothing for it. Returns how many were accepted; their sequence numbers are
+        seqs[:k]; fresh counts chunks new to the mask, nbytes the payload bytes. With `discard`
+        the same rows are taken, and nothing is copied or marked: the round has no buffer, and
+        the caller drops them as its inbox would, once they are known to be authentic and
+        finite."""
         cdef Py_ssize_t plen = self.prefix.shape[0], i, c, off, length
         cdef Py_ssize_t mbytes, n_chunks, accepted = 0
         cdef Py_ssize_t chunk_bytes = self.chunk_bytes, max_body = self.max_body
@@ -515,6 +533,9 @@ cdef class Run:
         with nogil:
             for i in range(start, stop):
                 row = &self.rows[i, 0]
+                if self.taken[i] or not _from(row, self.lengths[i], &self.prefix[0], plen,
+                                              sender):
+                    continue
                 length = _steady(row, self.lengths[i], &self.prefix[0], plen, fleet, me, sender,
                                  msg_type, flags, session, round, highest, limit, blocks,
                                  n_chunks, chunk_bytes, mbytes, max_body, dtype)
@@ -563,6 +584,7 @@ cdef class Run:
                     self.mask[c] = 1
                 highest = <int64_t>_le64(h + 40)
                 self.seqv[accepted] = highest
+                self.taken[i] = 1
                 accepted += 1
                 nbytes += length
         self.fresh = fresh

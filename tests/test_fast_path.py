@@ -304,3 +304,58 @@ def test_an_int8_scale_whose_products_overflow_is_dropped_by_both_paths(scale, a
     np.testing.assert_array_equal(ra.mask, rb.mask)
     np.testing.assert_array_equal(ra.buf.view(np.uint32), rb.buf.view(np.uint32))
     assert bool(ra.mask[2]) == accepted
+
+
+@pytest.mark.parametrize("codec", ["float32", "int8"])
+def test_one_fast_call_takes_a_senders_share_of_a_batch_past_other_senders(codec):
+    """Paced senders' bursts interleave in a receive batch. The compiled path takes a sender's
+    rows past the other senders' (each link in its own order), so a batch costs one call per
+    sender, not one per burst, and the inbox ends as one fed datagram by datagram."""
+    plan, c = _plan(codec), payload.codec(codec)
+    rng = np.random.default_rng(9)
+    encs = {s: Encoder(plan, KEY, fleet=7, sender=s, codec=c) for s in (3, 4, 5)}
+    rounds = {
+        s: [bytes(d) for d in encs[s].chunks(rng.standard_normal(PLAN.n_params, np.float32), 1, 0)]
+        for s in encs
+    }
+    openings = [rounds[s][0] for s in encs]
+    batch = []  # bursts of 3 from each sender in turn, as paced senders' traffic arrives
+    for k in range(1, plan.n_chunks, 3):
+        for s in encs:
+            batch.extend(rounds[s][k : k + 3])
+    assert len(batch) <= 128
+    replay = batch[4]  # a copy of a datagram already taken, among the last burst
+    batch.append(replay)
+
+    calls = []
+    inboxes = []
+    for fast in (False, True):
+        inbox = Inbox.build(plan, KEY, 7, peers=set(encs), codec=c)
+        _feed(inbox, openings, fast)
+
+        def counted(*args, inbox=inbox):
+            k = inbox.fast(*args)
+            calls.append(k)
+            return k
+
+        t = UdpTransport()
+        bufs = np.zeros((128, RECV_BUFFER), np.uint8)
+        lengths = np.zeros(128, np.intp)
+        for i, d in enumerate(batch):
+            bufs[i, : len(d)] = np.frombuffer(d, np.uint8)
+            lengths[i] = len(d)
+        views = [memoryview(bufs[i]) for i in range(128)]
+        handler = inbox.ingest
+        t.deliver(
+            bufs, views, lengths, len(batch), handler, inbox.counter.drop, counted if fast else None
+        )
+        t.close()
+        inboxes.append(inbox)
+    a, b = inboxes
+    # a call per sender takes its whole share; the replayed copy is refused by one more call
+    # and goes to ingest(), which drops it
+    assert [k for k in calls if k] == [len(batch) // 3] * 3
+    assert b.counter.drops == {"replayed": 1} == a.counter.drops
+    assert a.counter.snapshot() == b.counter.snapshot()
+    assert _links(a) == _links(b)
+    _same_rounds(a, b)

@@ -266,6 +266,27 @@ def test_i8_scale_of_special_values_matches_reference(impl, x):
     )
 
 
+@pytest.mark.parametrize("baseline", [False, True])
+def test_both_compiled_i8_encoders_match_the_reference_on_ties_and_clamps(baseline):
+    # the compiled encoder has a portable build and, on x86-64, an AVX2 one (native/_i8.h); the
+    # CPU picks one, so each is run by name here. Chunk 0 has scale 1 exactly (max 127), so its
+    # halves are rounding ties (to even); chunk 1's scale makes x * (1 / scale) land a hair
+    # beyond -127 for its largest magnitude (-0.6 gives -127.00001), which the clamp takes back.
+    k = pytest.importorskip("edgegossip._kernels_c")
+    ties = [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 126.5, -126.5, 127.0, -127.0, 0.0, 3.5]
+    rng = np.random.default_rng(11)
+    rand = rng.standard_normal(4000, dtype=np.float32) * np.float32(3e-3)
+    x = np.concatenate([np.array(ties, np.float32), np.float32(0.1) * np.arange(-6, 6), rand])
+    x = x.astype(np.float32)
+    chunk = 12
+    size = len(x) + 4 * (-(-len(x) // chunk))
+    got, want = np.zeros(size, np.uint8), np.zeros(size, np.uint8)
+    k.i8_encode(x, got, chunk, baseline)
+    ref.i8_encode(x, want, chunk)
+    np.testing.assert_array_equal(got, want)
+    assert list(got[4:16].view(np.int8)) == [0, 2, 2, 0, -2, -2, 126, -126, 127, -127, 0, 4]
+
+
 def test_i8_a_scale_below_the_smallest_normal_travels_as_zeros(impl):
     # 1 / scale would overflow to Inf, and Inf * 0 to NaN: a conversion to int8 C leaves undefined
     x = np.array([3e-39, -1e-38, 1e-37, 0.0], np.float32)

@@ -10,7 +10,9 @@ ingest() is the definition of what is accepted. fast() is the steady state compi
 datagrams in a receive batch are checked and filed in C with the GIL released; once it has
 refused one for want of a buffer (or after it was collected), the rest are checked and dropped
 there likewise. It takes only datagrams ingest() would treat with the same effect and leaves
-every other one to ingest().
+every other one to ingest(). One call takes a sender's share of the batch, past other senders'
+datagrams (each link's order is kept; links do not depend on one another's), so the Python
+around it runs once per sender and batch rather than once per paced burst.
 """
 
 from __future__ import annotations
@@ -101,21 +103,29 @@ class Inbox:
             self.rounds.restarted(h.sender)
 
     def fast(
-        self, rows: np.ndarray, lengths: np.ndarray, start: int, stop: int, prefix: np.ndarray
+        self,
+        rows: np.ndarray,
+        lengths: np.ndarray,
+        start: int,
+        stop: int,
+        prefix: np.ndarray,
+        taken: np.ndarray,
     ) -> int:
-        """Take rows start.. (framed datagrams, rows[i, :lengths[i]]) while they continue a
-        round ingest() already opened, filing them, or one it refused, dropping them as it
-        would; returns the first row not taken (a FastPath)."""
+        """Take row start's sender's rows among start .. stop - 1 (framed datagrams,
+        rows[i, :lengths[i]]) not yet taken, in order, while they continue a round ingest()
+        already opened, filing them, or one it refused, dropping them as it would; marks them
+        in taken and returns how many (a FastPath)."""
         if _wire_c is None:
-            return start
+            return 0
         gate, rounds = self.gate, self.rounds
         plan = gate.plan
         run = self._run
-        if run is None or run.rows_obj is not rows:
+        if run is None or run.rows_obj is not rows or run.taken_obj is not taken:
             run = self._run = _wire_c.Run(
                 rows,
                 lengths,
                 prefix,
+                taken,
                 plan.chunk_bytes,
                 gate.max_body,
                 np.zeros(len(rows), np.int64),
@@ -126,22 +136,22 @@ class Inbox:
             rounds.fast_target = None
         head = run.peek(start)
         if head is None:
-            return start
+            return 0
         sender, msg_type, flags, session, rnd = head
         slot = rounds.slots.get((sender, msg_type))
         link = self.links.get(sender)
         if slot is None or link is None or link.session != session or not link.baseline:
-            return start
+            return 0
         encrypted = bool(flags & wire.FLAG_ENCRYPTED)
         aead, why = gate.sender(sender, encrypted)
         if why is not None:
-            return start
+            return 0
         now = time.monotonic()
         limit = min(link.seq_limit(now), 2**63 - 1)
         with rounds.cond:
             target, reason = rounds.steady(slot, rnd, link, now)
             if target is None and reason is None:
-                return start
+                return 0
             if target is not None and rounds.fast_target is not target:
                 run.target(target.bytes, target.mask)
                 rounds.fast_target = target
@@ -162,12 +172,12 @@ class Inbox:
                 target is None,
             )
             if not k:
-                return start
+                return 0
             if target is None:  # arrived, so no loss on the link, though nothing keeps them
                 assert reason in _ARRIVED
                 link.note_arrivals(run.seqs[:k])
                 self.counter.drop(reason, k)
-                return start + k
+                return k
             link.commit_run(run.seqs[:k], now)
             target.received += run.fresh
             target.updated = now
@@ -175,4 +185,4 @@ class Inbox:
             self.counter.accepted_bytes += run.nbytes
             if target.received >= target.expected:
                 rounds.cond.notify_all()
-        return start + k
+        return k

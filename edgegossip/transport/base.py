@@ -19,9 +19,10 @@ log = logging.getLogger(__name__)
 Endpoint = tuple[str, int]
 Handler = Callable[[memoryview], None]
 DropSink = Callable[[str], None]
-# fast(rows, lengths, start, stop, prefix) -> index of the first row it did not take; rows it
-# took were handled completely, the rest go through the handler one by one
-FastPath = Callable[[np.ndarray, np.ndarray, int, int, np.ndarray], int]
+# fast(rows, lengths, start, stop, prefix, taken) -> how many rows among start .. stop - 1 it
+# took, row start among them if any, each marked in taken (a uint8 flag per row); rows it took
+# were handled completely, the rest go through the handler one by one, in order
+FastPath = Callable[[np.ndarray, np.ndarray, int, int, np.ndarray, np.ndarray], int]
 
 
 @dataclass
@@ -106,13 +107,13 @@ class ReceiveThread:
                 log.exception("datagram handler failed")
                 drop("handler_error")
 
-        def guarded_fast(rows, lengths, start, stop, prefix) -> int:
+        def guarded_fast(rows, lengths, start, stop, prefix, taken) -> int:
             assert fast is not None  # handed on only when there is a fast path
             try:
-                return fast(rows, lengths, start, stop, prefix)
+                return fast(rows, lengths, start, stop, prefix, taken)
             except Exception:
                 log.exception("fast receive path failed")
-                return start
+                return 0
 
         self._thread = threading.Thread(
             target=transport.recv_loop,

@@ -63,6 +63,7 @@ class UdpTransport(Transport):
         self.gso = gso and send_batch is not None
         self._ip4: dict[str, np.ndarray | None] = {}
         self._closing = np.zeros(1, np.uint8)  # a compiled send in flight stops at its next batch
+        self._taken: np.ndarray | None = None  # deliver(): rows of the batch the fast path took
         self.batches = 0  # receive calls that brought datagrams, and how many
         self.datagrams = 0
 
@@ -173,16 +174,19 @@ class UdpTransport(Transport):
         drop: DropSink,
         fast: FastPath | None,
     ) -> None:
-        """Hand the n datagrams of a batch on: runs `fast` takes whole, the rest one by one."""
-        i = 0
-        while i < n:
-            if fast is not None:
-                j = fast(bufs, lengths, i, n, self._prefix_arr)
-                if j > i:
-                    i = j
-                    continue
+        """Hand the n datagrams of a batch on: what `fast` takes whole (a sender's rows at a
+        time), the rest one by one, in order."""
+        taken = self._taken
+        if taken is None or len(taken) < len(bufs):
+            taken = self._taken = np.zeros(len(bufs), np.uint8)
+        taken[:n] = 0
+        prefix = self._prefix_arr
+        for i in range(n):
+            if taken[i]:
+                continue
+            if fast is not None and fast(bufs, lengths, i, n, prefix, taken):
+                continue  # row i was taken, with its sender's rows after it
             self._dispatch(rows[i], int(lengths[i]), handler, drop)
-            i += 1
 
     def _recv_batched(
         self,
