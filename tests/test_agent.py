@@ -92,6 +92,22 @@ def test_sigterm_stops_cleanly_and_kill9_resumes(tmp_path, free_udp_port, mnist_
     assert starts[-1]["resumed"] and starts[-1]["step"] >= rec["step"] - cfg.checkpoint_every
 
 
+def test_sigusr1_prints_every_threads_stack_and_the_agent_goes_on(
+    tmp_path, free_udp_port, mnist_data, procs
+):
+    cfg = _cfg(tmp_path, free_udp_port)
+    p = _start(cfg, tmp_path)
+    procs.append(p)
+    first = _wait_for_step(tmp_path / "out", 50)["step"]
+    p.send_signal(signal.SIGUSR1)
+    _wait_for_step(tmp_path / "out", first + 200)  # still training
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == 0, err
+    # the training thread's stack, and the receive thread's beside it
+    assert "Thread 0x" in err and "agent.py" in err and "udp.py" in err, err[-3000:]
+
+
 def test_zmq_agent_survives_stray_high_byte_datagrams(tmp_path, free_udp_port, mnist_data, procs):
     cfg = _cfg(tmp_path, free_udp_port, transport="zmq")
     p = _start(cfg, tmp_path)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import faulthandler
 import json
+import signal
 
 import click
 
@@ -21,6 +23,9 @@ from edgegossip.cli.render import fail
 @click.option("--json", "as_json", is_flag=True, help="Print the final record as JSON.")
 def agent(config_path: str, as_json: bool) -> None:
     """Train on this device's shard and gossip with peers until stopped (SIGTERM/SIGINT)."""
+    # `kill -USR1` prints every thread's Python stack to stderr (the journal, `podman logs`) and
+    # the agent goes on: where an agent far away is stuck, from its start on, without stopping it
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     from edgegossip import config
     from edgegossip.agent import Agent
     from edgegossip.data.mnist import DataError
