@@ -154,6 +154,13 @@ def test_compose_fleet_learns_under_loss_in_podman(tmp_path, podman_env, mnist_d
         subprocess.run(
             compose + ["down"], env=podman_env, capture_output=True, timeout=300, cwd=out
         )
+        # podman-compose 1.0 leaves the project's network (a bridge and a /24) behind
+        subprocess.run(
+            ["podman", "network", "rm", "-f", f"egtest{os.getpid()}_fleet"],
+            env=podman_env,
+            capture_output=True,
+            timeout=60,
+        )
     print(f"compose: build + up + 30 s run took {time.monotonic() - t0:.0f} s")
     assert "loss 10% by" in logs.stdout + logs.stderr, logs.stdout[-2000:]
     s = summarize(out, 3, "logreg", 0.1, "compose", 30.0, None, mnist_data)

@@ -25,7 +25,10 @@ def agent(config_path: str, as_json: bool) -> None:
     """Train on this device's shard and gossip with peers until stopped (SIGTERM/SIGINT)."""
     # `kill -USR1` prints every thread's Python stack to stderr (the journal, `podman logs`) and
     # the agent goes on: where an agent far away is stuck, from its start on, without stopping it
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    try:
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+    except (RuntimeError, ValueError):  # no stderr file to print to (an in-process runner)
+        pass
     from edgegossip import config
     from edgegossip.agent import Agent
     from edgegossip.data.mnist import DataError
