@@ -145,6 +145,7 @@ def test_compose_fleet_learns_under_loss_in_podman(tmp_path, podman_env, mnist_d
                     ["podman", "kill", "--signal", "USR1", f"egtest{os.getpid()}_node{n}_1"],
                     env=podman_env,
                     capture_output=True,
+                    timeout=60,
                 )
                 time.sleep(2)
         logs = subprocess.run(
