@@ -292,6 +292,24 @@ def test_peer_names_that_resolve_late_are_retried_and_skipped_meanwhile(monkeypa
         tx.close()
 
 
+def test_a_start_that_waits_for_peer_names_says_which_it_waits_for(monkeypatch, caplog):
+    """A name that does not resolve keeps an agent from training for up to net.peer_wait_s;
+    meanwhile its log names the peer it waits for, at a pace, not only when the wait ends."""
+    from edgegossip.transport import peers as peers_mod
+
+    monkeypatch.setattr(peers_mod, "lookup", lambda host, port: None)
+    monkeypatch.setattr(peers_mod, "SAY_EVERY_S", 0.2)
+    book = peers_mod.PeerBook({0: ("node0", 9), 3: ("127.0.0.1", 9)})
+    try:
+        with caplog.at_level("WARNING", logger=peers_mod.__name__):
+            assert book.resolve(wait_s=2.0) == [0]
+        waiting = [r.getMessage() for r in caplog.records if "waiting for" in r.getMessage()]
+        assert 2 <= len(waiting) <= 10, waiting  # said along the way, at its pace
+        assert all("0 (node0)" in m and "127.0.0.1" not in m for m in waiting)
+    finally:
+        book.close()
+
+
 def test_a_paced_stream_is_read_in_batches(free_udp_port):
     """A receive thread woken for every datagram of a steady stream cost the training more than
     the datagrams: it lingers after a short batch, so a paced stream is read many at a wake-up,

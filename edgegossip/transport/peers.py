@@ -16,6 +16,9 @@ from edgegossip.transport.base import Endpoint
 
 log = logging.getLogger(__name__)
 RETRY_S = 2.0
+# A lookup can itself take seconds (a DNS server that drops queries: glibc waits out each
+# server's timeout), so a start that waits for names says so at this pace, not per attempt
+SAY_EVERY_S = 10.0
 
 
 def lookup(host: str, port: int) -> str | None:
@@ -60,20 +63,37 @@ class PeerBook(dict):
 
     def resolve(self, wait_s: float = 30.0) -> list[int]:
         """Resolve every peer, waiting up to wait_s for names still unknown; those left are
-        retried in the background from then on. Returns the ids still unresolved."""
-        deadline = time.monotonic() + wait_s
-        while self._try_all() and time.monotonic() < deadline and not self._stop.wait(0.5):
-            pass
+        retried in the background from then on. Returns the ids still unresolved. A wait
+        longer than SAY_EVERY_S says which names it waits for, and again every SAY_EVERY_S:
+        a device that has not started training for minutes shows why in its log."""
+        started = time.monotonic()
+        deadline = started + wait_s
+        said = started
+        while self._try_all() and time.monotonic() < deadline:
+            now = time.monotonic()
+            if now - said >= SAY_EVERY_S:
+                said = now
+                log.warning(
+                    "waiting for peer names to resolve (%.0f s of at most %.0f s): %s",
+                    now - started,
+                    wait_s,
+                    self._names(self.unresolved),
+                )
+            if self._stop.wait(0.5):
+                break
         left = self.unresolved
         if left:
             log.warning(
                 "peer names not resolved yet, retrying every %.0f s meanwhile: %s",
                 RETRY_S,
-                ", ".join(f"{p} ({self[p][0]})" for p in left),
+                self._names(left),
             )
             self._thread = threading.Thread(target=self._retry, name="resolve", daemon=True)
             self._thread.start()
         return left
+
+    def _names(self, ids: list[int]) -> str:
+        return ", ".join(f"{p} ({self[p][0]})" for p in ids)
 
     def _retry(self) -> None:
         while not self._stop.wait(RETRY_S):
