@@ -23,6 +23,7 @@ PACKAGES = {
     "ssh": "openssh-client",
     "ssh-keygen": "openssh-client",
     "mcopy": "mtools",
+    "debugfs": "e2fsprogs",
     "podman": "podman",
     "podman-compose": "podman-compose",
     "qemu-aarch64-static": "qemu-user-static",

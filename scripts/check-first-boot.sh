@@ -66,7 +66,8 @@ if [ "$os" = trixie ]; then
   printf 'instance-id: rpios-image\n' >"$card/meta-data"
   printf 'network:\n  version: 2\n' >"$card/network-config"
 fi
-step flash "$eg" fleet flash "$device" --fleet "$out/lab" --boot "$card" --wheelhouse "$out/wh" --json
+step flash "$eg" fleet flash "$device" --fleet "$out/lab" --boot "$card" --wheelhouse "$out/wh" \
+  --target "$target" --json
 step first-boot "$eg" lab boot "$out/lab" "$device" --card "$card" --json
 step training until_state training unsynchronised
 # on the device, as root: what the first boot did, from the card alone

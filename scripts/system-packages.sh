@@ -27,6 +27,7 @@ test    mtools              mcopy                                      fleet fla
 test    dosfstools          mkfs.vfat                                  fleet flash tests: a FAT image
 test    shellcheck          shellcheck                                 firstrun.sh and scripts checked
 test    mount               losetup                                    fleet flash --device tests: a loop disk
+test    e2fsprogs           debugfs                                    fleet flash --image: os-release of the image root
 test    podman              podman                                     emulate --export compose, run
 test    podman-compose      podman-compose                             emulate --export compose, run
 test    runc                runc                                       podman runtime here (crun fails)

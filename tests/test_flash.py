@@ -19,8 +19,12 @@ PASSPHRASE = "correct horse battery staple"
 CMDLINE = "console=serial0,115200 console=tty1 root=PARTUUID=4e639091-02 rootfstype=ext4 fsck.repair=yes rootwait quiet\n"
 
 
-def make_image(path: Path, files: dict[str, str], fat_mb: int = 48) -> Path:
-    """A disk image as Raspberry Pi OS ships it: MBR, a FAT32 boot partition at 4 MiB, a root."""
+def make_image(
+    path: Path, files: dict[str, str], fat_mb: int = 48, root: dict[str, str] | None = None
+) -> Path:
+    """A disk image as Raspberry Pi OS ships it: MBR, a FAT32 boot partition at 4 MiB, a root
+    partition: ext4 holding the files of `root` (made by mkfs.ext4 -d, no mount), or 1 MiB of
+    zeros when root is None."""
     part = path.with_suffix(".fat")
     subprocess.run(
         ["mkfs.vfat", "-F", "32", "-n", "bootfs", "-C", str(part), str(fat_mb * 1024)],
@@ -28,16 +32,39 @@ def make_image(path: Path, files: dict[str, str], fat_mb: int = 48) -> Path:
         capture_output=True,
     )
     start, sectors = 8192, fat_mb * 1024 * 2
+    rootfs = b""
+    if root is not None:
+        tree = path.with_name(path.name + ".root")
+        for name, text in root.items():
+            (tree / name).parent.mkdir(parents=True, exist_ok=True)
+            (tree / name).write_text(text)
+        ext4 = path.with_suffix(".ext4")
+        subprocess.run(
+            ["mkfs.ext4", "-q", "-F", "-d", str(tree), str(ext4), "4M"],
+            check=True,
+            capture_output=True,
+        )
+        rootfs = ext4.read_bytes()
+        ext4.unlink()
+    root_sectors = max(2048, len(rootfs) // 512)
     with open(path, "wb") as f:
-        f.write(partitions.mbr([(0x0C, start, sectors), (0x83, start + sectors, 2048)]))
+        f.write(partitions.mbr([(0x0C, start, sectors), (0x83, start + sectors, root_sectors)]))
         f.seek(start * 512)
         f.write(part.read_bytes())
-        f.seek((start + sectors + 2048) * 512 - 1)
+        f.seek((start + sectors) * 512)
+        f.write(rootfs)
+        f.seek((start + sectors + root_sectors) * 512 - 1)
         f.write(b"\0")
     part.unlink()
     for name, text in files.items():
-        src = path.with_name("src-" + name)
+        src = path.with_name("src-" + name.replace("/", "_"))
         src.write_text(text)
+        if "/" in name:
+            subprocess.run(
+                ["mmd", "-i", f"{path}@@{start * 512}", "::/" + name.rsplit("/", 1)[0]],
+                env={"MTOOLS_SKIP_CHECK": "1", "PATH": "/usr/bin:/bin"},
+                capture_output=True,
+            )
         subprocess.run(
             ["mcopy", "-i", f"{path}@@{start * 512}", str(src), f"::/{name}"],
             check=True,
@@ -67,6 +94,11 @@ BOOKWORM = {
 
 @pytest.fixture
 def fleet(tmp_path):
+    return new_fleet(tmp_path)
+
+
+def new_fleet(tmp_path):
+    """Three Pis in an inventory, an aarch64 Python 3.11 wheelhouse, a Wi-Fi passphrase file."""
     hosts = [{"name": f"pi{i}", "address": f"192.0.2.{i + 1}", "user": "pi"} for i in range(3)]
     f = create.create(
         tmp_path / "fleet",
@@ -320,22 +352,42 @@ def test_a_card_flashed_for_another_device_is_refused(fleet, tmp_path):
 def test_the_card_says_its_system():
     from edgegossip.flash import card
 
+    def read(files: dict[str, str], root=None) -> dict:
+        return card.read(list(files), {n: files.get(n, "") for n in card.TEXT_FILES}, root)
+
     issue = "Raspberry Pi reference 2025-10-01\nGenerated using pi-gen, x, abc, stage2\n"
-    assert card.read(list(TRIXIE), issue) == {
+    trixie = read({**TRIXIE, "issue.txt": issue})
+    assert {k: trixie[k] for k in ("os", "date", "machine", "python", "glibc")} == {
         "os": "Raspberry Pi OS trixie",
         "date": "2025-10-01",
         "machine": "aarch64",
         "python": "3.13",
         "glibc": "2.41",
     }
-    assert card.read(list(BOOKWORM), BOOKWORM["issue.txt"])["python"] == "3.11"
-    armhf = card.read(
-        ["kernel.img", "kernel7l.img", "kernel8.img"], "Raspberry Pi reference 2023-10-10"
+    assert trixie["raspberry_pi"] and trixie["markers"][:3] == [
+        "issue.txt",
+        "kernel8.img",
+        "kernel_2712.img",
+    ]
+    assert read(BOOKWORM)["python"] == "3.11"
+    armhf = read(
+        {n: "" for n in ["kernel.img", "kernel7l.img", "kernel8.img"]}
+        | {"issue.txt": "Raspberry Pi reference 2023-10-10"}
     )
     assert (armhf["machine"], armhf["python"]) == ("armv7l", "3.11")
-    old = card.read([], "Raspberry Pi reference 2023-05-03")
+    old = read({"issue.txt": "Raspberry Pi reference 2023-05-03"})
     assert (old["os"], old["machine"], old["python"]) == ("Raspberry Pi OS bullseye", None, "3.9")
-    assert set(card.read(["cmdline.txt"], "").values()) == {None}  # not a Pi's card
+    bare = read({"cmdline.txt": "root=/dev/vda2 rootwait\n"})
+    assert bare["raspberry_pi"] is False and bare["markers"] == []
+    assert {bare[k] for k in ("os", "date", "machine", "python", "glibc")} == {None}
+    # the root partition's word outranks the boot partition's
+    root = {"os": "Debian GNU/Linux 12 (bookworm)", "codename": "bookworm", "machine": "aarch64"}
+    both = read(TRIXIE, root)
+    assert (both["python"], both["os"], both["markers"][-1]) == (
+        "3.11",
+        "Debian GNU/Linux 12 (bookworm)",
+        "root os-release",
+    )
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.waiting import until
-from tests.test_flash import BOOKWORM
 
 pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(1200)]
 REPO = Path(__file__).resolve().parents[1]
@@ -146,9 +145,8 @@ def test_fleet_commands_from_an_installed_wheel(installed, tmp_path, mnist_data)
     # flash into a boot folder: the profile, the unit and the bundle come from the package
     boot = tmp_path / "bootfs"
     boot.mkdir()
-    for name, content in BOOKWORM.items():  # without a Pi's kernels: this wheelhouse is x86
-        if not name.startswith("kernel"):
-            (boot / name).write_text(content)
+    # not a Pi's boot folder (this wheelhouse is x86): it names its target (issue 46)
+    (boot / "cmdline.txt").write_text("console=tty1 root=/dev/vda2 rootfstype=ext4 rootwait\n")
     row = eg(
         installed,
         tmp_path,
@@ -161,6 +159,8 @@ def test_fleet_commands_from_an_installed_wheel(installed, tmp_path, mnist_data)
         str(boot),
         "--format",
         "cloud-init",
+        "--target",
+        "this-machine",
         "--wheelhouse",
         str(wh),
         "--json",

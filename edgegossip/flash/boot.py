@@ -16,6 +16,7 @@ from pathlib import Path
 
 from edgegossip import tools
 from edgegossip.errors import EdgegossipError
+from edgegossip.flash import rootfs
 from edgegossip.flash.partitions import boot_partition
 
 
@@ -49,6 +50,10 @@ class DirBoot:
     def names(self) -> list[str]:
         return sorted(str(p.relative_to(self.root)) for p in self.root.rglob("*") if p.is_file())
 
+    def root_system(self) -> dict | None:
+        """A mounted boot partition comes without its root partition."""
+        return None
+
 
 class FatBoot:
     """The FAT boot partition of an image file or a disk, through mtools."""
@@ -59,6 +64,7 @@ class FatBoot:
             part = boot_partition(str(path))
         except OSError as e:
             raise BootError(f"{path}: {e.strerror}") from None
+        self.path = str(path)
         self.target = f"{path}@@{part.start}"
         self.label = f"{path} (partition {part.number})"
         self.env = {**os.environ, "MTOOLS_SKIP_CHECK": "1", "MTOOLS_NO_VFAT": "0"}
@@ -92,6 +98,10 @@ class FatBoot:
             f.write(data)
             f.flush()
             self._m("mcopy", "-o", "-i", self.target, f.name, f"::/{name}")
+
+    def root_system(self) -> dict | None:
+        """What the image's or disk's own root partition says of its system (rootfs.py)."""
+        return rootfs.read(self.path)
 
     def names(self) -> list[str]:
         p = self._m("mdir", "-/", "-b", "-i", self.target, "::/")

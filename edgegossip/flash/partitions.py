@@ -10,6 +10,7 @@ from edgegossip.errors import UsageError
 
 SECTOR = 512
 FAT_TYPES = {0x01, 0x04, 0x06, 0x0B, 0x0C, 0x0E}
+LINUX = 0x83
 
 
 class PartitionError(UsageError, ValueError):

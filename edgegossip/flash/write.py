@@ -20,14 +20,14 @@ def flash(
     wheelhouse: Path,
     manifest: dict,
     over_another: bool = False,
+    target: str | None = None,
 ) -> dict:
     """wifi: (ssid, hashed psk, country) or None. A card that still carries another device's
     bundle (flashed, never booted) is refused unless over_another: written over, that device's
-    secrets would stay in the card's free clusters beside this one's."""
+    secrets would stay in the card's free clusters beside this one's. target: the system the
+    user names (card.TARGET_NAMES), for a card whose markers do not tell it."""
     _check_not_another(boot, fleet, device, over_another)
-    issue = (boot.read("issue.txt") or b"").decode(errors="replace")
-    system = card.read(boot.names(), issue)
-    card.check(system, manifest["platform"])  # before anything is written
+    names, issue, system = _read_card(boot, manifest, target)  # before anything is written
     pub = fleet.ssh_key_path().with_name(fleet.ssh_key_path().name + ".pub")
     try:
         ssh_key = pub.read_text().strip()
@@ -39,7 +39,7 @@ def flash(
     host_secret, host_public = hostkeys.make(device.name)
     files[firstboot.HOST_KEY] = host_secret
     files[firstboot.HOST_KEY + ".pub"] = (host_public + "\n").encode()
-    found = fmt or firstboot.detect(boot.names(), issue)
+    found = fmt or firstboot.detect(names, issue)
     for name, content in files.items():
         boot.write(f"{firstboot.BUNDLE}/{name}", content)
     instance = f"edgegossip-{device.name}-{secrets.token_hex(4)}"
@@ -75,8 +75,19 @@ def flash(
         "release": manifest["release"],
         "platform": manifest["platform"],
         "card": system,
+        "named_target": target,
         "host_key": hostkeys.fingerprint(host_public),
     }
+
+
+def _read_card(boot, manifest: dict, target: str | None) -> tuple[list[str], str, dict]:
+    """The boot partition's names, its issue.txt, and its system as card.read() tells it;
+    card.CardMismatch if the wheelhouse cannot run there."""
+    names = boot.names()
+    texts = {n: (boot.read(n) or b"").decode(errors="replace") for n in card.TEXT_FILES}
+    system = card.read(names, texts, boot.root_system())
+    card.judge(system, manifest["platform"], target)
+    return names, texts["issue.txt"], system
 
 
 def _check_not_another(boot, fleet, device, over_another: bool) -> None:

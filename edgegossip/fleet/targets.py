@@ -28,6 +28,7 @@ RELEASES = (
     Release("bookworm", "2023-10-10", "3.11", "2.36"),
     Release("bullseye", "0000-00-00", "3.9", "2.31"),
 )
+RELEASES_BY_NAME = {r.name: r for r in RELEASES}
 
 
 def release_of(image_date: str) -> Release:

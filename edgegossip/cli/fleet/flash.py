@@ -9,6 +9,7 @@ import click
 from edgegossip import exit_codes
 from edgegossip.cli.fleet import open_fleet
 from edgegossip.cli.render import emit, fail
+from edgegossip.flash.card import TARGET_NAMES
 from edgegossip.flash.firstboot import FORMATS
 
 
@@ -61,6 +62,13 @@ from edgegossip.flash.firstboot import FORMATS
     "FLEET/wheelhouse.",
 )
 @click.option(
+    "--target",
+    type=click.Choice(TARGET_NAMES),
+    default=None,
+    help="The system the card runs, where its boot partition does not tell it (a boot folder "
+    "copied by hand, a derivative's image); the card's own markers must agree.",
+)
+@click.option(
     "--over-another-device",
     "over_another",
     is_flag=True,
@@ -72,7 +80,8 @@ from edgegossip.flash.firstboot import FORMATS
     "as_json",
     is_flag=True,
     help='Print {"name", "format", "detected", "target", "instance_id", "wifi", "files", '
-    '"release", "platform", "card": {"os", "date", "machine", "python"}, "host_key"}.',
+    '"release", "platform", "card": {"os", "date", "machine", "python", "glibc", '
+    '"raspberry_pi", "markers"}, "named_target", "host_key"}.',
 )
 def flash(
     name,
@@ -85,6 +94,7 @@ def flash(
     wifi_country,
     wifi_psk_file,
     wheel_dir,
+    target,
     over_another,
     as_json,
 ) -> None:
@@ -93,11 +103,13 @@ def flash(
     and unit, started at once (it waits for the clock itself, a bounded time). The bundle,
     secrets included, is deleted from the boot partition once installed.
 
-    The card's system is read from its boot partition (issue.txt's image date, the kernels it
-    carries): a wheelhouse for another machine, Python or a newer glibc is refused, exit 2,
-    before anything is written."""
+    The card's system is read from its boot partition (issue.txt's image date, the kernels,
+    config.txt, cmdline.txt, the Pi firmware's files) and an image's root partition
+    (os-release): a wheelhouse for another machine, Python or a newer glibc is refused, exit 2,
+    before anything is written, and so is a card whose machine and Python nothing tells, unless
+    --target names them."""
     from edgegossip.errors import EdgegossipError
-    from edgegossip.flash import boot, wifi
+    from edgegossip.flash import boot
     from edgegossip.flash import disk as disks
     from edgegossip.flash.write import flash as write
     from edgegossip.fleet import bundle
@@ -107,21 +119,13 @@ def flash(
     f = open_fleet(fleet_dir)
     try:
         d = f.device(name)
-        creds = None
-        if wifi_ssid or wifi_psk_file or wifi_country:
-            if not (wifi_ssid and wifi_psk_file and wifi_country):
-                raise ValueError(
-                    "Wi-Fi needs --wifi-ssid, --wifi-country and --wifi-psk-file together"
-                )
-            passphrase = wifi_psk_file.read_text().rstrip("\r\n")
-            creds = (wifi_ssid, wifi.psk(wifi_ssid, passphrase), wifi.check_country(wifi_country))
+        creds = _wifi(wifi_ssid, wifi_country, wifi_psk_file)
         manifest = bundle.load(wheel_dir or f.root / "wheelhouse")
         if disk is not None:
             disks.check(disk)
-        target = boot.DirBoot(boot_dir) if boot_dir else boot.FatBoot(Path(image or disk))
-        row = write(
-            f, d, target, fmt, creds, wheel_dir or f.root / "wheelhouse", manifest, over_another
-        )
+        card = boot.DirBoot(boot_dir) if boot_dir else boot.FatBoot(Path(image or disk))
+        wheels = wheel_dir or f.root / "wheelhouse"
+        row = write(f, d, card, fmt, creds, wheels, manifest, over_another, target)
     except (EdgegossipError, ValueError) as e:  # all of them the operator's to fix: usage
         fail(str(e), exit_codes.USAGE)
     except OSError as e:
@@ -133,6 +137,18 @@ def flash(
             f"{name}: {row['format']} first boot written to {row['target']} "
             f"({len(row['files'])} files, release {row['release']})"
         )
+
+
+def _wifi(ssid, country, psk_file) -> tuple[str, str, str] | None:
+    """(ssid, hashed psk, country) from the options, None without Wi-Fi."""
+    from edgegossip.flash import wifi
+
+    if not (ssid or psk_file or country):
+        return None
+    if not (ssid and psk_file and country):
+        raise ValueError("Wi-Fi needs --wifi-ssid, --wifi-country and --wifi-psk-file together")
+    passphrase = psk_file.read_text().rstrip("\r\n")
+    return ssid, wifi.psk(ssid, passphrase), wifi.check_country(country)
 
 
 COMMANDS = [flash]
