@@ -8,6 +8,13 @@ from pathlib import Path
 
 _last_peak = 0.0
 
+# every alarm an agent raises (protocol/liveness.py), and what it means: the one list that
+# records, `status`, /metrics and the emulate summary name
+ALARMS = {
+    "merges_stopped": "peers are heard but nothing was merged for a while",
+    "weight_below_floor": "the push-sum weight fell below its floor (gossip-push)",
+}
+
 
 def peak_rss_mb() -> float:
     """This process's peak resident memory, MB. VmHWM, not getrusage's ru_maxrss: Linux carries

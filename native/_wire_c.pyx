@@ -46,7 +46,7 @@ cdef extern from "<openssl/hmac.h>" nogil:
 
 DEF HEADER_SIZE = 48
 DEF TAG_SIZE = 16
-DEF VERSION = 3
+DEF VERSION = 4
 DEF DTYPE_F32 = 1
 DEF FLAG_ENCRYPTED = 2
 DEF MAX_PAYLOAD = 65536
@@ -297,9 +297,9 @@ def frame_batch(Aead aead not None, const uint8_t[::1] model not None,
     """Frame chunks first_chunk.. of model (the flat vector's bytes) into rows, as many as fit
     in rows and below stop_chunk; row k gets sequence number seq0 + k and is sealed with `aead`
     (the link's key): the whole row is associated data, or with FLAG_ENCRYPTED in flags the
-    payload is encrypted; every row carries the push-sum `weight` (float16 bits). chunk_bytes
-    is a chunk's size in the float32 model; with `dtype` another payload encoding (payload.py),
-    each chunk is encoded on the way. Returns how many."""
+    payload is encrypted; every row carries the push-sum `weight` (the link's running sum, in
+    counts). chunk_bytes is a chunk's size in the float32 model; with `dtype` another payload
+    encoding (payload.py), each chunk is encoded on the way. Returns how many."""
     cdef Py_ssize_t count = min(stop_chunk - first_chunk, rows.shape[0])
     cdef bytearray scratch_obj = bytearray(_encoded_len(dtype, chunk_bytes // 4) + 4)
     cdef uint8_t *scratch = scratch_obj
@@ -398,8 +398,7 @@ cdef inline Py_ssize_t _steady(const uint8_t *d, Py_ssize_t n, const uint8_t *pr
     if (h[0] != VERSION or h[1] != msg_type or h[2] != dtype
             or (h[3] & FLAG_ENCRYPTED) != flags
             or HEADER_SIZE + length + TAG_SIZE != n or _le32(h + 4) != fleet
-            or _le16(h + 8) != sender or _le16(h + 10) != me or _le16(h + 14) & 0x8000
-            or _le16(h + 14) & 0x7C00 == 0x7C00
+            or _le16(h + 8) != sender or _le16(h + 10) != me
             or _le32(h + 16) != session or _le32(h + 20) != round
             or (blocks and _le16(h + 12) >= blocks)):
         return -1

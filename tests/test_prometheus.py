@@ -193,3 +193,16 @@ def test_the_dashboard_queries_what_agents_serve(pair):
     # gauges with no value yet (accuracy before the first evaluation) are left out until then
     served = until(lambda: (x := _try(ports[0])) and named <= set(x) and set(x), timeout=60)
     assert named and named <= served, named - served
+
+
+def test_alarms_and_silent_peers_are_served():
+    """Issue 47: every known alarm is a series (1 while raised), each silent peer one more."""
+    status = {"agent": 0, "alarms": ["weight_below_floor"], "silent_peers": [2]}
+    fams = list(prometheus.AgentCollector(lambda: status).collect())
+    samples = [s for f in fams for s in f.samples]
+    alarms = {s.labels["alarm"]: s.value for s in samples if s.name == "edgegossip_alarm"}
+    assert alarms == {"merges_stopped": 0.0, "weight_below_floor": 1.0}
+    silent = {s.labels["peer"]: s.value for s in samples if s.name == "edgegossip_peer_silent"}
+    assert silent == {"2": 1.0}
+    quiet = list(prometheus.AgentCollector(lambda: {"agent": 0}).collect())
+    assert not [f for f in quiet if f.name in ("edgegossip_alarm", "edgegossip_peer_silent")]

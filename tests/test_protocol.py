@@ -4,14 +4,18 @@ import threading
 import time
 
 import numpy as np
+import pytest
 
+from edgegossip.algorithms import gossip_push
 from edgegossip.config import AgentConfig, Peer
 from edgegossip.dataplane import wire
 from edgegossip.dataplane.chunking import ChunkPlan
 from edgegossip.dataplane.inbox import Inbox
 from edgegossip.dataplane.outbox import Encoder
+from edgegossip.dataplane.reassembly import Event
 from edgegossip.dataplane.sender import Sender, Snapshots
 from edgegossip.protocol import Context, make_protocol
+from edgegossip.protocol.gossip_push import CREDITS
 from edgegossip.transport.base import Transport
 from edgegossip.transport.peers import PeerBook
 
@@ -191,19 +195,20 @@ class Direct(Transport):
         pass
 
 
-def _push_receiver():
-    """Worker 0 of a 3-worker gossip-push fleet that only receives: (plan, cfg, inbox, protocol)."""
+def _push_receiver(me: int = 0, p: float = 0.0):
+    """Worker `me` of a 3-worker gossip-push fleet (it only receives at p = 0):
+    (plan, cfg, inbox, protocol)."""
     plan = ChunkPlan(7850, wire.default_chunk_bytes())
     cfg = AgentConfig(
-        id=0,
+        id=me,
         listen="127.0.0.1:1",
         workers=3,
         algorithm="gossip-push",
         model="logreg",
-        p=0.0,
-        peers=(Peer(1, "127.0.0.1", 1001), Peer(2, "127.0.0.1", 1002)),
+        p=p,
+        peers=tuple(Peer(j, "127.0.0.1", 1000 + j) for j in range(3) if j != me),
     )
-    inbox = Inbox.build(plan, KEY, 1, me=0)
+    inbox = Inbox.build(plan, KEY, 1, me=me)
     book = PeerBook({p.id: (p.host, p.port) for p in cfg.peers})
     receiver = make_protocol(Context(cfg, plan, inbox.rounds, None, book, np.random.default_rng(0)))
     return plan, cfg, inbox, receiver
@@ -236,6 +241,7 @@ def test_gossip_push_agents_merge_by_push_sum_weights_over_the_wire():
             Snapshots(plan.n_params, 2),
         )
         proto = make_protocol(ctx)
+        proto.credit[0] = CREDITS  # as a round heard from 0 gives: weight goes only there
         proto.before_step(np.full(plan.n_params, value, np.float32), 0)
         pushers.append((ctx, sender))
     for ctx, sender in pushers:
@@ -281,11 +287,12 @@ def test_a_protocol_checkpoints_its_own_fields():
 
     push = proto("gossip-push")
     push.ctx.push_weight = 0.375
+    push.seen = {1: (7, 1234)}  # the last running sum seen from peer 1, in its session 7
     saved = push.checkpoint()
-    assert set(saved) == {"push_weight"} and float(saved["push_weight"]) == 0.375
+    assert set(saved) == {"push_weight", "push_seen"} and float(saved["push_weight"]) == 0.375
     again = proto("gossip-push")
     again.restore(saved)
-    assert again.ctx.push_weight == 0.375
+    assert again.ctx.push_weight == 0.375 and again.seen == {1: (7, 1234)}
     again.restore({})  # a fresh start keeps the initial weight
     assert again.ctx.push_weight == 0.375
     assert proto("elastic-gossip").checkpoint() == {}
@@ -298,16 +305,86 @@ def test_a_push_weight_no_honest_peer_could_send_is_refused():
     the fleet's total, so it pushes on."""
     plan, cfg, inbox, receiver = _push_receiver()
     hostile = Encoder(plan, KEY, 1, 1)
-    bits, value = wire.weight_bits(65504.0)
-    assert value == 65504.0
     x = np.zeros(plan.n_params, np.float32)
     for rnd in range(1, 5):
+        # each round's sum 40,000 counts past the last: 4.9 weights of a 3-worker fleet
         y = np.full(plan.n_params, 100.0, np.float32)
-        for d in hostile.chunks(y, wire.MsgType.PARAMS, rnd, receiver=0, weight=bits):
+        counts = rnd * 40000 % gossip_push.SUM_MOD
+        for d in hostile.chunks(y, wire.MsgType.PARAMS, rnd, receiver=0, weight=counts):
             inbox.ingest(memoryview(bytes(d))[1 + len(wire.DEFAULT_GROUP) :])
         receiver.before_step(x, rnd)
         receiver.after_step(x, rnd + 1)
     assert receiver.ctx.push_weight <= cfg.workers
     assert receiver.weights_refused == 4 and receiver.metrics()["push_weights_refused"] == 4
     assert (x == 0).all()  # a refused weight merges nothing
-    assert receiver._outgoing_weight() >= 0  # and it can still push
+    assert receiver._outgoing_weight(1) >= 0  # and it can still push
+
+
+def _push_round(inbox, enc, rnd: int, counts: int, value: float, plan) -> None:
+    y = np.full(plan.n_params, value, np.float32)
+    for d in enc.chunks(y, wire.MsgType.PARAMS, rnd, receiver=0, weight=counts):
+        inbox.ingest(memoryview(bytes(d))[1 + len(wire.DEFAULT_GROUP) :])
+
+
+def test_a_lost_push_brings_its_weight_with_the_next_one():
+    """Issue 47: running sums. Peer 1 gives 1/2, then 1/4; the first message is lost whole.
+    The second carries the sum 3/4, so the receiver takes both: weight 1.75, and no weight
+    drained with the lost message. A new session of the sender counts from 0 again."""
+    plan, cfg, inbox, receiver = _push_receiver()
+    u = gossip_push.unit(cfg.workers)
+    enc = Encoder(plan, KEY, 1, 1, session=5)
+    half, quarter = int(0.5 / u), int(0.25 / u)
+    x = np.zeros(plan.n_params, np.float32)
+    # round 1 (sum = half) never arrives; round 2 does
+    _push_round(inbox, enc, 2, half + quarter, 8.0, plan)
+    receiver.before_step(x, 0)
+    receiver.after_step(x, 1)
+    assert receiver.ctx.push_weight == pytest.approx(1.75)
+    np.testing.assert_allclose(x, 8.0 * 0.75 / 1.75, rtol=1e-6)
+    # the sender restarts: session 6, its sum counts from 0; a quarter arrives
+    _push_round(inbox, Encoder(plan, KEY, 1, 1, session=6), 1, quarter, 8.0, plan)
+    receiver.before_step(x, 2)
+    receiver.after_step(x, 3)
+    assert receiver.ctx.push_weight == pytest.approx(2.0) and receiver.weights_refused == 0
+
+
+def test_a_peer_never_heard_gets_probes_not_weight():
+    """Issue 47: a configured peer that never runs. Pushes to it carry the link's running sum
+    unchanged, so the sender's weight does not drain toward a device that is off; a peer heard
+    from gets half the weight."""
+    _, _, _, proto = _push_receiver(me=1, p=1.0)
+    assert proto._outgoing_weight(2) == 0 and proto.ctx.push_weight == 1.0
+    assert proto.probes == 1
+    now = time.monotonic()
+    # a round from peer 0 (its running sum 0, nothing to take) gives credit toward it
+    proto._on_params(Event(0, wire.MsgType.PARAMS, 1, 0, 0, 0, 9), None, None, now)
+    assert [proto._choose([0, 2], now) for _ in range(3)] == [0, 0, 0]  # no probe due yet
+    counts = proto._outgoing_weight(0)
+    assert counts * gossip_push.unit(3) == pytest.approx(0.5) and proto.ctx.push_weight == 0.5
+    proto._outgoing_weight(0)  # the second and last credit
+    assert proto._outgoing_weight(0) == proto.sums[0] and proto.probes == 2  # then probes
+    assert proto.ctx.push_weight == pytest.approx(0.25, abs=2 * gossip_push.unit(3))
+
+
+def test_liveness_marks_a_quiet_peer_silent_and_raises_the_alarms():
+    from edgegossip.protocol.liveness import Liveness
+
+    live = Liveness([1, 2], workers=3, p=0.5, deadline_s=lambda j: 0.5)
+    live.step(0.0)
+    live.step(0.1)  # a step time of 0.1 s: peers' rounds expected every 0.4 s
+    for k in range(3):
+        live.heard(1, 0.1 + 0.4 * k)  # gaps of 0.4 s
+    assert live.silent_after(1) == pytest.approx(6 * 0.4)
+    live.check(1.0, set())
+    assert live.metrics() == {"silent_peers": [], "alarms": []}
+    live.check(2.6, set())  # peer 2 never heard in 2.6 s; peer 1 quiet for 1.7 s
+    assert live.metrics()["silent_peers"] == [2] and live.is_live(1, 2.6)
+    assert not live.is_live(2, 2.6)
+    for k in range(7, 23):
+        live.heard(1, 0.1 + 0.4 * k)  # still every 0.4 s, up to 8.9 s
+    live.check(9.0, {"weight_below_floor"})  # nothing merged since the start, peer 1 heard
+    assert live.metrics()["alarms"] == ["merges_stopped", "weight_below_floor"]
+    live.merged(9.1)
+    live.heard(2, 9.1)
+    live.check(9.2, set())
+    assert live.metrics() == {"silent_peers": [], "alarms": []}

@@ -11,7 +11,9 @@ KEY = b"k" * 32
 
 
 def test_header_roundtrip_and_size():
-    h = wire.Header(3, 1, 1, 0, 7, 3, 4, 2, 0x3C00, 17, 99, 5, 10, 5 * 1412, 1412, 2**63 + 5)
+    h = wire.Header(
+        wire.VERSION, 1, 1, 0, 7, 3, 4, 2, 0x3C00, 17, 99, 5, 10, 5 * 1412, 1412, 2**63 + 5
+    )
     buf = bytearray(wire.HEADER_SIZE + 1412 + wire.TAG_SIZE)
     wire.pack_into(buf, 0, h)
     assert wire.HEADER_SIZE == 48
@@ -35,9 +37,6 @@ def test_chunk_sizes_fit_mtu_and_libzmq():
         (lambda b: b[:20], "truncated"),
         (lambda b: b[:-1], "truncated"),
         (lambda b: bytes([1]) + b[1:], "bad_version"),
-        (lambda b: b[:15] + bytes([0xBC]) + b[16:], "bad_weight"),  # push-sum weight -1.0
-        (lambda b: b[:15] + bytes([0x7C]) + b[16:], "bad_weight"),  # +inf
-        (lambda b: b[:15] + bytes([0x7E]) + b[16:], "bad_weight"),  # NaN
         (lambda b: b[:1] + bytes([9]) + b[2:], "bad_type"),
         (lambda b: b[:2] + bytes([9]) + b[3:], "bad_dtype"),
     ],
@@ -51,17 +50,14 @@ def test_unpack_rejects(mutate, reason):
     assert e.value.reason == reason
 
 
-def test_push_sum_weight_travels_as_float16_and_what_is_sent_is_exact():
-    bits, sent = wire.weight_bits(1 / 3)
-    assert sent == float(np.float16(1 / 3)) and abs(sent - 1 / 3) < 1e-3
-    assert wire.weight_value(bits) == sent
+def test_the_push_sum_running_sum_travels_as_16_bits_unchanged():
+    """Every 16-bit value is a running sum some honest sender may send (it counts modulo
+    2^16), so the wire drops none of them: whether one is plausible is the algorithm's to say."""
     plan = ChunkPlan(1000, 400)
     enc = Encoder(plan, KEY, 1, 2)
-    for d in enc.chunks(np.zeros(1000, np.float32), wire.MsgType.PARAMS, 1, weight=bits):
-        assert wire.weight_value(wire.unpack(bytes(d)[3:]).weight) == sent
-    assert wire.weight_bits(0.0) == (0, 0.0)
-    with pytest.raises(ValueError):
-        wire.weight_bits(-1.0)
+    for counts in (0, 1, 0x7C00, 0x8000, 0xFFFF):
+        for d in enc.chunks(np.zeros(1000, np.float32), wire.MsgType.PARAMS, 1, weight=counts):
+            assert wire.unpack(bytes(d)[3:]).weight == counts
 
 
 def test_tag_covers_group_header_and_payload():

@@ -35,6 +35,8 @@ class World:
     alpha: float
     avg_grad: np.ndarray
     weights: list[float] = field(default_factory=list)  # push-sum weights
+    # push-sum running sums per link (sender, receiver): (sent, last seen), in counts
+    link_sums: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
     ring_bytes: float = 0.0  # all-reduce's traffic per worker so far
 
     @property

@@ -1,36 +1,55 @@
 """Gossiping SGD, push variant (Jin et al. 2016, arXiv 1611.04581), as push-sum gossip (Kempe et
-al. 2003), the averaging the push variant rests on. The paper's own text could not be consulted
-here, so this is push-sum as Kempe et al. state it, kept in its de-biased form.
+al. 2003) with running sums on each link (Hadjicostis, Vaidya and Dominguez-Garcia, "Robust
+distributed average consensus via exchange of running sums", IEEE TAC 2016), so that the weight
+of a lost message is not lost for good.
 
 Every worker holds a weight w_i, 1 at the start, so the fleet's weights sum to W. With
-probability p per step, worker i picks a peer j uniformly, gives away half its weight and sends
-it with its pre-step parameters y:
+probability p per step, worker i picks a peer j, gives away half its weight and adds it to the
+running sum it keeps for the link i -> j:
 
-    s = w_i / 2 (rounded to float16, as the header carries it),   w_i <- w_i - s
+    s = floor(w_i / 2 / u) * u,   w_i <- w_i - s,   sigma_ij <- sigma_ij + s
 
-The receiver merges what arrived as a weighted mean, chunk by chunk (m is the chunk mask):
+and sends sigma_ij (not s) with its pre-step parameters y. The receiver keeps rho_ij, the last
+sum it saw on that link, and takes what arrived since:
 
-    x_j <- x_j + m * s / (w_j + s) * (y - x_j),    w_j <- w_j + s
+    d = sigma_ij - rho_ij,   rho_ij <- sigma_ij
 
-So x_j is push-sum's ratio (sum of w x) / (sum of w), and messages that arrive in one step give
-the same result in any order: 0 (weight 1) receiving 4 and then 8, each sent with weight 1/2,
-ends at (1*0 + 0.5*4 + 0.5*8) / 2 = 3 with weight 2 either way, and the fleet's sum of w x, 12,
-is what the three held before. The optimizer steps x itself (the de-biased parameters).
+then merges y as a weighted mean, chunk by chunk (m is the chunk mask):
 
-Lost datagrams: the weight is one number per worker, not one per chunk, so a chunk that did not
-arrive counts as the receiver's own value there (x_j unchanged in that chunk, w_j still grows by
-s). The fleet's weights then keep summing to W, and no weight drains away with every lost
-datagram; only a message of which nothing arrived (the receiver never learns of it) loses its s.
-The price: on a lost chunk, the merge depends on order (the receiver's value stands in for the
-sender's), so the rule is exact push-sum only where everything arrived.
+    x_j <- x_j + m * d / (w_j + d) * (y - x_j),    w_j <- w_j + d
 
-A hostile peer: honest weights sum to W, so no worker ever holds more than W and no message
-carries more than W/2 (up to float16's rounding). A receiver takes a weight outside [0, W/2] as
-0 (the message then changes nothing) and never lets its own weight pass W, so what a key holder
-sends can skew a mean but never grow a weight past what float16 carries and end an agent.
+So x_j is push-sum's ratio (sum of w x) / (sum of w): 0 (weight 1) receiving 4 and then 8, each
+with d = 1/2, ends at (1*0 + 0.5*4 + 0.5*8) / 2 = 3 with weight 2 in either order.
+
+What a lost message costs: a message of which nothing arrived leaves rho_ij behind, so its s
+arrives with the next message on that link that gets through, inside d. The weights lose
+nothing for good: sum_i w_i + (weight in flight) = W at every moment, and the weight in flight
+on a link is what its next arrival brings. The values are not as exact: that late weight is
+merged with the newer message's y, not with the lost message's own parameters (running sums of
+w x would need a model-sized accumulator per link on both ends and could not be quantised like
+parameters). A chunk that did not arrive counts as the receiver's own value there (x_j
+unchanged in that chunk, w_j still grows by d), so the merge is exact push-sum only where
+everything arrived.
+
+The wire: sigma travels as 16 bits, a count of units u = R / 2^16 modulo R = 2^(ceil(log2 W)+1)
+(both ends know W). The weight in flight on a link never exceeds W < R, so d = (sigma - rho) mod
+R is the true difference. A difference larger than W is one no honest sender could cause (a
+sender whose sums went back, or a receiver that lost its own): it is taken as 0 and the link's
+sum is taken as the new baseline, so what a key holder sends can skew a mean but never grow a
+weight past W. Sums count within a sender's session (which every start raises): a session the
+receiver has not seen starts from 0. A sender's restart from its checkpoint gets back the weight
+it had given away since; a weight is capped at W all the same.
+
+A peer that is off: what is pushed to it is in flight until it comes back. So on a device a
+worker pushes weight to a peer only on a sign of life: each round heard from it allows a few
+pushes with weight (protocol/gossip_push.py); other pushes are probes, its parameters with the
+running sum unchanged (d = 0 unless earlier weight is still in flight), until the peer is heard
+again. The simulation has no device that is off, and every worker gives at every push.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -38,21 +57,31 @@ from edgegossip import kernels
 from edgegossip.algorithms.base import GossipAlgorithm, World
 from edgegossip.algorithms.elastic_gossip import choose_peers
 
-__all__ = ["choose_peers", "give", "admit", "apply", "GossipPush"]
+__all__ = ["choose_peers", "unit", "give", "taken", "apply", "GossipPush"]
+
+SUM_BITS = 16  # the header's field
+SUM_MOD = 1 << SUM_BITS
 
 
-def give(w: float) -> tuple[float, float]:
-    """Sender: (s, what it keeps). s is half of w rounded to float16, so that s is exactly what
-    the receiver reads and no weight is made or lost in rounding."""
-    s = float(np.float16(w / 2))
-    return s, w - s
+def unit(workers: int) -> float:
+    """u: the weight one count of the header's running sum stands for, in a fleet of W."""
+    ring = 2.0 ** (math.ceil(math.log2(max(1, workers))) + 1)
+    return ring / SUM_MOD
 
 
-def admit(s: float, workers: int) -> float:
-    """Receiver: the weight s a message claims, as taken: s if an honest sender could have sent
-    it (0 <= s <= W/2, float16's rounding allowed for), else 0."""
-    ok = np.isfinite(s) and 0.0 <= s <= workers / 2 * (1 + 2**-10)
-    return float(s) if ok else 0.0
+def give(w: float, workers: int) -> tuple[int, float]:
+    """Sender: (counts given, the weight kept). Half of w, rounded down to whole units, so the
+    receiver takes exactly what was given and no weight is made or lost in rounding."""
+    u = unit(workers)
+    counts = int(w / 2 / u)
+    return counts, w - counts * u
+
+
+def taken(sigma: int, rho: int, workers: int) -> float | None:
+    """Receiver: the weight that came on a link whose running sum went from rho to sigma
+    (counts, modulo 2^16); None if no honest sender could have caused it."""
+    d = ((sigma - rho) % SUM_MOD) * unit(workers)
+    return d if d <= workers else None
 
 
 def apply(
@@ -61,14 +90,14 @@ def apply(
     mask: np.ndarray,
     chunk_elems: int,
     w: float,
-    s: float,
+    d: float,
     workers: int | None = None,
 ) -> float:
-    """Receiver: merge y (arrived where mask is set), sent with weight s, into x, which has
+    """Receiver: merge y (arrived where mask is set), that brought weight d, into x, which has
     weight w; returns x's new weight (never above `workers`, the fleet's total, when given)."""
-    if s > 0 and w + s > 0:
-        kernels.elastic_pull(x, x, y, mask, chunk_elems, s / (w + s))
-    return w + s if workers is None else min(w + s, float(workers))
+    if d > 0 and w + d > 0:
+        kernels.elastic_pull(x, x, y, mask, chunk_elems, d / (w + d))
+    return w + d if workers is None else min(w + d, float(workers))
 
 
 class GossipPush(GossipAlgorithm):
@@ -78,24 +107,31 @@ class GossipPush(GossipAlgorithm):
 
     @classmethod
     def merge(cls, world: World, picks: list[int | None]) -> None:
-        given = {}
-        weights = world.weights
+        """One step's pushes; world.link_sums holds (sigma, rho) per link, in counts."""
+        W, weights, sums = world.n, world.weights, world.link_sums
         for i, j in enumerate(picks):
             if j is not None:
-                given[i], weights[i] = give(weights[i])
+                counts, weights[i] = give(weights[i], W)
+                sigma, rho = sums.get((i, j), (0, 0))
+                sums[(i, j)] = ((sigma + counts) % SUM_MOD, rho)
         for i, j in enumerate(picks):
-            if j is not None:
-                mask = world.net.send(i, world.whole)
-                if mask.any():  # else the receiver never learns of it: s is lost
-                    weights[j] = apply(
-                        world.xs[j],
-                        world.sent[i],
-                        mask,
-                        world.plan.chunk_elems,
-                        weights[j],
-                        given[i],
-                    )
+            if j is None:
+                continue
+            mask = world.net.send(i, world.whole)
+            if not mask.any():  # the receiver never learns of it: its weight stays in flight
+                continue
+            sigma, rho = sums[(i, j)]
+            sums[(i, j)] = (sigma, sigma)
+            d = taken(sigma, rho, W) or 0.0
+            weights[j] = apply(
+                world.xs[j], world.sent[i], mask, world.plan.chunk_elems, weights[j], d
+            )
 
     @classmethod
     def sim_report(cls, world: World) -> dict:
-        return {"push_weight_sum": round(sum(world.weights), 6)}
+        u = unit(world.n)
+        flight = sum((s - r) % SUM_MOD for s, r in world.link_sums.values()) * u
+        return {
+            "push_weight_sum": round(sum(world.weights), 6),
+            "push_weight_in_flight": round(flight, 6),
+        }

@@ -40,6 +40,7 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
         f"  agent {i}: step {r['step']:>6}  loss {r.get('loss') or 0:.3f}  acc {r['accuracy']:.4f}"
         f"  exchanges {sum(ex.values()):>4} ({ex.get('partial', 0)} partial, "
         f"{ex.get('timed_out', 0)} timed out)  dropped {r.get('datagrams_dropped', 0)}"
+        + (f"  alarm: {', '.join(r['alarms'])}" if r.get("alarms") else "")
         + ("" if alive else "  [stopped]")
     )
 
@@ -304,6 +305,12 @@ def _show(summary: dict, loss: float) -> None:
         f"{'n/a (TCP)' if obs is None else f'{obs:.1%}'}; test accuracy of the average model "
         f"{summary['average_model_accuracy']:.4f}"
     )
+    for a in summary["agents"]:
+        if a["alarms"] or a["silent_peers"]:
+            click.echo(
+                f"agent {a['agent']}: alarms {', '.join(a['alarms']) or 'none'}; "
+                f"silent peers {a['silent_peers'] or 'none'} at the end"
+            )
     click.echo(f"report: {summary['report']}")
 
 

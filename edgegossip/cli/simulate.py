@@ -88,6 +88,7 @@ class Probability(click.ParamType):
     "payload",
     help="How parameters travel: int8 has a float32 scale per datagram.",
 )
+@options.setting("--chunk-bytes", "chunk_bytes", type=int)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option(
     "--eval-every",
@@ -123,6 +124,7 @@ def simulate(
     beta,
     classes_per_worker,
     payload,
+    chunk_bytes,
     seed,
     eval_every,
     history,
@@ -135,7 +137,8 @@ def simulate(
     partition [, beta | classes_per_worker], payload), then epochs, steps, acc_worker0,
     acc_average (the average of all workers' parameters), val_acc_worker0,
     bytes_sent_per_worker (datagrams as they go on the wire, framing included; a float32 ring
-    for allreduce), datagrams_sent, datagrams_lost, elapsed_s [, push_weight_sum]."""
+    for allreduce), datagrams_sent, datagrams_lost, elapsed_s [, push_weight_sum,
+    push_weight_in_flight (gossip-push: the weights held, and those on their way)]."""
     from edgegossip.data import mnist
     from edgegossip.simulate import SimConfig
     from edgegossip.simulate import simulate as run
@@ -156,6 +159,7 @@ def simulate(
         beta=beta,
         classes_per_worker=classes_per_worker,
         payload=payload,
+        chunk_bytes=chunk_bytes,
     )
     if eval_every is None and (history is not None or plot is not None):
         fail("--history and --plot need --eval-every", exit_codes.USAGE)

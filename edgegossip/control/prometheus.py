@@ -35,6 +35,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.process_collector import ProcessCollector
 
 from edgegossip import clock
+from edgegossip.metrics import ALARMS
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,18 @@ LABELLED: tuple[tuple[str, str, str, str], ...] = (
     ("exchanges_total", "exchanges by outcome", "exchanges", "outcome"),
     ("datagrams_dropped_total", "datagrams dropped, by reason", "drops", "reason"),
     ("link_loss_ratio", "loss observed on the link from each peer", "link_loss", "peer"),
+)
+# name, help, key of a list in the status, the label: one series per member, 1 while listed
+# (and, where the possible members are known, 0 for the others)
+MEMBERS: tuple[tuple[str, str, str, str, tuple[str, ...]], ...] = (
+    ("alarm", "alarms raised now (protocol/liveness.py)", "alarms", "alarm", tuple(ALARMS)),
+    (
+        "peer_silent",
+        "peers silent now: weight goes only to peers heard",
+        "silent_peers",
+        "peer",
+        (),
+    ),
 )
 STATES = ("starting", "training", "paused", "stopping")
 # name, help, key in the status dict, its values: one series per value, 1 for the one it has
@@ -112,6 +125,14 @@ class AgentCollector:
             for k, v in sorted((st.get(key) or {}).items(), key=lambda kv: str(kv[0])):
                 if v is not None:
                     fam.add_metric([str(k)], float(v))
+            yield fam
+        for name, help, key, label, known in MEMBERS:
+            if key not in st:
+                continue
+            fam = GaugeMetricFamily(PREFIX + name, help, labels=[label])
+            listed = {str(v) for v in st.get(key) or ()}
+            for value in sorted(listed | set(known)):
+                fam.add_metric([value], 1.0 if value in listed else 0.0)
             yield fam
         for name, help, key, values in ENUMS:
             fam = GaugeMetricFamily(PREFIX + name, help, labels=[name])

@@ -12,7 +12,6 @@ DROP_REASONS = (
     "bad_version",
     "bad_type",
     "bad_dtype",
-    "bad_weight",
     "wrong_fleet",
     "wrong_receiver",
     "unknown_sender",

@@ -28,7 +28,8 @@ class Event:
     round: int
     flags: int
     block: int
-    weight: float = 0.0  # push-sum weight the message carries (gossip-push)
+    weight: int = 0  # push-sum running sum of the link, in counts (gossip-push)
+    session: int = 0  # the sender's session: running sums count within one
 
 
 class Round:
@@ -271,7 +272,7 @@ class Reassembly:
     def event(self, h: wire.Header) -> None:
         with self.cond:
             self._events.append(
-                Event(h.sender, h.msg_type, h.round, h.flags, h.block, wire.weight_value(h.weight))
+                Event(h.sender, h.msg_type, h.round, h.flags, h.block, h.weight, h.session)
             )
             self.cond.notify_all()
 

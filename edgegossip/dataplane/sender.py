@@ -121,7 +121,7 @@ class Job:
     chunks: range | None
     block: int
     flags: int
-    weight: int = 0  # push-sum weight, float16 bits (wire.weight_bits)
+    weight: int = 0  # push-sum running sum of the link, counts (algorithms/gossip_push.py)
 
 
 class Sender:

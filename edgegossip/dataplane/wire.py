@@ -4,7 +4,7 @@ A datagram on the wire is ``[1 byte group length][group bytes][body]``, the fram
 RADIO/DISH use over udp://, so a plain UDP socket and a DISH read the same bytes. The body is:
 
     offset size  field
-    0      1     version      protocol version, VERSION (3)
+    0      1     version      protocol version, VERSION (4)
     1      1     msg_type     PARAMS, REQUEST, REDUCE or GATHER (MsgType)
     2      1     dtype        payload encoding (payload.py): DTYPE_F32 (1) little-endian float32,
                               DTYPE_F16 (2) float16, DTYPE_BF16 (3) bfloat16, DTYPE_I8 (4) a
@@ -15,9 +15,10 @@ RADIO/DISH use over udp://, so a plain UDP socket and a DISH read the same bytes
     8      2     sender       worker id of the sender, 0 .. 65535
     10     2     receiver     worker id this datagram is for; any other receiver drops it
     12     2     block        block id (RPS server block; 0 for whole-model messages)
-    14     2     weight       push-sum weight this message carries, IEEE float16 bits
-                              (gossip-push PARAMS; 0 in every other message). A weight that
-                              is negative, infinite or NaN is dropped as bad_weight
+    14     2     weight       push-sum running sum of the link (sender, receiver) within the
+                              session, in counts modulo 2^16 whose unit the algorithm sets
+                              (algorithms/gossip_push.py; gossip-push PARAMS; 0 in every other
+                              message)
     16     4     session      the sender's incarnation, persisted and raised at every start
     20     4     round        the sender's model round (exchange number) within its session
     24     4     chunk_index  index of this chunk in the whole model, 0 .. chunk_count - 1
@@ -37,7 +38,8 @@ datagram useless anywhere but once, at the receiver it was meant for.
 
 Versions differ on the wire and drop each other's datagrams as ``bad_version``: a fleet upgrades
 all its devices together. Version 1 had a 40-byte header, an HMAC-SHA256 tag and no receiver or
-session; version 2 had bytes 14-15 reserved (0), where version 3 carries the push-sum weight.
+session; version 2 had bytes 14-15 reserved (0), where version 3 carried the push-sum weight
+a message gave (float16) and version 4 carries the link's running sum of them.
 """
 
 from __future__ import annotations
@@ -47,12 +49,10 @@ import struct
 from enum import IntEnum
 from typing import NamedTuple
 
-import numpy as np
-
 from edgegossip.errors import EdgegossipError
 from edgegossip.transport.base import ZMQ_MAX_DATAGRAM
 
-VERSION = 3
+VERSION = 4
 DTYPE_F32 = 1
 DTYPE_F16 = 2
 DTYPE_BF16 = 3
@@ -83,7 +83,7 @@ class Header(NamedTuple):
     sender: int
     receiver: int
     block: int
-    weight: int  # float16 bits (weight_value)
+    weight: int  # push-sum running sum, counts modulo 2^16 (gossip-push)
     session: int
     round: int
     chunk_index: int
@@ -159,22 +159,7 @@ def unpack(body: bytes | memoryview) -> Header:
         raise WireError("bad_type")
     if h.dtype not in _DTYPES or (h.dtype == DTYPE_F32 and h.length % 4):
         raise WireError("bad_dtype")
-    if h.weight & 0x8000 or h.weight & 0x7C00 == 0x7C00:
-        raise WireError("bad_weight")
     return h
-
-
-def weight_bits(w: float) -> tuple[int, float]:
-    """A push-sum weight as the header carries it: (float16 bits, the value they stand for).
-    The value is what the sender must give away, so no weight is created or lost in rounding."""
-    v = np.float16(w)
-    if not np.isfinite(v) or v < 0:
-        raise ValueError(f"weight {w} cannot be sent")
-    return int(v.view(np.uint16)), float(v)
-
-
-def weight_value(bits: int) -> float:
-    return float(np.uint16(bits).view(np.float16))
 
 
 def nonce(h: Header) -> bytes:

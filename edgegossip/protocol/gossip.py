@@ -21,6 +21,11 @@ passed (else `answer_lapsed`). The counters `drawn` and `initiated`, and the age
 
 How long an exchange waits for the peer is per link: fixed, or adaptive from the transfer times
 that link has shown (protocol/deadlines.py).
+
+Who is there (liveness.py): a peer is heard whenever a round of its arrives, and silent once
+nothing has come from it for several of its usual gaps. Silent peers and two alarms (merges
+stopped while peers are heard; for push-sum, a weight below its floor) are in every metrics
+record, `status` and /metrics, and logged when they begin and end.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from edgegossip.dataplane import wire
 from edgegossip.dataplane.sender import Snapshot
 from edgegossip.protocol.base import Context, Protocol
 from edgegossip.protocol.deadlines import Deadlines
+from edgegossip.protocol.liveness import Liveness
 
 SETTLE_S = 0.5  # silence after the last chunk that ends waiting for the rest
 MAX_OWED = 8  # draws waiting for a free link or snapshot; a further draw lapses (counted)
@@ -65,6 +71,7 @@ class GossipProtocol(Protocol):
         self.deadlines = Deadlines(
             cfg.deadline, cfg.deadline_s, cfg.deadline_min_s, cfg.deadline_max_s, SETTLE_S
         )
+        self.liveness = Liveness(self.ids, cfg.workers, cfg.p, self.deadlines.for_peer)
 
     def _pending(self, peer: int, pre: Snapshot | None, now: float, rnd: int | None = None) -> None:
         self.pending[peer] = Pending(peer, pre, now + self.deadlines.for_peer(peer), rnd, now)
@@ -78,17 +85,22 @@ class GossipProtocol(Protocol):
         snap = self.snapshots.take(x)
         if snap is None:
             return False
-        self._send_params(peer, snap, weight=self._outgoing_weight())
+        self._send_params(peer, snap, weight=self._outgoing_weight(peer))
         snap.release()
         return True
 
-    def _outgoing_weight(self) -> int:
-        """The header's weight bits for a round sent now (push-sum gives weight away)."""
+    def _outgoing_weight(self, peer: int) -> int:
+        """The header's weight field for a round sent to peer now (push-sum's running sum)."""
         return 0
+
+    def _choose(self, free: list[int], now: float) -> int:
+        """The peer a drawn exchange starts with, among those free: uniform."""
+        return free[int(self.ctx.rng.integers(len(free)))]
 
     def before_step(self, x: np.ndarray, step: int) -> None:
         ctx = self.ctx
         now = time.monotonic()
+        self.liveness.step(now)
         for ev in self.rounds.events():
             self._on_event(ev, x, now)
         self._answer_owed(x, now)
@@ -100,7 +112,7 @@ class GossipProtocol(Protocol):
                 ctx.exchanges["lapsed"] += 1
         if self.owed and self.sender.busy == 0:
             free = [j for j in self.ids if j not in self.pending and j not in self.owed_answers]
-            if free and self._start(free[int(ctx.rng.integers(len(free)))], x, now):
+            if free and self._start(self._choose(free, now), x, now):
                 self.owed -= 1
                 ctx.exchanges["initiated"] += 1
 
@@ -134,6 +146,7 @@ class GossipProtocol(Protocol):
         ctx = self.ctx
         if ev.sender not in ctx.peers:
             return
+        self.liveness.heard(ev.sender, now)
         if ev.msg_type == wire.MsgType.REQUEST:
             self._on_request(ev, x, now)
             return
@@ -191,11 +204,18 @@ class GossipProtocol(Protocol):
             if r is not None:
                 try:
                     self._merge(x, p, r)
+                    self.liveness.merged(now)
                 finally:
                     self.rounds.give_back(r)
             else:
                 self._nothing_kept(p)
             self._finish(p)
+        if self.liveness.due(now):
+            self.liveness.check(now, self._alarms(now))
+
+    def _alarms(self, now: float) -> set[str]:
+        """The algorithm's own alarms besides the shared ones (Liveness.ALARMS)."""
+        return set()
 
     def _finish(self, p: Pending) -> None:
         del self.pending[p.peer]
@@ -203,4 +223,4 @@ class GossipProtocol(Protocol):
             p.pre.release()
 
     def metrics(self) -> dict:
-        return {"deadline_s_by_link": self.deadlines.snapshot()}
+        return {"deadline_s_by_link": self.deadlines.snapshot(), **self.liveness.metrics()}

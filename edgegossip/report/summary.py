@@ -67,6 +67,10 @@ def summarize(
                     default=None,
                 ),
                 "step_ms": last.get("step_ms"),
+                # the protocol's word at the end (protocol/liveness.py): peers silent, alarms
+                "silent_peers": last.get("silent_peers", []),
+                "alarms": last.get("alarms", []),
+                "push_weight": last.get("push_weight"),
             }
         )
     avg_acc = None

@@ -21,6 +21,7 @@ COLUMNS = [
     "timed_out",
     "link_loss",
     "dropped",
+    "silent",
     "rss_mb",
     "written_mb_h",
     "free_mb",
@@ -42,6 +43,7 @@ def _flat(r: dict) -> dict:
             if r.get("source") == "ssh"
             else ""
         )
+        or (f"alarm: {', '.join(r['alarms'])}" if r.get("alarms") else "")
         or r.get("disk_note")
         or (
             "clock unsynchronised: no time server answered (record times may be off)"
@@ -55,6 +57,7 @@ def _flat(r: dict) -> dict:
         "partial": ex.get("partial"),
         "timed_out": ex.get("timed_out"),
         "dropped": r.get("datagrams_dropped"),
+        "silent": ",".join(str(j) for j in r.get("silent_peers") or ()) or None,
         "link_loss": round(sum(losses) / len(losses), 3) if losses else None,
         "rss_mb": r.get("peak_rss_mb"),
         "written_mb_h": r.get("disk_written_mb_per_h"),

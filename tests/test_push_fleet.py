@@ -1,0 +1,115 @@
+"""Issue 47: a gossip-push fleet where a device is off keeps mixing. Three configured agents on
+loopback (logreg on real MNIST), one of which never runs, or is off for 30 s and comes back:
+the live agents still merge and their push-sum weights stay above the floor, the silent peer
+is named in their records, and a returning peer's weight and merges recover. Before running
+sums and probes, both live agents' weights drained to 0 within a minute."""
+
+import signal
+import time
+
+import pytest
+
+from edgegossip.config import AgentConfig, Peer
+from edgegossip.metrics import read
+from edgegossip.protocol.gossip_push import WEIGHT_FLOOR
+from tests.test_agent import _start
+
+pytestmark = pytest.mark.timeout(300)
+RUN_S = 60
+WINDOW_S = 20
+
+
+def _fleet(tmp_path, free_udp_port) -> list[AgentConfig]:
+    ports = [free_udp_port() for _ in range(3)]
+    return [
+        AgentConfig(
+            id=i,
+            listen=f"127.0.0.1:{ports[i]}",
+            peers=tuple(Peer(j, "127.0.0.1", ports[j]) for j in range(3) if j != i),
+            workers=3,
+            algorithm="gossip-push",
+            model="logreg",
+            output=str(tmp_path / f"a{i}"),
+            eval_every=100,
+            checkpoint_every=500,
+            deadline_s=1.0,
+            p=0.002,
+            key="push-fleet-test-secret",
+        )
+        for i in range(3)
+    ]
+
+
+def _run(cfg: AgentConfig, tmp_path):
+    (tmp_path / f"c{cfg.id}").mkdir(exist_ok=True)
+    return _start(cfg, tmp_path / f"c{cfg.id}")
+
+
+def _records(tmp_path, i: int) -> list[dict]:
+    """Agent i's step records since its last start (its counters count from there)."""
+    path = tmp_path / f"a{i}" / "metrics.jsonl"
+    recs = read(path) if path.is_file() else []
+    starts = [k for k, r in enumerate(recs) if r.get("event") == "start"]
+    since = recs[starts[-1] :] if starts else recs
+    return [r for r in since if "step" in r and r.get("event") is None]
+
+
+def _merges(r: dict) -> int:
+    return r["exchanges"].get("completed", 0) + r["exchanges"].get("partial", 0)
+
+
+def _merging_in_the_last(tmp_path, i: int, window_s: float) -> tuple[int, dict]:
+    """Merges agent i made in its last window_s of records, and its last record."""
+    recs = _records(tmp_path, i)
+    assert recs, f"agent {i} wrote no record"
+    last = recs[-1]
+    start = [r for r in recs if r["time"] <= last["time"] - window_s]
+    assert start, f"agent {i} has not run {window_s} s"
+    return _merges(last) - _merges(start[-1]), last
+
+
+def _stop(procs) -> None:
+    for a in procs:
+        if a.poll() is None:
+            a.send_signal(signal.SIGTERM)
+    for a in procs:
+        a.communicate(timeout=30)
+
+
+def test_a_peer_that_never_runs_does_not_drain_the_fleet(
+    tmp_path, free_udp_port, mnist_data, procs
+):
+    cfgs = _fleet(tmp_path, free_udp_port)
+    live = [_run(c, tmp_path) for c in cfgs[:2]]
+    procs += live
+    time.sleep(RUN_S)
+    for a in live:
+        assert a.poll() is None, a.communicate(timeout=5)
+    for i in (0, 1):
+        merged, last = _merging_in_the_last(tmp_path, i, WINDOW_S)
+        assert merged > 0, last
+        assert last["push_weight"] > WEIGHT_FLOOR, last
+        assert last["silent_peers"] == [2] and "weight_below_floor" not in last["alarms"], last
+        assert last["push_probes"] > 0  # the silent peer got probes, not weight
+    _stop(live)
+
+
+def test_a_peer_off_for_30_s_comes_back_and_mixes_again(tmp_path, free_udp_port, mnist_data, procs):
+    cfgs = _fleet(tmp_path, free_udp_port)
+    agents = [_run(c, tmp_path) for c in cfgs]
+    procs += agents
+    time.sleep(25)
+    agents[2].kill()  # a power cut: back from its last checkpoint
+    agents[2].wait()
+    time.sleep(30)
+    for i in (0, 1):
+        last = _records(tmp_path, i)[-1]
+        assert last["silent_peers"] == [2], last  # said while it is off
+    agents[2] = _run(cfgs[2], tmp_path)
+    procs.append(agents[2])
+    time.sleep(RUN_S - 25)
+    for i in (0, 1, 2):
+        merged, last = _merging_in_the_last(tmp_path, i, WINDOW_S)
+        assert merged > 0, (i, last)
+        assert last["push_weight"] > WEIGHT_FLOOR and last["silent_peers"] == [], (i, last)
+    _stop(agents)
