@@ -37,6 +37,7 @@ test: venv lint
 	bash scripts/system-packages.sh install test || [ $$? = 3 ]
 	mkdir -p build
 	$(VENV)/bin/edgegossip data fetch mnist
+	$(VENV)/bin/edgegossip data fetch fashion-mnist
 	$(PY) -m pytest -ra --junitxml=build/test-results.xml $(PYTEST_ARGS)
 
 bench: venv

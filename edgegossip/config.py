@@ -20,7 +20,7 @@ from edgegossip.dataplane import payload, wire
 from edgegossip.errors import UsageError
 
 PARTITIONS = ("iid", "dirichlet", "classes")  # data/partition.py
-SOURCES = ("mnist", "file")
+SOURCES = ("mnist", "fashion-mnist", "file")
 BACKENDS = ("numpy", "onnx")
 DEADLINES = ("fixed", "adaptive")
 
@@ -89,7 +89,12 @@ class AgentConfig:
     algorithm: str = setting(
         "train", algorithms.DEFAULT, "the algorithm (algorithms/)", ALGORITHMS, scope="fleet"
     )
-    model: str = setting("train", "mlp", "the model (models/)", models.MODELS, scope="fleet")
+    model: str = setting(
+        "train",
+        "mlp",
+        "the model: mlp, logreg, cnn (models/), or a compiled model's folder",
+        scope="fleet",
+    )
     backend: str = setting("train", "numpy", "loss and gradient in NumPy or onnxruntime", BACKENDS)
     workers: int = setting("train", 4, "fleet size, for sharding the data", scope="fleet")
     partition: str = setting(
@@ -150,7 +155,11 @@ class AgentConfig:
         "net", False, "encrypt payloads too; receive only encrypted ones", scope="fleet"
     )
     source: str = setting(
-        "data", "mnist", "mnist: this worker's shard; file: path below", SOURCES, scope="fleet"
+        "data",
+        "mnist",
+        "mnist, fashion-mnist: this worker's shard; file: path below",
+        SOURCES,
+        scope="fleet",
     )
     path: str = setting("data", "", "this device's own .npz or .csv", scope="managed")
     label_column: str = setting("data", "", "csv: header name or index of the label column")
@@ -348,6 +357,11 @@ def validate(c: AgentConfig) -> None:
         need(
             getattr(c, name) in allowed, f"{section_of(name)}.{name}", f"must be {_one_of(allowed)}"
         )
+    need(
+        models.known(c.model),
+        "train.model",
+        "must be mlp, logreg, cnn or the folder of a compiled model (edgegossip model compile)",
+    )
     need(
         not (c.backend == "onnx" and c.model == "cnn"),
         "train.backend",

@@ -5,6 +5,7 @@ source checkout."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -29,3 +30,12 @@ def source_tree() -> Path | None:
     """The source checkout this edgegossip runs from (an editable install), or None."""
     root = _HERE.parent
     return root if (root / "pyproject.toml").is_file() and (root / "native").is_dir() else None
+
+
+def sha256_of(path: Path) -> str:
+    """The SHA-256 of a file's bytes, hex, read a megabyte at a time."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

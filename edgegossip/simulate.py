@@ -25,7 +25,7 @@ from edgegossip.data import partition
 from edgegossip.data.mnist import Mnist
 from edgegossip.dataplane import payload, wire
 from edgegossip.dataplane.chunking import ChunkPlan
-from edgegossip.models import make_model
+from edgegossip.models import known, make_model
 from edgegossip.models.optim import NesterovSGD
 
 
@@ -50,9 +50,11 @@ class SimConfig:
     payload: str = agent_config.default("payload")
 
     def check(self) -> None:
-        for name in ("algorithm", "model", "partition", "payload"):
+        for name in ("algorithm", "partition", "payload"):
             if getattr(self, name) not in agent_config.CHOICES[name]:
                 raise ValueError(f"{name} must be one of {', '.join(agent_config.CHOICES[name])}")
+        if not known(self.model):
+            raise ValueError(f"model {self.model!r}: mlp, logreg, cnn or a compiled model's folder")
         if self.workers < 1 or (self.workers < 2 and algorithms.get(self.algorithm).datagrams):
             raise ValueError(f"workers must be at least 2 for {self.algorithm}")
         if not 0 <= self.loss <= 1:

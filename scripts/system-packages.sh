@@ -28,6 +28,7 @@ test    dosfstools          mkfs.vfat                                  fleet fla
 test    shellcheck          shellcheck                                 firstrun.sh and scripts checked
 test    mount               losetup                                    fleet flash --device tests: a loop disk
 test    e2fsprogs           debugfs                                    fleet flash --image: os-release of the image root
+test    dataset-fashion-mnist /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz  the second task: data fetch fashion-mnist
 test    podman              podman                                     emulate --export compose, run
 test    podman-compose      podman-compose                             emulate --export compose, run
 test    runc                runc                                       podman runtime here (crun fails)

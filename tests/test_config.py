@@ -115,7 +115,9 @@ def test_keys_that_act_are_accepted_and_written_back(tmp_path):
 
 
 def test_a_config_built_in_code_is_validated_as_one_read_from_a_file():
-    with pytest.raises(ConfigError, match="train.model: must be mlp, logreg or cnn"):
+    with pytest.raises(
+        ConfigError, match="train.model: must be mlp, logreg, cnn or the folder of a compiled model"
+    ):
         config.AgentConfig(id=0, listen="127.0.0.1:9000", model="resnet")
     with pytest.raises(ConfigError, match="agent.id: must be in 0..3"):
         config.AgentConfig(id=7, listen="127.0.0.1:9000", algorithm="local")

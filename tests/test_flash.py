@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from edgegossip import paths
 from edgegossip.flash import disk, partitions
 from edgegossip.flash.boot import FatBoot
 from edgegossip.fleet import bundle, create
@@ -121,7 +122,7 @@ def write_wheelhouse(wh: Path, machine: str, python: str) -> None:
     tag = "cp" + python.replace(".", "")
     wheel = f"edgegossip-0.1.0-{tag}-{tag}-linux_{machine}.whl"
     (wh / wheel).write_bytes(b"PK\x03\x04 wheel bytes")
-    digests = {wheel: bundle.sha256_of(wh / wheel)}
+    digests = {wheel: paths.sha256_of(wh / wheel)}
     (wh / bundle.MANIFEST).write_text(
         json.dumps(
             {

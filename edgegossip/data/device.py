@@ -41,6 +41,7 @@ class DeviceData:
     y: np.ndarray  # int64 [n]
     x_eval: np.ndarray | PackedRows  # like x, [m, inputs]
     y_eval: np.ndarray  # int64 [m]
+    row_shape: tuple[int, ...] = ()  # one example's shape as the file held it (before flattening)
 
     def batch(self, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return _ready(self.x[pos]), self.y[pos]
@@ -85,7 +86,9 @@ def from_mnist(
     rest of the arrays is dropped as soon as it is read."""
     path = path or mnist.cache_path()
     if not path.is_file():
-        raise DataError(f"MNIST is not in the cache ({path}); run `edgegossip data fetch mnist`")
+        raise DataError(
+            f"{path.stem} is not in the cache ({path}); run `edgegossip data fetch {path.stem}`"
+        )
     with np.load(path) as z:
         y_all = z["y_train"]
     n = len(y_all) - mnist.VALIDATION
@@ -150,6 +153,7 @@ def from_file(
         held = (None, None)
     else:
         raise DataMismatch(f"data.path: {path}: use a .npz or a .csv file")
+    row_shape = tuple(int(d) for d in np.shape(x)[1:])
     x = _features(x, path, "x")
     y = _labels(y, len(x), path, "y")
     if held[0] is not None and held[1] is not None:
@@ -161,7 +165,7 @@ def from_file(
         x_eval, y_eval, x, y = x[order[:k]], y[order[:k]], x[order[k:]], y[order[k:]]
     if len(y) == 0:
         raise DataMismatch(f"data.path: {path} holds no training rows")
-    return DeviceData(x, y, x_eval, y_eval)
+    return DeviceData(x, y, x_eval, y_eval, row_shape)
 
 
 def _features(x: np.ndarray, path: Path, name: str) -> np.ndarray:
@@ -215,13 +219,17 @@ def _read_csv(path: Path, label_column: str) -> tuple[np.ndarray, np.ndarray]:
     return np.delete(table, col, axis=1).astype(np.float32), table[:, col]
 
 
-def check(data: DeviceData, inputs: int, classes: int) -> None:
-    """One-line errors for data that does not fit the model."""
+def check(data: DeviceData, inputs: int, classes: int, input_shape: tuple[int, ...] = ()) -> None:
+    """One-line errors for data that does not fit the model: input_shape is a compiled model's
+    (its manifest's) example shape, which examples stored with more than one axis must have."""
+    takes = "x".join(map(str, input_shape)) if input_shape else f"{inputs} (set train.inputs)"
+    if input_shape and len(data.row_shape) > 1 and data.row_shape != tuple(input_shape):
+        have = "x".join(map(str, data.row_shape))
+        raise DataMismatch(f"data: the examples are {have}; the model takes {takes}")
     for name, x in (("training rows", data.x), ("held-out rows", data.x_eval)):
         if x.shape[1] != inputs:
             raise DataMismatch(
-                f"data: the {name} have {x.shape[1]} features; the model takes "
-                f"{inputs} (set train.inputs)"
+                f"data: the {name} have {x.shape[1]} features; the model takes {takes}"
             )
     top = max(int(data.y.max(initial=0)), int(data.y_eval.max(initial=0)))
     if top >= classes:

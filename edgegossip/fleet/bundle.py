@@ -29,6 +29,7 @@ from edgegossip import paths
 from edgegossip.errors import EdgegossipError, UsageError
 from edgegossip.fleet import crossbuild
 from edgegossip.fleet.targets import Target
+from edgegossip.paths import sha256_of
 
 # the optional dependencies a wheelhouse or a device install may add (pyproject.toml's extras)
 EXTRAS = ("onnx",)
@@ -255,14 +256,6 @@ def requirements(extras: tuple[str, ...] = ()) -> list[str]:
 
 _RELEASE = re.compile(r"[0-9a-f]{12}")
 _WHEEL = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*\.whl")
-
-
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def release_of(digests: dict[str, str]) -> str:

@@ -35,7 +35,7 @@ def device_files(
         data = fleet.root / device.data
         if not data.is_file():
             raise ValueError(f"devices.{device.name}.data: {data} does not exist")
-        if bundle.sha256_of(data) != info.get("data_sha"):
+        if paths.sha256_of(data) != info.get("data_sha"):
             files["device.npz"] = data
     elif agentconf.render(fleet, device).source == "mnist":
         cache = mnist.cache_path()
@@ -44,7 +44,7 @@ def device_files(
                 f"MNIST is not in this machine's cache ({cache}): "
                 "run `edgegossip data fetch mnist` (the devices get it from here)"
             )
-        if bundle.sha256_of(cache) != info.get("mnist_sha"):
+        if paths.sha256_of(cache) != info.get("mnist_sha"):
             files["mnist.npz"] = cache
     if include_wheels:
         for w in manifest["wheels"]:

@@ -7,7 +7,13 @@ from edgegossip.models.base import Model
 
 def make_model(name: str, seed: int = 0, inputs: int = 784, classes: int = 10) -> Model:
     """The named model for `inputs` features and `classes` labels (the seed's MNIST shapes by
-    default; the CNN takes 28x28 images only)."""
+    default; the CNN takes 28x28 images only), or the model compiled into the folder `name`
+    (`edgegossip model compile`), whose manifest says its shapes."""
+    if name not in MODELS:
+        from edgegossip.models.compiled import CompiledModel, is_artifact
+
+        if is_artifact(name):
+            return CompiledModel(name)
     if name == "mlp":
         from edgegossip.models.mlp import MLP
 
@@ -24,7 +30,28 @@ def make_model(name: str, seed: int = 0, inputs: int = 784, classes: int = 10) -
         from edgegossip.models.cnn import CNN
 
         return CNN(seed=seed)
-    raise ValueError(f"unknown model {name!r}; choose mlp, logreg or cnn")
+    raise ValueError(
+        f"unknown model {name!r}: choose mlp, logreg or cnn, or the folder of a compiled model "
+        "(edgegossip model compile)"
+    )
+
+
+def shapes(name: str, inputs: int, classes: int) -> tuple[int, int]:
+    """(features, classes) of the model `name`: a compiled model's own, else the settings'."""
+    if name not in MODELS:
+        from edgegossip.models.compiled import CompiledModel, is_artifact
+
+        if is_artifact(name):
+            m = CompiledModel(name)
+            return m.inputs, m.classes
+    return inputs, classes
+
+
+def known(name: str) -> bool:
+    """A model name, or a folder holding a compiled model's manifest."""
+    from edgegossip.models.compiled import is_artifact
+
+    return name in MODELS or is_artifact(name)
 
 
 MODELS = ("mlp", "logreg", "cnn")

@@ -45,6 +45,9 @@ class Model(ABC):
     # rows (data/packed.py, ~0.09 ms) would more than double it: such a model's agent keeps its
     # shard plain
     light_step: bool = False
+    # one example's shape where the model has one (a compiled model's manifest says it); () for
+    # the named models, which take flat features
+    input_shape: tuple[int, ...] = ()
 
     @property
     def n_params(self) -> int:

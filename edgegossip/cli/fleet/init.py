@@ -11,6 +11,7 @@ from edgegossip.algorithms import DEFAULT as DEFAULT_ALGORITHM
 from edgegossip.algorithms import NAMES as ALGORITHMS
 from edgegossip.cli import options
 from edgegossip.cli.render import emit, fail
+from edgegossip.models import MODELS
 
 
 @click.command()
@@ -53,7 +54,7 @@ from edgegossip.cli.render import emit, fail
 @click.option(
     "--profile", default="", help="Device profile from devices/profiles for every device."
 )
-@click.option("--model", type=options.choice("model"), default="mlp", show_default=True)
+@click.option("--model", type=click.Choice(MODELS), default="mlp", show_default=True)
 @click.option(
     "--algorithm", type=click.Choice(ALGORITHMS), default=DEFAULT_ALGORITHM, show_default=True
 )

@@ -1,0 +1,57 @@
+"""`edgegossip model compile MODEL.onnx`: the user's own model, made trainable on a fleet."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from edgegossip import exit_codes
+from edgegossip.cli.render import emit, fail
+
+
+@click.group()
+def model() -> None:
+    """The user's own models: compiled here, trained on the devices."""
+
+
+@model.command()
+@click.argument("source", type=click.Path(dir_okay=False, exists=True, path_type=Path))
+@click.option(
+    "--loss",
+    type=click.Choice(["cross-entropy", "mse"]),
+    required=True,
+    help="cross-entropy: y holds class indices (a final Softmax or LogSoftmax is folded into "
+    "it); mse: y holds targets in the output's shape.",
+)
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print the manifest: {"format", "source": {"file", "sha256"}, "loss", "input": '
+    '{"name", "shape", "dtype"}, "output": {"shape"}, "classes", "params": {"count", '
+    '"layout"}, "state", "ops", "opset", "files", "digest", "out"}.',
+)
+def compile(source: Path, loss: str, out: Path, as_json: bool) -> None:
+    """Compile SOURCE, an inference ONNX model (torch.onnx.export's, opset 13 or later, its
+    initializers the parameters), into OUT: one training graph of standard ONNX ops (loss and
+    gradient), an inference graph, the initial weights and a manifest. Runs on the operator's
+    machine: a device then needs nothing but stock onnxruntime and NumPy. An op without a
+    gradient rule is refused here, naming the node."""
+    from edgegossip.models import ONNX_MISSING, onnx_available
+
+    if not onnx_available():
+        fail(ONNX_MISSING, exit_codes.USAGE)
+    from edgegossip.compiler.artifact import compile_file
+
+    manifest = compile_file(source, loss, out)  # CompileError: one line, exit 2 (app.py)
+    if as_json:
+        emit(manifest, True)
+        return
+    shape = "x".join(str(d) for d in manifest["input"]["shape"])
+    click.echo(
+        f"{source.name}: {manifest['params']['count']:,} parameters, input {shape}, "
+        f"{len(manifest['ops'])} kinds of op; compiled to {out} (digest "
+        f"{manifest['digest'][:12]})"
+    )

@@ -1,0 +1,99 @@
+"""A compiled model on disk: the folder `edgegossip model compile` writes and every agent of a
+fleet trains from.
+
+    DIR/manifest.json   what the model is (MANIFEST_KEYS), and each file's SHA-256
+    DIR/train.onnx      params, x, y -> loss, grad, logits, BatchNorm batch statistics
+    DIR/infer.onnx      params, x -> logits (BatchNorm on the batch's statistics, no dropout)
+    DIR/initial.npy     the exported weights, flat float32, laid out as params
+    DIR/model.onnx      the user's own inference model, as given: `fleet collect` writes the
+                        trained parameters back into it
+
+The artifact's digest is the SHA-256 of manifest.json, which names every other file's digest:
+two devices with the same digest train the same model.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from edgegossip.compiler.build import OPSET, Compiled, ancestors, compile_model
+from edgegossip.compiler.errors import CompileError
+from edgegossip.paths import sha256_of
+
+FORMAT = "edgegossip-model/1"
+MANIFEST = "manifest.json"
+FILES = ("train.onnx", "infer.onnx", "initial.npy", "model.onnx")
+MAX_MODEL_BYTES = 1 << 30  # what `model compile` reads at the most
+
+
+def compile_file(source: Path, loss: str, out: Path) -> dict:
+    """Compile the ONNX file `source` under `loss` into the folder `out`; the manifest."""
+    try:
+        size = source.stat().st_size
+    except OSError as e:
+        raise CompileError(f"{source}: {e.strerror}") from None
+    if size > MAX_MODEL_BYTES:
+        raise CompileError(f"{source}: {size} bytes; a device model is far smaller")
+    try:
+        model = onnx.load(str(source))
+    except Exception as e:  # protobuf's DecodeError and the loader's own
+        raise CompileError(f"{source}: not an ONNX model ({str(e).splitlines()[0]})") from None
+    c = compile_model(model, loss)
+    out.mkdir(parents=True, exist_ok=True)
+    onnx.save(c.train, str(out / "train.onnx"))
+    onnx.save(inference_graph(c), str(out / "infer.onnx"))
+    np.save(out / "initial.npy", c.initial.astype(np.float32))
+    shutil.copyfile(source, out / "model.onnx")
+    manifest = _manifest(c, loss, source)
+    manifest["files"] = {name: sha256_of(out / name) for name in FILES}
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return {**manifest, "digest": sha256_of(out / MANIFEST), "out": str(out)}
+
+
+def _manifest(c: Compiled, loss: str, source: Path) -> dict:
+    return {
+        "format": FORMAT,
+        "source": {"file": source.name, "sha256": sha256_of(source)},
+        "loss": loss,
+        "input": {"name": c.input_name, "shape": c.input_shape, "dtype": "float32"},
+        "output": {"shape": c.output_shape},
+        "classes": c.output_shape[0] if loss == "cross-entropy" else None,
+        "params": {
+            "count": int(sum(p.size for p in c.params)),
+            "layout": [
+                {"name": p.name, "shape": list(p.shape), "offset": p.offset} for p in c.params
+            ],
+        },
+        "state": [{"output": o, "initializer": i, "shape": list(s)} for o, i, s in c.state],
+        "ops": c.ops,
+        "opset": OPSET,
+        "files": {},
+    }
+
+
+def inference_graph(c: Compiled) -> onnx.ModelProto:
+    """infer.onnx: the training graph's forward half, without loss or gradient, with Dropout as
+    the identity it is at inference."""
+    from onnx import helper
+
+    g = c.train.graph
+    needed = ancestors(g.output[2].name, {o: n for n in g.node for o in n.output})
+    nodes = []
+    for node in g.node:
+        if not set(node.output) & needed:
+            continue
+        if node.op_type == "Dropout":
+            node = helper.make_node("Identity", [node.input[0]], [node.output[0]])
+        nodes.append(node)
+    inits = [i for i in g.initializer if i.name in needed]
+    inputs = [i for i in g.input if i.name in needed]
+    graph = helper.make_graph(nodes, "edgegossip_infer", inputs, [g.output[2]], inits)
+    m = helper.make_model(graph, opset_imports=list(c.train.opset_import))
+    m.ir_version = c.train.ir_version
+    onnx.checker.check_model(m)
+    return m

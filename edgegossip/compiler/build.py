@@ -1,0 +1,399 @@
+"""From an inference ONNX model to one training graph of standard ONNX ops.
+
+The training graph's inputs are the flat parameter vector `params` [P], a batch `x` in the
+model's input shape, and `y`: class indices [batch] (int64) for cross-entropy, targets in the
+output's shape for mse. Its outputs are `loss` (a scalar), `grad` [P] (d loss / d params, laid
+out as params), `logits` (the model's output before a final Softmax or LogSoftmax) and, for
+each BatchNormalization, the batch's mean and variance (`state/NAME/mean`, `state/NAME/var`),
+from which the trainer keeps the running averages.
+
+How: the model is first converted to OPSET by onnx's own version converter, so every rule
+speaks one opset. Every float initializer that reaches the output through a differentiable
+input is a parameter: it becomes a slice of `params`, reshaped. The forward nodes run as they
+are, but for the ops whose training differs (ops.py: BatchNormalization on batch statistics,
+Dropout drawing its mask, MaxPool giving its argmax). Then reverse-mode differentiation walks the
+nodes backward from the loss, each op's rule (ops.OPS) adding the nodes of its vector-Jacobian
+product, and a tensor's gradient is the Sum of what every consumer gave it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from edgegossip.compiler.emit import Emit
+from edgegossip.compiler.errors import CompileError
+from edgegossip.compiler.ops import OPS, diff_slots
+
+OPSET = 18
+LOSSES = ("cross-entropy", "mse")
+_FINAL = ("Softmax", "LogSoftmax")
+_RANDOM = (
+    "Dropout",
+    "RandomNormal",
+    "RandomUniform",
+    "RandomNormalLike",
+    "RandomUniformLike",
+    "Multinomial",
+    "Bernoulli",
+)  # a classifier's last op, folded into cross-entropy
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    shape: tuple[int, ...]
+    offset: int
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
+@dataclass(frozen=True)
+class Compiled:
+    train: onnx.ModelProto  # the training graph
+    params: list[Param]  # the layout of `params` and `grad`
+    initial: np.ndarray  # the model's own initial parameters, flat
+    input_name: str
+    input_shape: list[int | None]  # without the batch axis
+    output_shape: list[int | None]  # the logits', without the batch axis
+    state: list[tuple[str, str, tuple[int, ...]]]  # (BatchNorm node, running-stat init, shape)
+    ops: list[str]
+
+
+def compile_model(model: onnx.ModelProto, loss: str) -> Compiled:
+    """The training graph for `model` under `loss` (LOSSES); CompileError in one line for what
+    cannot be compiled."""
+    if loss not in LOSSES:
+        raise CompileError(f"loss {loss!r}: choose {' or '.join(LOSSES)}")
+    model = _at_opset(model)
+    graph = model.graph
+    inits = {i.name: i for i in graph.initializer}
+    x_info, dtype = _data_input(graph, inits)
+    shapes = _shapes(model)
+    producer = {o: n for n in graph.node for o in n.output}
+    logits = _logits(graph, producer, loss)
+    params = _params(graph, inits, logits, producer)
+    e = Emit(dtype, shapes, _values(graph, model.opset_import))
+    _slice_params(e, params)
+    saved = _forward(e, graph, logits, producer)
+    g_logits = _loss(e, logits, loss)
+    _flat_grad(e, params, _backward(e, graph, logits, g_logits, saved, params))
+    state = _state(e, graph, saved, inits)
+    arrays = [numpy_helper.to_array(inits[p.name]).astype(dtype).ravel() for p in params]
+    return Compiled(
+        train=_model(e, graph, x_info, logits, loss, params, state, model.opset_import),
+        params=params,
+        initial=np.concatenate(arrays) if arrays else np.zeros(0, dtype),
+        input_name=x_info.name,
+        input_shape=shapes.get(x_info.name, [None])[1:],
+        output_shape=(shapes.get(logits) or [None])[1:],
+        state=state,
+        ops=sorted({n.op_type for n in graph.node}),
+    )
+
+
+def _data_input(graph, inits) -> tuple[onnx.ValueInfoProto, np.dtype]:
+    """The model's one input that is not an initializer (the batch), and its float type; every
+    node of the standard domain."""
+    data_inputs = [i for i in graph.input if i.name not in inits]
+    if len(data_inputs) != 1:
+        names = [i.name for i in data_inputs]
+        raise CompileError(f"the model needs one input (a batch), it has {len(names)}: {names}")
+    x_info = data_inputs[0]
+    dtype = helper.tensor_dtype_to_np_dtype(x_info.type.tensor_type.elem_type)
+    if dtype.kind != "f":
+        raise CompileError(f"input {x_info.name!r} is {dtype}, not a float tensor")
+    for node in graph.node:
+        if node.domain not in ("", "ai.onnx"):
+            where = node.name or node.output[0]
+            raise CompileError(
+                f"node {where}: op {node.domain}.{node.op_type} is not standard ONNX"
+            )
+    return x_info, dtype
+
+
+def _logits(graph, producer, loss: str) -> str:
+    """What the loss is computed on: the first output, or for cross-entropy what a final
+    Softmax or LogSoftmax takes."""
+    out = graph.output[0].name
+    final = producer.get(out)
+    if final is not None and final.op_type in _FINAL and loss == "cross-entropy":
+        return final.input[0]
+    return out
+
+
+def _at_opset(model: onnx.ModelProto) -> onnx.ModelProto:
+    version = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if version < 13:
+        raise CompileError(f"opset {version}: export with opset 13 or later")
+    if version == OPSET:
+        return model
+    try:
+        return onnx.version_converter.convert_version(model, OPSET)
+    except Exception as e:  # the converter raises its own RuntimeErrors and more
+        raise CompileError(
+            f"cannot convert the model from opset {version} to {OPSET}: {e}"
+        ) from None
+
+
+def _shapes(model: onnx.ModelProto) -> dict[str, list[int | None]]:
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+    except Exception as e:
+        raise CompileError(f"shape inference failed: {str(e).splitlines()[0]}") from None
+    out: dict[str, list[int | None]] = {}
+    infos = [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]
+    for vi in infos:
+        t = vi.type.tensor_type
+        if t.HasField("shape"):
+            out[vi.name] = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+    for init in inferred.graph.initializer:
+        out[init.name] = list(init.dims)
+    return out
+
+
+def _values(graph, opsets) -> dict[str, np.ndarray]:
+    """What the model holds as constants: its initializers, and every node computed from
+    constants alone (exporters build axes and shapes out of Constant nodes), evaluated here by
+    onnx's reference evaluator, one node at a time."""
+    from onnx.reference import ReferenceEvaluator
+
+    out = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+    for node in graph.node:
+        if node.op_type in _RANDOM or not all(i in out for i in node.input if i):
+            continue
+        inputs = [
+            helper.make_tensor_value_info(
+                i, helper.np_dtype_to_tensor_dtype(out[i].dtype), out[i].shape
+            )
+            for i in node.input
+            if i
+        ]
+        outputs = [helper.make_value_info(o, onnx.TypeProto()) for o in node.output if o]
+        single = helper.make_model(
+            helper.make_graph([node], "fold", inputs, outputs), opset_imports=list(opsets)
+        )
+        try:
+            got = ReferenceEvaluator(single).run(None, {i: out[i] for i in node.input if i})
+        except Exception:  # not foldable here: it stays a node of the graph
+            continue
+        out.update({o: np.asarray(v) for o, v in zip(node.output, got) if o})
+    return out
+
+
+def _params(graph, inits, logits: str, producer) -> list[Param]:
+    """Float initializers that reach `logits` through differentiable inputs, in graph order."""
+    reach = ancestors(logits, producer)
+    found: list[str] = []
+    for node in graph.node:
+        if node.output[0] not in reach and not (set(node.output) & reach):
+            continue
+        if node.op_type not in OPS:
+            continue
+        for slot in diff_slots(node):
+            if slot < len(node.input):
+                name = node.input[slot]
+                init = inits.get(name)
+                if (
+                    init is not None
+                    and init.data_type in (TensorProto.FLOAT, TensorProto.DOUBLE)
+                    and name not in found
+                ):
+                    found.append(name)
+    params, offset = [], 0
+    for name in found:
+        p = Param(name, tuple(inits[name].dims), offset)
+        params.append(p)
+        offset += p.size
+    return params
+
+
+def ancestors(name: str, producer) -> set[str]:
+    """Every tensor `name` is computed from, itself included."""
+    seen, todo = set(), [name]
+    while todo:
+        t = todo.pop()
+        if t in seen:
+            continue
+        seen.add(t)
+        node = producer.get(t)
+        if node is not None:
+            todo.extend(i for i in node.input if i)
+    return seen
+
+
+def _slice_params(e: Emit, params: list[Param]) -> None:
+    axes = e.const([0])
+    for p in params:
+        part = e.op("Slice", "params", e.const([p.offset]), e.const([p.offset + p.size]), axes)
+        e.nodes.append(helper.make_node("Reshape", [part, e.const(list(p.shape))], [p.name]))
+
+
+def _forward(e: Emit, graph, logits: str, producer) -> dict[int, dict]:
+    """The model's nodes up to the logits; ops whose training differs run their training
+    form. Returns what each node's gradient rule needs, by node index."""
+    needed = ancestors(logits, producer)
+    saved: dict[int, dict] = {}
+    for k, node in enumerate(graph.node):
+        if not set(node.output) & needed:
+            continue
+        op = OPS.get(node.op_type)
+        saved[k] = op.forward(e, node) if op is not None else _plain(e, node)
+    return saved
+
+
+def _plain(e: Emit, node) -> dict:
+    e.nodes.append(node)
+    return {}
+
+
+def _loss(e: Emit, logits: str, loss: str) -> str:
+    """The output `loss`; returns its gradient with respect to the logits.
+    cross-entropy: L = mean_b -log softmax(z_b)[y_b];  gz = (softmax(z) - onehot(y)) / B.
+    mse: L = mean (z - t)^2 over every element;  gz = 2 (z - t) / |z|."""
+    if loss == "cross-entropy":
+        dims = e.shape(logits)
+        if dims is None or len(dims) != 2 or dims[1] is None:
+            raise CompileError(f"cross-entropy needs logits [batch, classes]; {logits!r} is {dims}")
+        logp = e.op("LogSoftmax", logits, axis=1)
+        picked = e.op("GatherElements", logp, e.op("Unsqueeze", "y", e.const([1])), axis=1)
+        value = e.op("Neg", e.op("ReduceMean", picked, keepdims=0))
+        onehot = e.op("OneHot", "y", e.const(dims[1]), e.const([0.0, 1.0]), axis=-1)
+        batch = e.op("Cast", e.op("Gather", e.op("Shape", logits), e.const(0)), to=_type(e))
+        g = e.op("Div", e.op("Sub", e.op("Softmax", logits, axis=1), onehot), batch)
+    else:
+        diff = e.op("Sub", logits, "y")
+        value = e.op("ReduceMean", e.op("Mul", diff, diff), keepdims=0)
+        count = e.op("Cast", e.op("Size", logits), to=_type(e))
+        g = e.op("Div", e.op("Mul", diff, e.const(2.0)), count)
+    e.nodes.append(helper.make_node("Identity", [value], ["loss"]))
+    return g
+
+
+def _backward(e: Emit, graph, logits, g_logits, saved, params) -> dict[str, str]:
+    """Reverse-mode: each node on the path, last first, turns its outputs' gradients into its
+    inputs'. Returns the gradient of every parameter reached."""
+    wanted = {p.name for p in params}
+    flows = _flows(graph, saved, wanted)
+    parts: dict[str, list[str]] = {logits: [g_logits]}
+    for k in sorted(saved, reverse=True):
+        node = graph.node[k]
+        if k not in flows:
+            continue
+        gy = [_total(e, parts.pop(o, [])) for o in node.output]
+        if all(g is None for g in gy):
+            continue
+        op = OPS.get(node.op_type)
+        if op is None:
+            raise CompileError(
+                f"node {node.name or node.output[0]}: op {node.op_type} has no gradient rule "
+                f"(the table: {', '.join(sorted(OPS))})"
+            )
+        if gy[0] is None:
+            continue
+        gx = op.backward(e, node, gy, saved[k])
+        for slot in diff_slots(node):
+            g = gx[slot] if slot < len(gx) else None
+            if g is not None and slot < len(node.input) and node.input[slot] in flows[k]:
+                parts.setdefault(node.input[slot], []).append(g)
+    return {p: g for p in wanted if (g := _total(e, parts.get(p, []))) is not None}
+
+
+def _flows(graph, saved, wanted: set[str]) -> dict[int, set[str]]:
+    """Node index -> its differentiable inputs that depend on a parameter: where gradients
+    must flow (and nowhere else, so constants and shape computations get no backward)."""
+    depends = set(wanted)
+    out: dict[int, set[str]] = {}
+    for k in sorted(saved):
+        node = graph.node[k]
+        if node.op_type not in OPS:
+            if any(i in depends for i in node.input):
+                out[k] = set()  # on the path, with no rule: _backward refuses it
+                depends.update(node.output)
+            continue
+        live = {
+            node.input[s]
+            for s in diff_slots(node)
+            if s < len(node.input) and node.input[s] in depends
+        }
+        if live:
+            out[k] = live
+            depends.update(node.output)
+    return out
+
+
+def _total(e: Emit, parts: list[str]) -> str | None:
+    if not parts:
+        return None
+    return parts[0] if len(parts) == 1 else e.op("Sum", *parts)
+
+
+def _flat_grad(e: Emit, params: list[Param], grads: dict[str, str]) -> None:
+    flat = []
+    for p in params:
+        g = grads.get(p.name)
+        flat.append(e.op("Reshape", g, e.const([-1])) if g else e.const(np.zeros(p.size)))
+    if flat:
+        e.nodes.append(helper.make_node("Concat", flat, ["grad"], axis=0))
+    else:
+        e.nodes.append(helper.make_node("Identity", [e.const(np.zeros(0))], ["grad"]))
+
+
+def _state(e: Emit, graph, saved, inits) -> list[tuple[str, str, tuple[int, ...]]]:
+    """Each BatchNormalization's batch mean and variance as outputs `state/NODE/mean|var`:
+    (output, the running statistic's initializer, its shape)."""
+    out = []
+    for k, s in sorted(saved.items()):
+        node = graph.node[k]
+        if node.op_type != "BatchNormalization":
+            continue
+        for stat, init in (("mean", node.input[3]), ("var", node.input[4])):
+            name = f"state/{node.name or node.output[0]}/{stat}"
+            e.nodes.append(helper.make_node("Reshape", [s[stat], e.const([-1])], [name]))
+            out.append((name, init, tuple(inits[init].dims)))
+    return out
+
+
+def _type(e: Emit) -> int:
+    return helper.np_dtype_to_tensor_dtype(e.dtype)
+
+
+def _dims(shape: list[int | None] | None) -> list[int | str]:
+    """A value_info shape: known dims as numbers, the others named (the batch first)."""
+    if shape is None:
+        return ["batch"]
+    return [d if d is not None else ("batch" if i == 0 else f"d{i}") for i, d in enumerate(shape)]
+
+
+def _model(e, graph, x_info, logits, loss, params, state, opsets) -> onnx.ModelProto:
+    t = _type(e)
+    total = sum(p.size for p in params)
+    y = (
+        helper.make_tensor_value_info("y", TensorProto.INT64, ["batch"])
+        if loss == "cross-entropy"
+        else helper.make_tensor_value_info("y", t, _dims(e.shape(logits)))
+    )
+    inputs = [helper.make_tensor_value_info("params", t, [total]), x_info, y]
+    outputs = [
+        helper.make_tensor_value_info("loss", t, []),
+        helper.make_tensor_value_info("grad", t, [total]),
+        helper.make_tensor_value_info(logits, t, _dims(e.shape(logits))),
+    ]
+    for name, _, shape in state:
+        outputs.append(helper.make_tensor_value_info(name, t, list(shape)))
+    keep = [i for i in graph.initializer if i.name not in {p.name for p in params}]
+    g = helper.make_graph(e.nodes, "edgegossip_train", inputs, outputs, keep + e.inits)
+    m = helper.make_model(g, opset_imports=list(opsets), producer_name="edgegossip")
+    m.ir_version = min(m.ir_version, 9)
+    try:
+        onnx.checker.check_model(m, full_check=True)
+    except Exception as err:
+        raise CompileError(
+            f"the training graph does not check: {str(err).splitlines()[0]}"
+        ) from None
+    return m

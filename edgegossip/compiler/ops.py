@@ -1,0 +1,471 @@
+"""The gradient table: for each ONNX op a training graph may hold, which inputs are
+differentiable, how the op runs forward in training, and its vector-Jacobian product written in
+standard ONNX ops (the math in each rule's docstring). An op outside this table on the path
+from a parameter to the loss is refused at compile time.
+
+Notation: y the op's output, g = dL/dy the gradient flowing in, gx = dL/dx what the rule emits;
+unbroadcast(t, x) sums t over the axes where x was broadcast; sum_A sums over axes A.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+from onnx import NodeProto, helper
+
+from edgegossip.compiler.emit import Emit
+from edgegossip.compiler.errors import CompileError
+
+Grads = list[str | None]
+
+
+def attr(node: NodeProto, name: str, default=None):
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default
+
+
+def _copy(e: Emit, node: NodeProto) -> dict:
+    e.nodes.append(node)
+    return {}
+
+
+@dataclass(frozen=True)
+class Op:
+    diff: tuple[int, ...]  # input slots a gradient flows to
+    backward: Callable[[Emit, NodeProto, Grads, dict], Grads]
+    forward: Callable[[Emit, NodeProto], dict] = field(default=_copy)
+
+
+# -- elementwise ---------------------------------------------------------------------------------
+
+
+def _add(e, n, g, s):
+    """y = a + b:  ga = unbroadcast(g, a),  gb = unbroadcast(g, b)."""
+    a, b = n.input
+    return [e.unbroadcast(g[0], a, n.output[0]), e.unbroadcast(g[0], b, n.output[0])]
+
+
+def _sub(e, n, g, s):
+    """y = a - b:  ga = unbroadcast(g, a),  gb = -unbroadcast(g, b)."""
+    a, b = n.input
+    return [
+        e.unbroadcast(g[0], a, n.output[0]),
+        e.unbroadcast(e.op("Neg", g[0]), b, n.output[0]),
+    ]
+
+
+def _mul(e, n, g, s):
+    """y = a * b:  ga = unbroadcast(g * b, a),  gb = unbroadcast(g * a, b)."""
+    a, b = n.input
+    y = n.output[0]
+    return [
+        e.unbroadcast(e.op("Mul", g[0], b), a, y),
+        e.unbroadcast(e.op("Mul", g[0], a), b, y),
+    ]
+
+
+def _div(e, n, g, s):
+    """y = a / b:  ga = unbroadcast(g / b, a),  gb = unbroadcast(-g * y / b, b)."""
+    a, b = n.input
+    y = n.output[0]
+    gb = e.op("Neg", e.op("Div", e.op("Mul", g[0], y), b))
+    return [e.unbroadcast(e.op("Div", g[0], b), a, y), e.unbroadcast(gb, b, y)]
+
+
+def _relu(e, n, g, s):
+    """y = max(x, 0):  gx = g where x > 0, else 0, i.e. g sign(y) (y is 0 or positive;
+    onnxruntime's Where costs several times these two elementwise ops)."""
+    return [e.op("Mul", g[0], e.op("Sign", n.output[0]))]
+
+
+def _leaky_relu(e, n, g, s):
+    """y = x if x > 0 else alpha x:  gx = g where x > 0, else alpha g."""
+    x = n.input[0]
+    alpha = attr(n, "alpha", 0.01)
+    slope = e.op("Mul", g[0], e.const(alpha))
+    return [e.op("Where", e.op("Greater", x, e.const(0.0)), g[0], slope)]
+
+
+def _sigmoid(e, n, g, s):
+    """y = 1 / (1 + exp(-x)):  gx = g y (1 - y)."""
+    y = n.output[0]
+    return [e.op("Mul", g[0], e.op("Mul", y, e.op("Sub", e.const(1.0), y)))]
+
+
+def _tanh(e, n, g, s):
+    """y = tanh(x):  gx = g (1 - y^2)."""
+    y = n.output[0]
+    return [e.op("Mul", g[0], e.op("Sub", e.const(1.0), e.op("Mul", y, y)))]
+
+
+def _identity(e, n, g, s):
+    """y = x:  gx = g."""
+    return [g[0]]
+
+
+# -- shape ---------------------------------------------------------------------------------------
+
+
+def _reshape_back(e, n, g, s):
+    """y = x with another shape (Reshape, Flatten, Squeeze, Unsqueeze):  gx = g in x's shape."""
+    return [e.op("Reshape", g[0], e.op("Shape", n.input[0]))] + [None] * (len(n.input) - 1)
+
+
+def _transpose(e, n, g, s):
+    """y = x permuted by p:  gx = g permuted by p's inverse."""
+    perm = attr(n, "perm") or list(reversed(range(len(e.shape(n.input[0]) or []))))
+    inverse = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inverse[p] = i
+    return [e.op("Transpose", g[0], perm=inverse)]
+
+
+def _concat(e, n, g, s):
+    """y = concat(x_1 .. x_k) along an axis:  gx_i = the slice of g where x_i was."""
+    axis = attr(n, "axis")
+    sizes = []
+    for x in n.input:
+        dims = e.shape(x)
+        if dims is None or dims[axis] is None:
+            raise CompileError(f"node {n.name or n.output[0]}: Concat needs {x!r}'s size there")
+        sizes.append(int(dims[axis]))
+    return list(e.op_n("Split", g[0], e.const(sizes), axis=axis, n_out=len(sizes)))
+
+
+def _reduce_axes(e: Emit, n: NodeProto, what: str) -> list[int]:
+    """The axes a reduction (opset 18: its second input) runs over, non-negative."""
+    rank = len(e.static(n.input[0], what))
+    if len(n.input) > 1 and n.input[1]:
+        if n.input[1] not in e.values:
+            raise CompileError(f"node {n.name or n.output[0]}: {what} needs constant axes")
+        axes = [int(a) for a in np.ravel(e.values[n.input[1]])]
+    else:
+        axes = []
+    if not axes:
+        if attr(n, "noop_with_empty_axes", 0):
+            return []
+        axes = list(range(rank))
+    return sorted(a % rank for a in axes)
+
+
+def _spread(e: Emit, n: NodeProto, g: str, axes: list[int]) -> str:
+    """g of a reduction's output, as x's shape: unsqueezed where keepdims dropped the axes,
+    then repeated over them."""
+    if not attr(n, "keepdims", 1) and axes:
+        g = e.op("Unsqueeze", g, e.const(axes))
+    return e.op("Expand", g, e.op("Shape", n.input[0]))
+
+
+def _reduce_sum(e, n, g, s):
+    """y = sum_A x:  gx = g repeated over A."""
+    axes = _reduce_axes(e, n, "ReduceSum's gradient")
+    return [_spread(e, n, g[0], axes), None]
+
+
+def _reduce_mean(e, n, g, s):
+    """y = mean_A x:  gx = g / |A| repeated over A."""
+    axes = _reduce_axes(e, n, "ReduceMean's gradient")
+    dims = e.static(n.input[0], "ReduceMean's gradient")
+    count = float(np.prod([dims[a] for a in axes])) if axes else 1.0
+    return [_spread(e, n, e.op("Div", g[0], e.const(count)), axes), None]
+
+
+# -- linear --------------------------------------------------------------------------------------
+
+
+def _gemm(e, n, g, s):
+    """y = alpha A' B' + beta C, A' = A or A^T (transA), B' = B or B^T (transB):
+    gA' = alpha g B'^T, gB' = alpha A'^T g (transposed back where the input was),
+    gC = beta unbroadcast(g, C)."""
+    a, b = n.input[0], n.input[1]
+    ta, tb = attr(n, "transA", 0), attr(n, "transB", 0)
+    alpha, beta = attr(n, "alpha", 1.0), attr(n, "beta", 1.0)
+    k = {} if alpha == 1.0 else {"alpha": alpha}
+    if not ta:
+        ga = e.op("Gemm", g[0], b, transB=0 if tb else 1, **k)
+    else:
+        ga = e.op("Gemm", b, g[0], transA=1 if tb else 0, transB=1, **k)
+    if not tb:
+        gb = e.op("Gemm", a, g[0], transA=0 if ta else 1, **k)
+    else:
+        gb = e.op("Gemm", g[0], a, transA=1, transB=1 if ta else 0, **k)
+    out: Grads = [ga, gb]
+    if len(n.input) > 2 and n.input[2]:
+        gc = e.unbroadcast(g[0], n.input[2], n.output[0])
+        out.append(gc if beta == 1.0 else e.op("Mul", gc, e.const(beta)))
+    return out
+
+
+def _swap_last(e: Emit, x: str, rank: int) -> str:
+    perm = list(range(rank))
+    perm[-2], perm[-1] = perm[-1], perm[-2]
+    return e.op("Transpose", x, perm=perm)
+
+
+def _matmul(e, n, g, s):
+    """y = A B (A [..., M, K], B [K, N] or batched like A):  gA = g B^T;
+    gB = A^T g summed over A's batch dims (as [-1, K]^T [-1, N] for a 2-D B)."""
+    a, b = n.input
+    ra, rb = len(e.shape(a) or []), len(e.shape(b) or [])
+    if ra < 2 or rb < 2:
+        raise CompileError(f"node {n.name or n.output[0]}: MatMul of a vector is not supported")
+    ga = e.op("MatMul", g[0], _swap_last(e, b, rb))
+    if rb == 2:
+        k, m = e.static(b, "MatMul's gradient")
+        a2 = e.op("Reshape", a, e.const([-1, k]))
+        g2 = e.op("Reshape", g[0], e.const([-1, m]))
+        gb = e.op("Gemm", a2, g2, transA=1)
+    else:
+        gb = e.unbroadcast(e.op("MatMul", _swap_last(e, a, ra), g[0]), b, n.output[0])
+    return [ga, gb]
+
+
+# -- convolution and pooling ---------------------------------------------------------------------
+
+
+def _conv_geometry(e: Emit, n: NodeProto, what: str):
+    if attr(n, "auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
+        raise CompileError(f"node {n.name or n.output[0]}: {what} with auto_pad is not supported")
+    x, y = e.static(n.input[0], what), e.static(n.output[0], what)
+    nd = len(x) - 2
+    strides = list(attr(n, "strides", [1] * nd))
+    pads = list(attr(n, "pads", [0] * (2 * nd)))
+    dil = list(attr(n, "dilations", [1] * nd))
+    return x, y, nd, strides, pads, dil
+
+
+def _output_padding(x, y, nd, strides, pads, dil, kernel) -> list[int]:
+    """What ConvTranspose must add so that it gives back x's spatial size from y's."""
+    out = []
+    for i in range(nd):
+        full = strides[i] * (y[2 + i] - 1) + dil[i] * (kernel[i] - 1) + 1 - pads[i] - pads[nd + i]
+        out.append(x[2 + i] - full)
+    return out
+
+
+def _conv(e, n, g, s):
+    """y = conv(x, W) + b, stride s, pads p, dilation d, groups G (1-D and 2-D):
+    gx = conv_transpose(g, W) with the same s, p, d, G (and the output padding that gives back
+    x's size); gW, per group, = conv(x^T, g^T) with stride d and dilation s, where ^T swaps the
+    batch and channel axes, cut to W's kernel size; gb = sum over batch and space of g."""
+    x, w = n.input[0], n.input[1]
+    xs, ys, nd, strides, pads, dil = _conv_geometry(e, n, "Conv's gradient")
+    ws = e.static(w, "Conv's gradient")
+    groups = attr(n, "group", 1)
+    kernel = ws[2:]
+    extra = _output_padding(xs, ys, nd, strides, pads, dil, kernel)
+    geo = {"strides": strides, "pads": pads, "dilations": dil, "output_padding": extra}
+    swap = [1, 0] + list(range(2, 2 + nd))
+    xg = _groups(e, x, xs[1], groups)
+    gg = _groups(e, g[0], ys[1], groups)
+    wg = _groups(e, w, ws[0], groups, axis=0)
+    # group by group (a grouped ConvTranspose is not in every runtime's kernels)
+    gxs = [e.op("ConvTranspose", gi, wi, **geo) for gi, wi in zip(gg, wg)]
+    gx = gxs[0] if groups == 1 else e.op("Concat", *gxs, axis=1)
+    parts = []
+    for xi, gi in zip(xg, gg):
+        full = e.op(
+            "Conv",
+            e.op("Transpose", xi, perm=swap),
+            e.op("Transpose", gi, perm=swap),
+            strides=dil,
+            dilations=strides,
+            pads=pads,
+        )
+        cut = e.op(
+            "Slice", full, e.const([0] * nd), e.const(kernel), e.const(list(range(2, 2 + nd)))
+        )
+        parts.append(e.op("Transpose", cut, perm=swap))
+    gw = parts[0] if groups == 1 else e.op("Concat", *parts, axis=0)
+    out: Grads = [gx, gw]
+    if len(n.input) > 2 and n.input[2]:
+        out.append(e.reduce_sum(g[0], [0] + list(range(2, 2 + nd)), keepdims=0))
+    return out
+
+
+def _groups(e: Emit, t: str, size: int, groups: int, axis: int = 1) -> list[str]:
+    if groups == 1:
+        return [t]
+    return e.op_n("Split", t, e.const([size // groups] * groups), axis=axis, n_out=groups)
+
+
+def _maxpool_forward(e: Emit, node: NodeProto) -> dict:
+    """MaxPool also gives the flat indices of its maxima, which its gradient scatters to."""
+    idx = node.output[1] if len(node.output) > 1 and node.output[1] else e.fresh("argmax")
+    e.nodes.append(
+        helper.make_node(
+            "MaxPool", list(node.input), [node.output[0], idx], name=node.name, **_attrs(node)
+        )
+    )
+    return {"indices": idx}
+
+
+def _maxpool(e, n, g, s):
+    """y = max of x over each window:  gx = g added at each window's argmax (ScatterElements,
+    reduction add, over x flattened; windows that overlap add up)."""
+    x = n.input[0]
+    flat = e.op("Reshape", x, e.const([-1]))
+    zeros = e.op("Mul", flat, e.const(0.0))
+    idx = e.op("Reshape", s["indices"], e.const([-1]))
+    scattered = e.op(
+        "ScatterElements", zeros, idx, e.op("Reshape", g[0], e.const([-1])), reduction="add"
+    )
+    return [e.op("Reshape", scattered, e.op("Shape", x))]
+
+
+def _avgpool(e, n, g, s):
+    """y = mean of x over each window of k (padding counted, or no padding):
+    gx = conv_transpose(g, ones(k) / |k|) channel by channel (groups = C)."""
+    xs, ys, nd, strides, pads, dil = _conv_geometry(e, n, "AveragePool's gradient")
+    kernel = list(attr(n, "kernel_shape"))
+    if any(pads) and not attr(n, "count_include_pad", 0):
+        raise CompileError(
+            f"node {n.name or n.output[0]}: AveragePool with pads needs count_include_pad=1"
+        )
+    if attr(n, "ceil_mode", 0):
+        raise CompileError(f"node {n.name or n.output[0]}: AveragePool with ceil_mode=1")
+    c = xs[1]
+    size = int(np.prod(kernel))
+    w = e.const(np.full([c, 1, *kernel], 1.0 / size))
+    extra = _output_padding(xs, ys, nd, strides, pads, [1] * nd, kernel)
+    return [
+        e.op("ConvTranspose", g[0], w, group=c, strides=strides, pads=pads, output_padding=extra)
+    ]
+
+
+def _global_avgpool(e, n, g, s):
+    """y = mean of x over all space:  gx = g / |space|, repeated over space."""
+    x = n.input[0]
+    xs = e.static(x, "GlobalAveragePool's gradient")
+    size = 1
+    for d in xs[2:]:
+        size *= d
+    return [e.op("Expand", e.op("Div", g[0], e.const(float(size))), e.op("Shape", x))]
+
+
+# -- normalisation, dropout, softmax -------------------------------------------------------------
+
+
+def _batchnorm_forward(e: Emit, node: NodeProto) -> dict:
+    """Training statistics, as the step computes them: over the batch (and space) axes A,
+    mu = mean_A x, var = mean_A (x - mu)^2, xhat = (x - mu) / sqrt(var + eps),
+    y = scale xhat + B. The running mean and variance inputs are not used in training; the
+    batch's mu and var are outputs of the step, and the trainer keeps the running averages."""
+    x, scale, bias = node.input[0], node.input[1], node.input[2]
+    rank = len(e.static(x, "BatchNormalization in training"))
+    axes = e.const([0] + list(range(2, rank)))
+    eps = attr(node, "epsilon", 1e-5)
+    mu = e.op("ReduceMean", x, axes, keepdims=1)
+    centred = e.op("Sub", x, mu)
+    var = e.op("ReduceMean", e.op("Mul", centred, centred), axes, keepdims=1)
+    invstd = e.op("Reciprocal", e.op("Sqrt", e.op("Add", var, e.const(eps))))
+    xhat = e.op("Mul", centred, invstd)
+    shape = e.const([1, -1] + [1] * (rank - 2))
+    scaled = e.op("Mul", xhat, e.op("Reshape", scale, shape))
+    e.nodes.append(
+        helper.make_node("Add", [scaled, e.op("Reshape", bias, shape)], [node.output[0]])
+    )
+    return {"xhat": xhat, "invstd": invstd, "axes": axes, "shape": shape, "mean": mu, "var": var}
+
+
+def _batchnorm(e, n, g, s):
+    """With xhat, 1/sqrt(var + eps) =: r and the means over A from the forward pass:
+    gxhat = g scale;  gx = r (gxhat - mean_A gxhat - xhat mean_A(gxhat xhat));
+    gscale = sum_A g xhat;  gB = sum_A g."""
+    scale = n.input[1]
+    gxhat = e.op("Mul", g[0], e.op("Reshape", scale, s["shape"]))
+    m1 = e.op("ReduceMean", gxhat, s["axes"], keepdims=1)
+    m2 = e.op("ReduceMean", e.op("Mul", gxhat, s["xhat"]), s["axes"], keepdims=1)
+    inner = e.op("Sub", e.op("Sub", gxhat, m1), e.op("Mul", s["xhat"], m2))
+    gx = e.op("Mul", s["invstd"], inner)
+    gscale = e.op("ReduceSum", e.op("Mul", g[0], s["xhat"]), s["axes"], keepdims=0)
+    gbias = e.op("ReduceSum", g[0], s["axes"], keepdims=0)
+    return [gx, gscale, gbias, None, None]
+
+
+def _dropout_forward(e: Emit, node: NodeProto) -> dict:
+    """Dropout in training mode; its keep-mask is an output the gradient uses."""
+    ratio = node.input[1] if len(node.input) > 1 and node.input[1] else e.const(0.5)
+    mask = node.output[1] if len(node.output) > 1 and node.output[1] else e.fresh("mask")
+    on = e.const(True, dtype=bool)
+    e.nodes.append(
+        helper.make_node(
+            "Dropout", [node.input[0], ratio, on], [node.output[0], mask], **_attrs(node)
+        )
+    )
+    return {"mask": mask, "ratio": ratio}
+
+
+def _dropout(e, n, g, s):
+    """y = x m / (1 - r), m the keep-mask drawn in the step:  gx = g m / (1 - r)."""
+    keep = e.op("Sub", e.const(1.0), s["ratio"])
+    masked = e.op("Mul", g[0], e.op("Cast", s["mask"], to=_onnx_type(e)))
+    return [e.op("Div", masked, keep), None, None]
+
+
+def _softmax(e, n, g, s):
+    """y = softmax(x) along an axis:  gx = y (g - sum_axis(g y))."""
+    y = n.output[0]
+    axis = e.const([attr(n, "axis", -1)])
+    dot = e.op("ReduceSum", e.op("Mul", g[0], y), axis, keepdims=1)
+    return [e.op("Mul", y, e.op("Sub", g[0], dot))]
+
+
+def _log_softmax(e, n, g, s):
+    """y = log softmax(x) along an axis:  gx = g - exp(y) sum_axis(g)."""
+    y = n.output[0]
+    axis = e.const([attr(n, "axis", -1)])
+    total = e.op("ReduceSum", g[0], axis, keepdims=1)
+    return [e.op("Sub", g[0], e.op("Mul", e.op("Exp", y), total))]
+
+
+def _attrs(node: NodeProto) -> dict:
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _onnx_type(e: Emit) -> int:
+    from onnx import helper as h
+
+    return h.np_dtype_to_tensor_dtype(e.dtype)
+
+
+OPS: dict[str, Op] = {
+    "Add": Op((0, 1), _add),
+    "Sub": Op((0, 1), _sub),
+    "Mul": Op((0, 1), _mul),
+    "Div": Op((0, 1), _div),
+    "Relu": Op((0,), _relu),
+    "LeakyRelu": Op((0,), _leaky_relu),
+    "Sigmoid": Op((0,), _sigmoid),
+    "Tanh": Op((0,), _tanh),
+    "Identity": Op((0,), _identity),
+    "Flatten": Op((0,), _reshape_back),
+    "Reshape": Op((0,), _reshape_back),
+    "Squeeze": Op((0,), _reshape_back),
+    "Unsqueeze": Op((0,), _reshape_back),
+    "Transpose": Op((0,), _transpose),
+    "Concat": Op((), _concat),  # every input is differentiable: diff_slots() says so
+    "Gemm": Op((0, 1, 2), _gemm),
+    "MatMul": Op((0, 1), _matmul),
+    "Conv": Op((0, 1, 2), _conv),
+    "MaxPool": Op((0,), _maxpool, _maxpool_forward),
+    "AveragePool": Op((0,), _avgpool),
+    "GlobalAveragePool": Op((0,), _global_avgpool),
+    "ReduceSum": Op((0,), _reduce_sum),
+    "ReduceMean": Op((0,), _reduce_mean),
+    "BatchNormalization": Op((0, 1, 2), _batchnorm, _batchnorm_forward),
+    "Dropout": Op((0,), _dropout, _dropout_forward),
+    "Softmax": Op((0,), _softmax),
+    "LogSoftmax": Op((0,), _log_softmax),
+}
+
+
+def diff_slots(node: NodeProto) -> tuple[int, ...]:
+    """The input slots of node a gradient flows to (all of Concat's)."""
+    if node.op_type == "Concat":
+        return tuple(range(len(node.input)))
+    return OPS[node.op_type].diff

@@ -1,0 +1,142 @@
+"""A model compiled by `edgegossip model compile` (compiler/artifact.py), trained in stock
+onnxruntime with the Model interface of the NumPy models: one flat float32 parameter vector,
+loss_grad writing the gradient into the caller's buffer.
+
+Nothing but json, NumPy and onnxruntime runs here: the gradient graph was built on the
+operator's machine, so a device needs no gradient builder and no framework.
+
+Every file of the artifact is checked against the manifest's SHA-256 before anything is loaded:
+a device trains exactly what was compiled, or refuses to start with one line.
+
+BatchNorm: the training graph normalises with the batch's own statistics, and so does
+infer.onnx (evaluation batches are thousands of examples here). No running averages are kept
+on the device and none are gossiped; `fleet collect` estimates them for the exported model from
+the averaged parameters over data it holds (the precise-BN estimate).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgegossip.errors import UsageError
+from edgegossip.models.base import FlatLayout, Model
+from edgegossip.paths import sha256_of
+
+FORMAT = "edgegossip-model/1"
+MANIFEST = "manifest.json"
+
+
+class ArtifactError(UsageError, ValueError):
+    """A compiled model folder that is missing, altered or not ours (exit 2)."""
+
+
+def is_artifact(name: str) -> bool:
+    return (Path(name) / MANIFEST).is_file()
+
+
+def read_manifest(folder: str | Path) -> tuple[dict, str]:
+    """The manifest and the artifact's digest, every file checked against it."""
+    folder = Path(folder)
+    path = folder / MANIFEST
+    try:
+        raw = path.read_bytes()
+        manifest = json.loads(raw)
+    except OSError as e:
+        raise ArtifactError(f"{path}: {e.strerror}") from None
+    except ValueError:
+        raise ArtifactError(f"{path}: not JSON") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise ArtifactError(
+            f"{path}: not a compiled model ({FORMAT}); run `edgegossip model compile`"
+        )
+    files = manifest.get("files")
+    if not isinstance(files, dict):
+        raise ArtifactError(f"{path}: names no files")
+    for name, digest in files.items():
+        if "/" in name or name.startswith("."):
+            raise ArtifactError(f"{path}: file name {name!r} is not in the folder")
+        if _sha256(folder / name) != digest:
+            raise ArtifactError(
+                f"{folder / name}: its SHA-256 is not the manifest's: altered or incomplete"
+            )
+    return manifest, hashlib.sha256(raw).hexdigest()
+
+
+def _sha256(path: Path) -> str | None:
+    try:
+        return sha256_of(path)
+    except OSError:
+        return None
+
+
+class CompiledModel(Model):
+    """Train and evaluate the compiled model in `folder` in stock onnxruntime."""
+
+    def __init__(self, folder: str | Path, threads: int = 1):
+        self.folder = Path(folder)
+        self.manifest, self.digest = read_manifest(self.folder)
+        m = self.manifest
+        self.layout = FlatLayout([(p["name"], tuple(p["shape"])) for p in m["params"]["layout"]])
+        self.input_shape = tuple(int(d) for d in m["input"]["shape"])
+        self.inputs = int(np.prod(self.input_shape))
+        self.classes = int(m["classes"]) if m.get("classes") else int(np.prod(m["output"]["shape"]))
+        self.loss = m["loss"]
+        self.input_name = m["input"]["name"]
+        self._threads = threads
+        self._train: Any = None  # onnxruntime sessions, opened at first use
+        self._infer: Any = None
+        self._loss_out = np.zeros((), np.float32)
+
+    def _session(self, name: str):
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        opts.log_severity_level = 3
+        opts.intra_op_num_threads = self._threads
+        opts.inter_op_num_threads = 1
+        return ort.InferenceSession(
+            str(self.folder / name), opts, providers=["CPUExecutionProvider"]
+        )
+
+    def init(self, seed: int) -> np.ndarray:
+        """The exported weights: every device of a fleet starts from the same ones."""
+        x = np.load(self.folder / "initial.npy", allow_pickle=False)
+        if x.shape != (self.n_params,) or x.dtype != np.float32:
+            raise ArtifactError(f"{self.folder}/initial.npy does not hold {self.n_params} float32")
+        return x.copy()
+
+    def _batch(self, x: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(x, np.float32).reshape(len(x), *self.input_shape)
+
+    def loss_grad(self, params, grad, x, y, rng) -> float:
+        """Mean loss on (x, y); writes d loss / d params into grad. Dropout, if the model has
+        it, draws its masks in onnxruntime (rng is not used)."""
+        if self._train is None:
+            self._train = self._session("train.onnx")
+            self._io = self._train.io_binding()
+        io = self._io
+        io.bind_input("params", "cpu", 0, np.float32, [self.n_params], params.ctypes.data)
+        io.bind_cpu_input(self.input_name, self._batch(x))
+        io.bind_cpu_input("y", self._labels(y))
+        io.bind_output("loss", "cpu", 0, np.float32, [], self._loss_out.ctypes.data)
+        io.bind_output("grad", "cpu", 0, np.float32, [self.n_params], grad.ctypes.data)
+        for out in self._train.get_outputs()[2:]:
+            io.bind_output(out.name, "cpu")  # logits, batch statistics: not kept
+        self._train.run_with_iobinding(io)
+        return float(self._loss_out)
+
+    def _labels(self, y: np.ndarray) -> np.ndarray:
+        if self.loss == "cross-entropy":
+            return np.ascontiguousarray(y, np.int64)
+        return np.ascontiguousarray(y, np.float32)
+
+    def logits(self, params: np.ndarray, x: np.ndarray) -> np.ndarray:
+        if self._infer is None:
+            self._infer = self._session("infer.onnx")
+        feed = {"params": np.ascontiguousarray(params, np.float32), self.input_name: self._batch(x)}
+        return self._infer.run(None, feed)[0].reshape(len(x), -1)

@@ -1,0 +1,398 @@
+"""Issue 43: `model compile`'s gradient rules, each op against central finite differences in
+float64 (onnx's reference evaluator runs the training graph, so the rules are checked as math,
+not as one runtime's kernels), then the same graphs in stock onnxruntime in float32."""
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+from edgegossip.compiler.build import compile_model
+from edgegossip.compiler.errors import CompileError
+
+BATCH = 3
+RNG = np.random.default_rng(7)
+
+
+def _model(nodes, inits: dict, x_shape, out: str, dtype=np.float64) -> onnx.ModelProto:
+    t = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    graph = helper.make_graph(
+        nodes,
+        "t",
+        [helper.make_tensor_value_info("x", t, ["batch", *x_shape])],
+        [helper.make_tensor_value_info(out, t, None)],
+        [numpy_helper.from_array(_typed(v, dtype), k) for k, v in inits.items()],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def _typed(v, dtype) -> np.ndarray:
+    a = np.asarray(v)
+    return a.astype(dtype) if a.dtype.kind == "f" else a
+
+
+def n(op, inputs, outputs, **attrs):
+    return helper.make_node(op, inputs, outputs, name=outputs[0], **attrs)
+
+
+def w(*shape, low=-1.0, high=1.0):
+    return RNG.uniform(low, high, shape)
+
+
+def _run(train, params, x, y, runtime="reference"):
+    if runtime == "reference":
+        loss, grad = ReferenceEvaluator(train).run(
+            ["loss", "grad"], {"params": params, "x": x, "y": y}
+        )
+    else:
+        import onnxruntime as ort
+
+        sess = ort.InferenceSession(train.SerializeToString(), providers=["CPUExecutionProvider"])
+        loss, grad = sess.run(["loss", "grad"], {"params": params, "x": x, "y": y})
+    return float(loss), grad
+
+
+def _check(model, x_shape, loss="mse", eps=1e-6, rtol=1e-5, atol=1e-8, runtime="reference"):
+    """The compiled gradient against central differences of the compiled loss, every
+    parameter, run by onnx's reference evaluator (or onnxruntime, in float64 too)."""
+    c = compile_model(model, loss)
+    x = RNG.normal(size=(BATCH, *x_shape))
+    if loss == "mse":
+        logits = ReferenceEvaluator(model).run(None, {"x": x})[0]
+        y = RNG.normal(size=logits.shape)
+    else:
+        y = RNG.integers(0, c.output_shape[0], BATCH).astype(np.int64)
+    params = c.initial.astype(np.float64)
+    value, grad = _run(c.train, params, x, y, runtime)
+    numeric = np.empty_like(params)
+    for i in range(len(params)):
+        up, down = params.copy(), params.copy()
+        up[i] += eps
+        down[i] -= eps
+        diff = _run(c.train, up, x, y, runtime)[0] - _run(c.train, down, x, y, runtime)[0]
+        numeric[i] = diff / (2 * eps)
+    np.testing.assert_allclose(grad, numeric, rtol=rtol, atol=atol)
+    assert np.isfinite(value)
+    return c
+
+
+ELEMENTWISE = {
+    "Relu": {},
+    "LeakyRelu": {"alpha": 0.1},
+    "Sigmoid": {},
+    "Tanh": {},
+    "Identity": {},
+}
+
+
+@pytest.mark.parametrize("op", sorted(ELEMENTWISE))
+def test_unary_ops(op):
+    m = _model(
+        [n("Mul", ["x", "W"], ["h"]), n(op, ["h"], ["z"], **ELEMENTWISE[op])],
+        {"W": w(4)},
+        [4],
+        "z",
+    )
+    _check(m, [4])
+
+
+@pytest.mark.parametrize(
+    "op, a, b, shape_a, shape_b",
+    [
+        ("Add", "x", "W", None, (4,)),
+        ("Add", "W", "x", (1, 4), None),
+        ("Sub", "W", "x", (3, 1, 4), None),
+        ("Sub", "x", "W", None, (1,)),
+        ("Mul", "x", "W", None, (4,)),
+        ("Div", "x", "W", None, (4,)),
+    ],
+)
+def test_broadcasting_binary_ops(op, a, b, shape_a, shape_b):
+    shape = shape_a or shape_b
+    value = w(*shape, low=1.0, high=2.0) if op == "Div" else w(*shape)
+    m = _model([n(op, [a, b], ["z"])], {"W": value}, [4], "z")
+    _check(m, [4])
+
+
+@pytest.mark.parametrize("trans_a, trans_b", [(0, 0), (0, 1), (1, 0), (1, 1)])
+def test_gemm_every_transpose_with_bias_alpha_and_beta(trans_a, trans_b):
+    # a Gemm whose A is a parameter and whose B is the batch, to reach transA both ways
+    x_in = n("Transpose", ["x"], ["xt"], perm=[1, 0]) if trans_b else None
+    a_shape = (4, 5) if trans_a else (5, 4)
+    b_name = "xt" if trans_b else "x"
+    gemm = n(
+        "Gemm",
+        ["A", b_name, "C"],
+        ["z"],
+        transA=trans_a,
+        transB=trans_b,
+        alpha=0.5,
+        beta=2.0,
+    )
+    nodes = ([x_in] if x_in else []) + [gemm]
+    # z = A' (5x4) B' (4xbatch): B' = x^T, so B = x^T without transB, x^T^T with it
+    if not trans_b:
+        nodes = [n("Transpose", ["x"], ["xT"], perm=[1, 0])] + [
+            n("Gemm", ["A", "xT", "C"], ["z"], transA=trans_a, alpha=0.5, beta=2.0)
+        ]
+    else:
+        nodes = [n("Gemm", ["A", "x", "C"], ["z"], transA=trans_a, transB=1, alpha=0.5, beta=2.0)]
+    m = _model(nodes, {"A": w(*a_shape), "C": w(5, 1)}, [4], "z")
+    _check(m, [4])
+
+
+def test_gemm_as_pytorch_linear_with_cross_entropy_through_softmax():
+    m = _model(
+        [n("Gemm", ["x", "W", "b"], ["logits"], transB=1), n("Softmax", ["logits"], ["p"], axis=1)],
+        {"W": w(5, 4), "b": w(5)},
+        [4],
+        "p",
+    )
+    c = _check(m, [4], loss="cross-entropy")
+    assert c.output_shape == [5] and [p.name for p in c.params] == ["W", "b"]
+
+
+@pytest.mark.parametrize("x_shape", [[4], [2, 4]])
+def test_matmul(x_shape):
+    m = _model([n("MatMul", ["x", "W"], ["z"])], {"W": w(4, 5)}, x_shape, "z")
+    _check(m, x_shape)
+
+
+def test_shape_ops_reshape_flatten_transpose_squeeze_concat():
+    m = _model(
+        [
+            n("Mul", ["x", "W"], ["h"]),
+            n("Transpose", ["h"], ["t"], perm=[0, 2, 1]),
+            n("Flatten", ["t"], ["f"], axis=1),
+            n("Unsqueeze", ["f", "ax"], ["u"]),
+            n("Squeeze", ["u", "ax"], ["s"]),
+            n("Mul", ["x2", "V"], ["v"]),
+            n("Reshape", ["x", "flat"], ["x2"]),
+            n("Concat", ["s", "v"], ["c"], axis=1),
+            n("MatMul", ["c", "M"], ["z"]),
+        ],
+        {
+            "W": w(2, 4),
+            "V": w(8),
+            "M": w(16, 3),
+            "ax": np.array([1], np.int64),
+            "flat": np.array([0, 8], np.int64),
+        },
+        [2, 4],
+        "z",
+    )
+    # the nodes out of order (Reshape after its consumer) are not what ONNX allows: sort them
+    order = ["h", "t", "f", "u", "s", "x2", "v", "c", "z"]
+    nodes = sorted(m.graph.node, key=lambda nd: order.index(nd.output[0]))
+    del m.graph.node[:]
+    m.graph.node.extend(nodes)
+    c = _check(m, [2, 4])
+    assert "ax" not in {p.name for p in c.params}  # an integer initializer is no parameter
+
+
+CONVS = [
+    ("2-D, stride 2, pads 1", [2, 5, 5], (4, 2, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ("2-D, groups 2, no bias", [4, 4, 4], (4, 2, 2, 2), {"group": 2}),
+    ("1-D, dilation 2, groups 2", [2, 7], (2, 1, 3), {"group": 2, "dilations": [2]}),
+    ("1-D, stride 3, pads 2 0", [1, 8], (3, 1, 2), {"strides": [3], "pads": [2, 0]}),
+]
+
+
+@pytest.mark.parametrize("what, x_shape, w_shape, attrs", CONVS, ids=[c[0] for c in CONVS])
+def test_conv(what, x_shape, w_shape, attrs):
+    inputs = ["x", "W"] if "no bias" in what else ["x", "W", "B"]
+    inits = {"W": w(*w_shape)}
+    if len(inputs) == 3:
+        inits["B"] = w(w_shape[0])
+    m = _model([n("Conv", inputs, ["z"], **attrs)], inits, x_shape, "z")
+    _check(m, x_shape)
+
+
+POOLS = [
+    ("MaxPool", {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    ("MaxPool", {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1]}),
+    ("AveragePool", {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    (
+        "AveragePool",
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "count_include_pad": 1},
+    ),
+    ("GlobalAveragePool", {}),
+]
+
+
+@pytest.mark.parametrize("op, attrs", POOLS)
+def test_pooling(op, attrs):
+    m = _model(
+        [n("Conv", ["x", "W", "B"], ["h"], pads=[1, 1, 1, 1]), n(op, ["h"], ["z"], **attrs)],
+        {"W": w(3, 2, 3, 3), "B": w(3)},
+        [2, 5, 5],
+        "z",
+    )
+    if op == "MaxPool" and "pads" in attrs:
+        # onnx 1.23's reference MaxPool leaves the batch and channel offsets out of its
+        # indices where there is padding (onnxruntime follows the spec): run this one in
+        # onnxruntime, in float64 (its Conv is float32 only, so the parameter is a Mul)
+        m = _model(
+            [n("Mul", ["x", "W"], ["h"]), n(op, ["h"], ["z"], **attrs)],
+            {"W": w(2, 5, 5)},
+            [2, 5, 5],
+            "z",
+        )
+        _check(m, [2, 5, 5], runtime="onnxruntime")
+        return
+    _check(m, [2, 5, 5])
+
+
+def test_batchnorm_on_batch_statistics_and_its_state():
+    m = _model(
+        [
+            n("Conv", ["x", "W"], ["h"]),
+            n("BatchNormalization", ["h", "g", "b", "rm", "rv"], ["z"], epsilon=1e-3),
+        ],
+        {"W": w(3, 2, 2, 2), "g": w(3, low=0.5), "b": w(3), "rm": np.zeros(3), "rv": np.ones(3)},
+        [2, 4, 4],
+        "z",
+    )
+    c = _check(m, [2, 4, 4])
+    assert [p.name for p in c.params] == ["W", "g", "b"]  # the running statistics are state
+    assert [s[1] for s in c.state] == ["rm", "rv"]
+    x = RNG.normal(size=(BATCH, 2, 4, 4))
+    out = ReferenceEvaluator(c.train).run(
+        None, {"params": c.initial, "x": x, "y": np.zeros((BATCH, 3, 3, 3))}
+    )
+    names = [o.name for o in c.train.graph.output]
+    h = ReferenceEvaluator(
+        _model(
+            [n("Conv", ["x", "W"], ["h"])],
+            {"W": c.initial[:24].reshape(3, 2, 2, 2)},
+            [2, 4, 4],
+            "h",
+        )
+    ).run(None, {"x": x})[0]
+    np.testing.assert_allclose(out[names.index(c.state[0][0])], h.mean(axis=(0, 2, 3)))
+    np.testing.assert_allclose(out[names.index(c.state[1][0])], h.var(axis=(0, 2, 3)))
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+def test_softmax_inside_a_model(op):
+    m = _model(
+        [n("Mul", ["x", "W"], ["h"]), n(op, ["h"], ["s"], axis=1), n("Mul", ["s", "V"], ["z"])],
+        {"W": w(4), "V": w(4)},
+        [4],
+        "z",
+    )
+    _check(m, [4])
+
+
+def test_dropout_scales_what_it_keeps():
+    """Dropout draws its mask in every step, so no finite difference: the gradient is checked
+    against g m / (1 - r) with the mask the step drew."""
+    m = _model(
+        [n("Mul", ["x", "W"], ["h"]), n("Dropout", ["h", "r"], ["z"], seed=3)],
+        {"W": w(6, low=0.5), "r": np.array(0.5)},
+        [6],
+        "z",
+    )
+    c = compile_model(m, "mse")
+    x = RNG.normal(size=(BATCH, 6))
+    y = RNG.normal(size=(BATCH, 6))
+    ev = ReferenceEvaluator(c.train)
+    loss, grad, z = ev.run(["loss", "grad", "z"], {"params": c.initial, "x": x, "y": y})
+    kept = z != 0
+    assert 0 < kept.mean() < 1
+    gz = 2 * (z - y) / z.size
+    np.testing.assert_allclose(grad, (gz * kept / 0.5 * x).sum(axis=0), rtol=1e-10)
+
+
+def test_an_op_outside_the_table_is_refused_naming_node_and_op():
+    m = _model([n("Mul", ["x", "W"], ["h"]), n("Erf", ["h"], ["z"])], {"W": w(4)}, [4], "z")
+    with pytest.raises(CompileError, match=r"node z: op Erf has no gradient rule"):
+        compile_model(m, "mse")
+
+
+def test_a_model_below_opset_13_and_a_bad_loss_are_refused():
+    m = _model([n("Mul", ["x", "W"], ["z"])], {"W": w(4)}, [4], "z")
+    with pytest.raises(CompileError, match="choose cross-entropy or mse"):
+        compile_model(m, "hinge")
+    m.opset_import[0].version = 11
+    with pytest.raises(CompileError, match="opset 11: export with opset 13 or later"):
+        compile_model(m, "mse")
+
+
+def test_onnxruntime_runs_the_float32_training_graph_as_the_reference_does():
+    """Stock onnxruntime, float32, against the float64 reference on the same CNN: tolerance
+    1e-4 relative, float32's rounding through a dozen ops."""
+    import onnxruntime as ort
+
+    def cnn(dtype):
+        return _model(
+            [
+                n("Conv", ["x", "W", "B"], ["h"], pads=[1, 1, 1, 1]),
+                n("BatchNormalization", ["h", "g", "b", "rm", "rv"], ["bn"]),
+                n("Relu", ["bn"], ["r"]),
+                n("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+                n("Flatten", ["p"], ["f"]),
+                n("Gemm", ["f", "L", "c"], ["logits"], transB=1),
+            ],
+            {
+                "W": w(4, 1, 3, 3),
+                "B": w(4),
+                "g": np.ones(4),
+                "b": np.zeros(4),
+                "rm": np.zeros(4),
+                "rv": np.ones(4),
+                "L": w(3, 16),
+                "c": w(3),
+            },
+            [1, 4, 4],
+            "logits",
+            dtype,
+        )
+
+    RNG.bit_generator.state = np.random.default_rng(11).bit_generator.state
+    c64 = compile_model(cnn(np.float64), "cross-entropy")
+    RNG.bit_generator.state = np.random.default_rng(11).bit_generator.state
+    c32 = compile_model(cnn(np.float32), "cross-entropy")
+    x = RNG.normal(size=(8, 1, 4, 4))
+    y = RNG.integers(0, 3, 8).astype(np.int64)
+    want = _run(c64.train, c64.initial, x, y)
+    sess = ort.InferenceSession(c32.train.SerializeToString(), providers=["CPUExecutionProvider"])
+    loss, grad = sess.run(
+        ["loss", "grad"], {"params": c32.initial, "x": x.astype(np.float32), "y": y}
+    )
+    assert float(loss) == pytest.approx(want[0], rel=1e-5)
+    np.testing.assert_allclose(grad, want[1], rtol=1e-4, atol=1e-6)
+
+
+FIXTURES = Path(__file__).parent / "fixtures" / "onnx"
+
+
+@pytest.mark.parametrize("name", ["fashion_cnn", "vibration_cnn", "head"])
+def test_models_exported_from_pytorch_train_to_pytorchs_gradients(name):
+    """Whole models as torch.onnx.export writes them (scripts/make-onnx-fixtures.py: a 2-D CNN
+    with BatchNorm, a 1-D CNN with groups and pooling, a head ending in softmax), compiled and
+    run in stock onnxruntime in float32: loss and every parameter's gradient equal PyTorch's on
+    the same weights and batch, to 1e-4 relative (float32 through a dozen layers)."""
+    import onnxruntime as ort
+
+    ref = np.load(FIXTURES / f"{name}.npz")
+    c = compile_model(onnx.load(str(FIXTURES / f"{name}.onnx")), "cross-entropy")
+    for p in c.params:  # the compiled layout holds the exported weights
+        np.testing.assert_array_equal(
+            c.initial[p.offset : p.offset + p.size].reshape(p.shape), ref[f"value/{p.name}"]
+        )
+    assert {p.name for p in c.params} == {k[len("grad/") :] for k in ref if k.startswith("grad/")}
+    sess = ort.InferenceSession(c.train.SerializeToString(), providers=["CPUExecutionProvider"])
+    loss, grad = sess.run(["loss", "grad"], {"params": c.initial, "x": ref["x"], "y": ref["y"]})
+    assert float(loss) == pytest.approx(float(ref["loss"]), rel=1e-5)
+    for p in c.params:
+        np.testing.assert_allclose(
+            grad[p.offset : p.offset + p.size].reshape(p.shape),
+            ref[f"grad/{p.name}"],
+            rtol=1e-4,
+            atol=1e-6,
+            err_msg=p.name,
+        )
