@@ -24,7 +24,7 @@ from edgegossip.data import mnist
 from edgegossip.dataplane import payload
 from edgegossip.emulate import device, netns
 from edgegossip.metrics import read as read_metrics
-from edgegossip.models import make_model
+from edgegossip.models import MODELS, make_model
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,8 @@ class EmulatedFleet:
         self.configs: list[AgentConfig] = []
         self.t0 = 0.0
         self.secret = secrets.token_hex(16)  # this run's own: no two emulations share link keys
+        self.model_path = spec.model  # a compiled model's: its shared copy under netns
+        self.cache = spec.out / "shared-cache"  # what devices read: _shared_cache()
 
     def addresses(self) -> list[tuple[str, int]]:
         if self.lan is not None:
@@ -101,7 +103,7 @@ class EmulatedFleet:
             key=self.secret,
             output=str(s.out / f"agent{i}"),
             algorithm=s.algorithm,
-            model=s.model,
+            model=self.model_path,
             source=s.data,
             backend=s.train_backend,
             workers=s.nodes,
@@ -134,6 +136,7 @@ class EmulatedFleet:
         s.out.mkdir(parents=True, exist_ok=True)
         if s.backend == "netns":
             self.lan = netns.Lan(s.nodes, loss=s.loss, rate=s.rate, rates=dict(s.slow)).up()
+            self.cache = self._shared_cache()  # before the configs: they name the model's copy
         addrs = self.addresses()
         self.configs = [self._config(i, addrs) for i in range(s.nodes)]
         for i in range(s.nodes):
@@ -152,7 +155,7 @@ class EmulatedFleet:
                 i,
                 Path(cfg.output),
                 path,
-                self._shared_cache(),
+                self.cache,
                 self._agent_command(device.CONFIG),
             )
         else:
@@ -169,9 +172,16 @@ class EmulatedFleet:
         return [sys.executable, "-m", "edgegossip.cli.app", "agent", "--config", config_path]
 
     def _shared_cache(self) -> Path:
-        """MNIST where an unprivileged device can read it (the operator's cache may be 0600)."""
+        """The data set, and a compiled model's files, where an unprivileged device can read
+        them (the operator's cache and folders may be private); the model's config path is
+        the shared copy's."""
         dest = self.spec.out / "shared-cache"
-        device.share_read_only(mnist.cache_path(), dest)
+        device.share_read_only(mnist.cache_path(self.spec.data), dest)
+        if self.spec.model not in MODELS:
+            shared = self.spec.out / "shared-model"
+            for f in sorted(Path(self.spec.model).iterdir()):
+                device.share_read_only(f, shared)
+            self.model_path = str(shared.resolve())
         return dest
 
     def _signal(self, p: subprocess.Popen, sig: int) -> None:
