@@ -65,7 +65,11 @@ def test_init_writes_inventory_and_private_secrets(tmp_path):
         ),
         ('user = "pi"\n', 'user = "pi"\ncolour = "red"\n', "devices[0].colour: unknown key"),
         ('address = "192.0.2.2"', 'address = "192.0.2.1"', "192.0.2.1 is also pi0's address"),
-        ('model = "logreg"', 'model = "resnet"', "train.model: must be mlp, logreg, cnn or the folder of a compiled model"),
+        (
+            'model = "logreg"',
+            'model = "resnet"',
+            "train.model: must be mlp, logreg, cnn or the folder of a compiled model",
+        ),
         ('name = "pi2"', 'name = "pi 2"', "devices.pi 2.name"),
         ("port = 22\n", "port = 99999\n", "devices.pi0.port: must be a port number"),
         (
