@@ -82,6 +82,19 @@ def test_compile_writes_a_checked_artifact(tmp_path):
     assert {n.domain for n in train.graph.node} <= {""}
 
 
+def test_bench_train_measures_a_compiled_model(tmp_path):
+    p = eg(
+        "bench", "train", "--model", compiled(tmp_path, "vibration_cnn"), "--steps", "3", "--json"
+    )
+    assert p.returncode == 0, p.stderr
+    rows = json.loads(p.stdout)["results"]
+    assert [(r["backend"], r["batch"], r["params"]) for r in rows] == [
+        ("compiled", 32, 268),
+        ("compiled", 128, 268),
+    ]
+    assert all(r["ms_per_step"] > 0 and r["peak_rss_mb"] > 10 for r in rows)
+
+
 def test_an_unsupported_op_and_a_file_that_is_no_model_are_one_line(tmp_path):
     g = helper.make_graph(
         [

@@ -1,7 +1,9 @@
 """`edgegossip bench train`: ms per training step and peak memory, per model, backend and batch.
 
 Each (model, backend) pair runs in a fresh process so its peak RSS is its own. The step is the
-whole thing a device does per batch: forward, backward and the Nesterov update."""
+whole thing a device does per batch: forward, backward and the Nesterov update. A compiled
+model's folder (`edgegossip model compile`) is measured as its agent runs it: backend
+"compiled", onnxruntime on one thread, random inputs of its manifest's shape."""
 
 from __future__ import annotations
 
@@ -26,9 +28,10 @@ from edgegossip.metrics import peak_rss_mb
 from edgegossip.models.optim import NesterovSGD
 name, backend, batch, steps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 m = make_model(name)
-p = m.init(); g = np.zeros_like(p); opt = NesterovSGD(m.n_params)
+p = m.init(0); g = np.zeros_like(p); opt = NesterovSGD(m.n_params)
 rng = np.random.default_rng(0)
-x = rng.standard_normal((batch, 784), dtype=np.float32); y = rng.integers(0, 10, batch)
+shape, classes = m.input_shape or (784,), getattr(m, "classes", 10)
+x = rng.standard_normal((batch, *shape), dtype=np.float32); y = rng.integers(0, classes, batch)
 grad = m
 if backend == "onnx":
     from edgegossip.models.onnx_backend import OnnxTrainer
@@ -43,7 +46,7 @@ for _ in range(3):
     for _ in range(steps):
         step()
     best = min(best, (time.perf_counter() - t) / steps)
-print(json.dumps({"model": name, "backend": backend, "batch": batch,
+print(json.dumps({"model": name, "backend": backend, "batch": batch, "params": m.n_params,
                   "ms_per_step": round(best * 1e3, 3),
                   "peak_rss_mb": peak_rss_mb()}))
 """

@@ -152,14 +152,25 @@ def shard(as_json: bool, workers: int) -> None:
 @click.option(
     "--steps", default=60, show_default=True, help="Timed steps per batch (x10 for logreg)."
 )
-def train(as_json: bool, steps: int) -> None:
-    """ms per training step and peak RSS per model and backend, at batch 32 and 128."""
+@click.option(
+    "--model",
+    "folder",
+    type=click.Path(file_okay=False, exists=True),
+    default=None,
+    help="A compiled model's folder (edgegossip model compile): measure it instead.",
+)
+def train(as_json: bool, steps: int, folder: str | None) -> None:
+    """ms per training step and peak RSS per model and backend, at batch 32 and 128.
+
+    JSON: {"benchmark": "train", "results": [{"model", "backend", "batch", "params",
+    "ms_per_step", "peak_rss_mb"}]}"""
     from edgegossip.bench import train as t
 
+    cases = [(folder, "compiled")] if folder else t.CASES
     emit(
-        t.run(steps=steps),
+        t.run(cases=cases, steps=steps),
         as_json,
-        ["model", "backend", "batch", "ms_per_step", "peak_rss_mb"],
+        ["model", "backend", "batch", "params", "ms_per_step", "peak_rss_mb"],
         title="train (forward + backward + Nesterov update, one process per row)",
     )
 
