@@ -32,7 +32,7 @@ from edgegossip.dataplane import payload
 from edgegossip.dataplane.plane import DataPlane, PlaneSpec
 from edgegossip.dataplane.sender import Snapshots
 from edgegossip.metrics import peak_rss_mb
-from edgegossip.models import ONNX_MISSING, make_model, onnx_available, shapes
+from edgegossip.models import ONNX_MISSING, make_model, onnx_available
 from edgegossip.models.base import Model
 from edgegossip.models.mlp import MLP
 from edgegossip.models.optim import NesterovSGD
@@ -46,12 +46,12 @@ log = logging.getLogger(__name__)
 
 class Agent:
     def __init__(self, cfg: AgentConfig, data: device.DeviceData | None = None):
+        self.model = make_model(cfg.model, cfg.seed, cfg.inputs, cfg.classes)
         # a compiled model's manifest says its shapes; the settings say the named models'
-        inputs, classes = shapes(cfg.model, cfg.inputs, cfg.classes)
+        inputs, classes = self.model.shapes(cfg.inputs, cfg.classes)
         cfg = self.cfg = replace(cfg, inputs=inputs, classes=classes)
         self.out = Path(cfg.output)
         self.stop_event = threading.Event()
-        self.model = make_model(cfg.model, cfg.seed, cfg.inputs, cfg.classes)
         self.data = (
             data
             if data is not None

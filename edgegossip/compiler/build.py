@@ -26,7 +26,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from edgegossip.compiler.emit import Emit
 from edgegossip.compiler.errors import CompileError
-from edgegossip.compiler.ops import OPS, diff_slots
+from edgegossip.compiler.ops import OPS, copy_node, diff_slots
 
 OPSET = 18
 LOSSES = ("cross-entropy", "mse")
@@ -243,13 +243,8 @@ def _forward(e: Emit, graph, logits: str, producer) -> dict[int, dict]:
         if not set(node.output) & needed:
             continue
         op = OPS.get(node.op_type)
-        saved[k] = op.forward(e, node) if op is not None else _plain(e, node)
+        saved[k] = op.forward(e, node) if op is not None else copy_node(e, node)
     return saved
-
-
-def _plain(e: Emit, node) -> dict:
-    e.nodes.append(node)
-    return {}
 
 
 def _loss(e: Emit, logits: str, loss: str) -> str:

@@ -28,7 +28,8 @@ def attr(node: NodeProto, name: str, default=None):
     return default
 
 
-def _copy(e: Emit, node: NodeProto) -> dict:
+def copy_node(e: Emit, node: NodeProto) -> dict:
+    """The forward pass of an op that trains as it infers: the node as it is."""
     e.nodes.append(node)
     return {}
 
@@ -37,7 +38,7 @@ def _copy(e: Emit, node: NodeProto) -> dict:
 class Op:
     diff: tuple[int, ...]  # input slots a gradient flows to
     backward: Callable[[Emit, NodeProto, Grads, dict], Grads]
-    forward: Callable[[Emit, NodeProto], dict] = field(default=_copy)
+    forward: Callable[[Emit, NodeProto], dict] = field(default=copy_node)
 
 
 # -- elementwise ---------------------------------------------------------------------------------

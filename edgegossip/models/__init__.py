@@ -36,17 +36,6 @@ def make_model(name: str, seed: int = 0, inputs: int = 784, classes: int = 10) -
     )
 
 
-def shapes(name: str, inputs: int, classes: int) -> tuple[int, int]:
-    """(features, classes) of the model `name`: a compiled model's own, else the settings'."""
-    if name not in MODELS:
-        from edgegossip.models.compiled import CompiledModel, is_artifact
-
-        if is_artifact(name):
-            m = CompiledModel(name)
-            return m.inputs, m.classes
-    return inputs, classes
-
-
 def known(name: str) -> bool:
     """A model name, or a folder holding a compiled model's manifest."""
     from edgegossip.models.compiled import is_artifact

@@ -53,6 +53,11 @@ class Model(ABC):
     def n_params(self) -> int:
         return self.layout.size
 
+    def shapes(self, inputs: int, classes: int) -> tuple[int, int]:
+        """(features, classes) this model takes: the settings' for the named models, which are
+        built to them; a compiled model says its own."""
+        return inputs, classes
+
     @abstractmethod
     def init(self, seed: int) -> np.ndarray:
         """A freshly initialised flat parameter vector."""

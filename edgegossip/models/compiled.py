@@ -10,8 +10,8 @@ a device trains exactly what was compiled, or refuses to start with one line.
 
 BatchNorm: the training graph normalises with the batch's own statistics, and so does
 infer.onnx (evaluation batches are thousands of examples here). No running averages are kept
-on the device and none are gossiped; `fleet collect` estimates them for the exported model from
-the averaged parameters over data it holds (the precise-BN estimate).
+on the device and none are gossiped. Writing trained parameters back into the user's own ONNX
+file (which needs running averages, to be estimated from data at that time) is not built yet.
 """
 
 from __future__ import annotations
@@ -102,6 +102,10 @@ class CompiledModel(Model):
         return ort.InferenceSession(
             str(self.folder / name), opts, providers=["CPUExecutionProvider"]
         )
+
+    def shapes(self, inputs: int, classes: int) -> tuple[int, int]:
+        """The manifest's, whatever the settings say."""
+        return self.inputs, self.classes
 
     def init(self, seed: int) -> np.ndarray:
         """The exported weights: every device of a fleet starts from the same ones."""
