@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.edgegossip-installed
 
-.PHONY: venv demo test lint bench clean
+.PHONY: venv demo test lint docs bench clean
 
 venv: $(STAMP)
 
@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml setup.py native/_kernels_c.pyx native/_udp_c.pyx native
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "setuptools>=77" wheel "Cython>=3.0" numpy
 	bash scripts/install-pyzmq-draft.sh $(PY)
-	$(PY) -m pip install --quiet --no-build-isolation -e ".[test,lint,onnx,fleet]"
+	$(PY) -m pip install --quiet --no-build-isolation -e ".[test,lint,onnx,fleet,docs]"
 	$(PY) -c "import edgegossip.kernels as k; print('kernels:', k.IMPLEMENTATION)"
 	touch $(STAMP)
 
@@ -26,14 +26,22 @@ demo: venv
 	bash scripts/system-packages.sh install demo || [ $$? = 3 ]
 	bash scripts/demo.sh
 
-# style (ruff), types (mypy) and the layers (import-linter, the contract in pyproject.toml)
+# style (ruff), types (mypy), the layers (import-linter, the contract in pyproject.toml), and
+# every relative link of the README and the docs to a file that exists (pytest-check-links; the
+# anchors: `make docs` within the site, tests/test_docs.py from the README)
 lint: venv
 	$(VENV)/bin/ruff check edgegossip tests scripts
 	$(VENV)/bin/ruff format --check edgegossip tests scripts
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	$(PY) -m pytest -q -p no:cacheprovider -o addopts= --check-links \
+	  --check-links-ignore 'https?://.*' README.md docs/*.md
 
-test: venv lint
+# the docs site in build/site; a warning (a broken link or anchor, a page outside nav) fails it
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
+test: venv lint docs
 	bash scripts/system-packages.sh install test || [ $$? = 3 ]
 	mkdir -p build
 	$(VENV)/bin/edgegossip data fetch mnist

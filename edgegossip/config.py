@@ -8,6 +8,7 @@ Sections: [agent] [train] [net] [data] (data/device.py) [disk] (storage.py) [con
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
@@ -95,6 +96,13 @@ class AgentConfig:
         "the model: mlp, logreg, cnn (models/), or a compiled model's folder",
         scope="fleet",
     )
+    model_digest: str = setting(
+        "train",
+        "",
+        "the SHA-256 of the compiled model's manifest this device must hold; set by the fleet "
+        "tooling (the agent refuses another model, and its link keys are bound to this one)",
+        scope="managed",
+    )
     backend: str = setting("train", "numpy", "loss and gradient in NumPy or onnxruntime", BACKENDS)
     workers: int = setting("train", 4, "fleet size, for sharding the data", scope="fleet")
     partition: str = setting(
@@ -128,9 +136,9 @@ class AgentConfig:
     chunk_bytes: int = setting(
         "net", factory=wire.default_chunk_bytes, help="payload bytes a datagram", scope="fleet"
     )
-    # int8: the same accuracy as float32 at the same epochs in simulation, a quarter of the
-    # bytes, and on 20 Mbit/s links the fleet at 95% before local training (README, payloads
-    # and `bench overhead`)
+    # int8: the same accuracy as float32 at the same epochs in simulation, a quarter of the bytes,
+    # and on 20 Mbit/s links the fleet at 95% before local training (docs/results.md, payloads and
+    # `bench overhead`)
     payload: str = setting(
         "net", "int8", "how parameters travel (dataplane/payload.py)", payload.NAMES
     )
@@ -358,24 +366,23 @@ def validate(c: AgentConfig) -> None:
             getattr(c, name) in allowed, f"{section_of(name)}.{name}", f"must be {_one_of(allowed)}"
         )
     need(
-        models.known(c.model),
-        "train.model",
-        "must be mlp, logreg, cnn or the folder of a compiled model (edgegossip model compile)",
+        bool(re.fullmatch(r"|[0-9a-f]{64}", c.model_digest)),
+        "train.model_digest",
+        "must be a SHA-256 in hex",
     )
     need(
-        not (c.backend == "onnx" and c.model == "cnn"),
-        "train.backend",
-        "onnx runs the mlp and logreg models",
+        models.known(c.model) or bool(c.model_digest),  # a device's model is checked at start
+        "train.model",
+        f"must be {models.CHOICES_TEXT}",
     )
+    problem = models.backend_problem(c.model, c.backend)
+    need(problem is None, "train.backend", str(problem))
     need(c.source != "file" or bool(c.path), "data.path", "needed when data.source is file")
     need(0 < c.eval_fraction < 1, "data.eval_fraction", "must be in (0, 1)")
     need(c.inputs >= 1, "train.inputs", "must be positive")
     need(c.classes >= 2, "train.classes", "must be at least 2")
-    need(
-        c.model != "cnn" or (c.inputs, c.classes) == (784, 10),
-        "train.model",
-        "the cnn takes 28x28 images in 10 classes",
-    )
+    problem = models.shape_problem(c.model, c.inputs, c.classes)
+    need(problem is None, "train.model", str(problem))
     need(c.workers >= 1, "train.workers", "must be at least 1")
     need(0 <= c.id < c.workers, "agent.id", f"must be in 0..{c.workers - 1}")
     need(0 <= c.p <= 1, "train.p", "must be in [0, 1]")

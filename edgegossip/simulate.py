@@ -25,7 +25,7 @@ from edgegossip.data import partition
 from edgegossip.data.mnist import Mnist
 from edgegossip.dataplane import payload, wire
 from edgegossip.dataplane.chunking import ChunkPlan
-from edgegossip.models import known, make_model
+from edgegossip.models import make_model, resolved
 from edgegossip.models.optim import NesterovSGD
 
 
@@ -53,8 +53,7 @@ class SimConfig:
         for name in ("algorithm", "partition", "payload"):
             if getattr(self, name) not in agent_config.CHOICES[name]:
                 raise ValueError(f"{name} must be one of {', '.join(agent_config.CHOICES[name])}")
-        if not known(self.model):
-            raise ValueError(f"model {self.model!r}: mlp, logreg, cnn or a compiled model's folder")
+        resolved(self.model)  # a name or a compiled model's folder, else ValueError
         if self.workers < 1 or (self.workers < 2 and algorithms.get(self.algorithm).datagrams):
             raise ValueError(f"workers must be at least 2 for {self.algorithm}")
         if not 0 <= self.loss <= 1:

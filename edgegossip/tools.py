@@ -1,7 +1,7 @@
 """The system commands edgegossip runs, and the Debian package that brings each.
 
 `require` turns a missing command into a one-line error that names the package, before anything
-is started. scripts/system-packages.sh is the install list (make, .ci/run, the README); a test
+is started. scripts/system-packages.sh is the install list (make, .ci/run, docs/install.md); a test
 (tests/test_prerequisites.py) checks that every package named here is on that list.
 """
 

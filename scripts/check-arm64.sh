@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Proves edgegossip on 64-bit ARM the way a Raspberry Pi owner installs it: builds (once, cached) a
 # Debian bookworm arm64 root with debootstrap, runs it under qemu-user, clones this repository
-# into it, installs with scripts/install-device.sh as the README says, then runs the kernel and
+# into it, installs with scripts/install-device.sh as docs/raspberry-pi.md says, then runs the kernel and
 # wire tests (the AEAD against its pure-Python reference and RFC 8439), `bench mac`, a short
 # `simulate` and two agents exchanging on loopback. Prints what passed and how long each took.
 # Emulated speed says nothing about a Pi; correctness and installability it does show. Too slow

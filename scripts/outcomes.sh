@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The measured outcomes of the emulated fleet (README, "Emulated fleet"): needs root. Runs one
+# The measured outcomes of the emulated fleet (docs/results.md, "Emulated fleet"): needs root. Runs one
 # experiment after another (they share 2 cores) and leaves each summary.json under OUT.
 # Usage: scripts/outcomes.sh [OUT]
 set -euo pipefail

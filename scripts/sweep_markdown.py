@@ -1,4 +1,4 @@
-"""Render a sweep (scripts/sweep.sh) as the README's markdown table.
+"""Render a sweep (scripts/sweep.sh) as the results page's markdown table (docs/results.md).
 
 Usage: python scripts/sweep_markdown.py DIR KIND [EPOCH]
 KIND: rps-claim | noniid | payload. With EPOCH, each row as its run recorded it at that epoch

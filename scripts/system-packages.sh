@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The one list of system packages edgegossip needs, and what needs each. `make demo`, `make test`,
-# `.ci/run`, the README and the from-scratch test (tests/test_prerequisites.py) all read this file.
+# `.ci/run`, docs/install.md and the from-scratch test (tests/test_prerequisites.py) all read this file.
 #
 #   system-packages.sh list [GROUP]      the table: group, package, command that proves it, use
 #   system-packages.sh missing GROUP     packages of GROUP (and the groups it includes) not present

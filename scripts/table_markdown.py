@@ -1,4 +1,4 @@
-"""Render runs/table/*.json (scripts/reproduce_table.sh) as the README's markdown table, beside
+"""Render runs/table/*.json (scripts/reproduce_table.sh) as the results page's markdown table (docs/results.md), beside
 the published figures of ALGORITHMS.md section 5; with EPOCH, the rows each run recorded at that
 epoch in DIR/ROW.history.jsonl. Usage: python scripts/table_markdown.py [DIR] [EPOCH]"""
 

@@ -26,7 +26,7 @@ def test_mnist_source_holds_only_the_shard_and_the_eval_slice(mnist_data):
 
     idx = partition.iid(len(full.y_train), 4, 0)[1]
     np.testing.assert_array_equal(d.x, full.x_train[idx])
-    np.testing.assert_array_equal(device._ready(d.x_eval), full.x_val[:500])
+    np.testing.assert_array_equal(device.ready(d.x_eval), full.x_val[:500])
 
 
 def test_npz_and_csv_files(tmp_path):

@@ -1,4 +1,4 @@
-"""A device's install, as the README and devices/cloud-init.yaml tell a Raspberry Pi owner to do
+"""A device's install, as docs/raspberry-pi.md and devices/cloud-init.yaml tell a Raspberry Pi owner to do
 it: cloud-init's own modules write the files in their real order, and the installed copy runs
 on its own once the source tree is gone, without the onnx extra."""
 

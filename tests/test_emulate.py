@@ -117,8 +117,14 @@ def test_emulate_cli_json_observed_loss(root_only, tmp_path, mnist_data):
             "datagrams_sent",
             "datagrams_received",
             "datagrams_dropped",
+            "datagrams_lost",
+            "datagrams_late",
+            "datagrams_refused",
         } <= set(a)
         assert a["steps"] > 0 and a["datagrams_sent"] > 100
+        # lost: from the links' sequence gaps; the kernel drops 10%, so every agent lost some
+        assert a["datagrams_lost"] == a["link_expected"] - a["link_arrived"] > 0, a
+        assert a["datagrams_late"] + a["datagrams_refused"] == a["datagrams_dropped"], a
     assert out["loss_kind"] == "kernel (nftables)" and sum(out["kernel_dropped_packets"]) > 0
     # the agents send UDP GSO buffers, as devices do; the links cut them before the loss rule,
     # so the loss observed is per datagram (test_netns: a lost buffer counts every datagram)

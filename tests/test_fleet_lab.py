@@ -1,6 +1,7 @@
 """The fleet commands end to end against a lab of booted Debian containers (root, CI): lab up ->
 deploy -> status -> set p=1/16 (rolling) -> an agent killed -> status shows it down -> start ->
-it resumes -> collect (average logreg >= 0.85 on the test set) -> lab down leaves nothing. And
+it resumes -> collect (the average of a compiled softmax regression >= 0.85 on the test set,
+written back into its ONNX file) -> lab down leaves nothing. And
 the ways it must fail: unreachable host, wrong SSH key, full disk, a control key not allowed."""
 
 import json
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.onnx_models import compile_to, softmax_regression
 from tests.helpers.waiting import until
 
 pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -65,6 +67,10 @@ def leftovers():
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory, root_only_module):
     out = tmp_path_factory.mktemp("lab") / "fleet"
+    # the fleet trains a compiled model (issue 43): a softmax regression as an exporter writes
+    # it, compiled here, copied into the fleet folder and shipped by deploy with onnxruntime
+    model = tmp_path_factory.mktemp("model")
+    compiled = compile_to(softmax_regression(model / "softmax.onnx"), model / "compiled")
     before = set(leftovers())
     try:
         up = js(
@@ -75,7 +81,7 @@ def lab(tmp_path_factory, root_only_module):
             "--loss",
             "0.1",
             "--model",
-            "logreg",
+            str(compiled),
             "--out",
             str(out),
             timeout=600,
@@ -125,6 +131,10 @@ def test_fleet_end_to_end(lab, tmp_path):
         every=1,
     )
     assert all(r["source"] == "control" and r["reachable"] for r in st.values())
+    from edgegossip.models.compiled import read_manifest
+
+    digest = read_manifest(lab / "model")[1]
+    assert all(r["model_digest"] == digest and not r["model_mismatch"] for r in st.values()), st
 
     res = js("fleet", "set", "p=1/16", "--fleet", str(lab), timeout=600)
     assert all(r["ok"] for r in res["devices"]) and res["changes"] == {"p": 0.0625}
@@ -165,9 +175,29 @@ def test_fleet_end_to_end(lab, tmp_path):
 
     time.sleep(20)  # let the restarted one catch up with the fleet
     out = tmp_path / "collected"
-    col = js("fleet", "collect", "--fleet", str(lab), "--out", str(out), "--live", timeout=600)
+    col = js(
+        "fleet",
+        "collect",
+        "--fleet",
+        str(lab),
+        "--out",
+        str(out),
+        "--live",
+        "--test",
+        "mnist",
+        timeout=600,
+    )
     assert col["average_model_accuracy"] >= 0.85, col
     assert Path(col["onnx"]).is_file() and (out / "summary.json").is_file()
+    # the user's own model with the averaged parameters, in stock onnxruntime
+    import onnxruntime as ort
+
+    from edgegossip.data import mnist
+
+    test = mnist.load()
+    s = ort.InferenceSession(col["onnx"], providers=["CPUExecutionProvider"])
+    acc = float((s.run(None, {"x": test.x_test})[0].argmax(1) == test.y_test).mean())
+    assert abs(acc - col["average_model_accuracy"]) < 1e-3, (acc, col["average_model_accuracy"])
     assert Path(col["report"]).is_file() and all(Path(p).is_file() for p in col["plots"])
     html = Path(col["report"]).read_text()
     assert all(name in html for name in st)  # rows by device name, not agent id

@@ -211,3 +211,15 @@ def test_a_round_nobody_collects_gives_its_buffer_up():
         None,
         0,
     )  # its buffer went to sender 3
+
+
+def test_every_drop_is_lost_late_or_refused_as_declared():
+    """Issue 44: a person reads three numbers, not one `dropped`."""
+    from edgegossip.dataplane.drops import DROPS, fates
+
+    assert {kind for kind, _ in DROPS.values()} == {"late", "refused"}
+    drops = {"bad_tag": 3, "collected": 2, "no_buffer": 1, "replayed": 4}
+    assert fates(drops, arrived=90, expected=100) == {"lost": 10, "late": 3, "refused": 7}
+    # a bad datagram of the cases above is refused; an authentic one that came too late is late
+    assert all(DROPS[r][0] == "refused" for r in EXPECTED.values() if r)
+    assert DROPS["collected"][0] == DROPS["no_buffer"][0] == "late"

@@ -1,5 +1,5 @@
 """Device targets: the Raspberry Pi OS releases and `fleet wheelhouse --for`. The compile under
-emulation takes minutes (scripts/check-target.sh runs it whole, with its times in the README);
+emulation takes minutes (scripts/check-target.sh runs it whole, with its times in docs/results.md);
 here the rest of the build runs for real: the package index's binary wheels for the target's
 platform, beside an edgegossip wheel standing in for the compiled one."""
 

@@ -34,7 +34,6 @@ from edgegossip.dataplane.sender import Snapshots
 from edgegossip.metrics import peak_rss_mb
 from edgegossip.models import ONNX_MISSING, make_model, onnx_available
 from edgegossip.models.base import Model
-from edgegossip.models.mlp import MLP
 from edgegossip.models.optim import NesterovSGD
 from edgegossip.protocol import Context, Protocol, make_protocol
 from edgegossip.protocol.base import Stopped
@@ -44,9 +43,20 @@ from edgegossip.transport.peers import PeerBook
 log = logging.getLogger(__name__)
 
 
+def _check_digest(cfg: AgentConfig, digest: str | None) -> None:
+    """A fleet's device trains the model the operator shipped, or does not start."""
+    if cfg.model_digest and digest != cfg.model_digest:
+        held = "a named model" if digest is None else f"model {digest[:12]}"
+        raise ConfigError(
+            f"train.model: {cfg.model} holds {held}, not the fleet's {cfg.model_digest[:12]}: "
+            "run `edgegossip fleet deploy` again"
+        )
+
+
 class Agent:
     def __init__(self, cfg: AgentConfig, data: device.DeviceData | None = None):
         self.model = make_model(cfg.model, cfg.seed, cfg.inputs, cfg.classes)
+        _check_digest(cfg, self.model.digest)
         # a compiled model's manifest says its shapes; the settings say the named models'
         inputs, classes = self.model.shapes(cfg.inputs, cfg.classes)
         cfg = self.cfg = replace(cfg, inputs=inputs, classes=classes)
@@ -64,32 +74,25 @@ class Agent:
         self.opt = NesterovSGD(self.model.n_params, cfg.lr, cfg.momentum)
         # what computes loss and gradient: NumPy, or onnxruntime
         self.backend: Model | OnnxTrainer = self.model
-        # NumPy MLP under gossip: the optimiser steps layer by layer inside the backward pass,
-        # so the gradient buffer holds one layer, not the model (all-reduce needs it whole)
         self.algorithm = algorithms.get(cfg.algorithm)
         if self.algorithm.datagrams and cfg.transport == "zmq":  # refused before the data loads
             from edgegossip.transport.zmq import require_draft
 
             require_draft()
-        self.fused: MLP | None = None
-        if (
-            cfg.backend == "numpy"
-            and isinstance(self.model, MLP)
-            and not self.algorithm.whole_gradient
-        ):
-            self.fused = self.model
-        self.layerwise = self.fused is not None
-        self.g = np.zeros(
-            self.fused.max_layer_params() if self.fused is not None else self.model.n_params,
-            np.float32,
+        # NumPy MLP under gossip: the optimiser steps layer by layer inside the backward pass,
+        # so the gradient buffer holds one layer, not the model (all-reduce needs it whole)
+        self.layerwise = (
+            cfg.backend == "numpy" and self.model.layerwise and not self.algorithm.whole_gradient
         )
-        if cfg.backend == "onnx" and isinstance(self.model, MLP):  # a compiled one is onnx
+        self.g = np.zeros(
+            self.model.max_layer_params() if self.layerwise else self.model.n_params, np.float32
+        )
+        if cfg.backend == "onnx" and self.model.digest is None:  # a compiled one is onnx
             if not onnx_available():
                 raise ConfigError(f"train.backend: {ONNX_MISSING}")
             from edgegossip.models.onnx_backend import OnnxTrainer
 
-            assert isinstance(self.model, MLP)  # validate(): onnx runs the mlp and logreg models
-            self.backend = OnnxTrainer(self.model)
+            self.backend = OnnxTrainer(self.model)  # validate(): a model the onnx backend runs
         self.step = 0
         self._last: dict | None = None
         self._first_step = 0
@@ -113,6 +116,8 @@ class Agent:
             self.step = resumed
             self.rng = np.random.default_rng([cfg.seed, cfg.id, 7, self.step])
         self.keys = link_keys(cfg) if self.algorithm.datagrams else None
+        if self.keys is not None and self.model.digest is not None:
+            self.keys = self.keys.bound(self.model.digest)
 
     def _checkpoint_now(self) -> dict:
         return self.checkpoints.now(self.x, self.step)
@@ -171,6 +176,7 @@ class Agent:
             "algorithm": self.cfg.algorithm,
             "version": __version__,
             "config_hash": self.config_hash,
+            "model_digest": self.model.digest,
             "state": state,
             "clock": clock.state(),
             "step": self.step,
@@ -306,9 +312,9 @@ class Agent:
             self._steps.start()  # a step's time: not the pause, not the evaluation
             protocol.before_step(self.x, self.step)
             xb, yb = self.shard.batch_at(self.step)
-            if self.fused is not None:
-                loss = self.fused.loss_grad(
-                    self.x, self.g, xb, yb, self.rng, apply=self._step_layer
+            if self.layerwise:
+                loss = self.model.loss_grad_layerwise(
+                    self.x, self.g, xb, yb, self.rng, self._step_layer
                 )
             else:
                 loss = self.backend.loss_grad(self.x, self.g, xb, yb, self.rng)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+from edgegossip.dataplane.drops import fates
 from edgegossip.metrics import thread_cpu_s
 from edgegossip.protocol import Context, Protocol
 
@@ -14,6 +15,9 @@ NO_TRAFFIC = {
     "bytes_received": 0,
     "datagrams_received": 0,
     "datagrams_dropped": 0,
+    "datagrams_lost": 0,
+    "datagrams_late": 0,
+    "datagrams_refused": 0,
     "drops": {},
     "link_loss": {},
 }
@@ -35,6 +39,11 @@ def traffic(ctx: Context, sender, inbox, protocol: Protocol) -> dict:
         "bytes_received": snap["accepted_bytes"],
         "datagrams_received": snap["accepted"],
         "datagrams_dropped": snap["dropped"],
+        # what was not merged, as a person reads it: never arrived, arrived too late, refused
+        **{
+            f"datagrams_{k}": n
+            for k, n in fates(snap["drops"], link_arrived, link_expected).items()
+        },
         "drops": snap["drops"],
         "send_skipped": ctx.snapshots.skipped if ctx.snapshots is not None else 0,
         "send_unresolved": sender.peers.skipped,

@@ -11,12 +11,13 @@ import json
 import subprocess
 import sys
 
+from edgegossip.models import NAMED
+
 CASES = [
-    ("logreg", "numpy"),
-    ("logreg", "onnx"),
-    ("mlp", "numpy"),
-    ("mlp", "onnx"),
-    ("cnn", "numpy"),
+    (name, backend)
+    for name, spec in NAMED.items()
+    for backend in ("numpy", "onnx")
+    if backend == "numpy" or spec.onnx
 ]
 BATCHES = (32, 128)
 

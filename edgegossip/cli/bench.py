@@ -9,6 +9,7 @@ import click
 from edgegossip import exit_codes
 from edgegossip.bench import transport as transport_bench
 from edgegossip.cli.render import emit, fail
+from edgegossip.models import MODELS
 
 # the options of the benchmarks that run whole agents
 _seconds = click.option(
@@ -21,9 +22,7 @@ _seconds = click.option(
 
 
 def _models(help: str):
-    return click.option(
-        "--model", "models", multiple=True, type=click.Choice(["logreg", "mlp"]), help=help
-    )
+    return click.option("--model", "models", multiple=True, type=click.Choice(MODELS), help=help)
 
 
 @click.group()

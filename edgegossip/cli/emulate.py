@@ -25,7 +25,9 @@ COLUMNS = (
     "bytes_sent",
     "datagrams_sent",
     "datagrams_received",
-    "datagrams_dropped",
+    "datagrams_lost",
+    "datagrams_late",
+    "datagrams_refused",
     "peak_rss_mb",
     "disk_written_mb_per_h",
     "disk_free_mb",
@@ -39,7 +41,8 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
     return (
         f"  agent {i}: step {r['step']:>6}  loss {r.get('loss') or 0:.3f}  acc {r['accuracy']:.4f}"
         f"  exchanges {sum(ex.values()):>4} ({ex.get('partial', 0)} partial, "
-        f"{ex.get('timed_out', 0)} timed out)  dropped {r.get('datagrams_dropped', 0)}"
+        f"{ex.get('timed_out', 0)} timed out)  datagrams lost {r.get('datagrams_lost', 0)}, "
+        f"late {r.get('datagrams_late', 0)}, refused {r.get('datagrams_refused', 0)}"
         + (f"  alarm: {', '.join(r['alarms'])}" if r.get("alarms") else "")
         + ("" if alive else "  [stopped]")
     )
@@ -86,13 +89,7 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
 @options.setting(
     "--model", "model", help="mlp, logreg, cnn, or the folder of a compiled model (model compile)."
 )
-@click.option(
-    "--data",
-    type=click.Choice(["mnist", "fashion-mnist"]),
-    default="mnist",
-    show_default=True,
-    help="What each agent's shard is cut from (edgegossip data fetch NAME).",
-)
+@options.dataset("What each agent's shard is cut from (edgegossip data fetch NAME).")
 @click.option("--p", "p", type=Probability(), default="1/32", show_default=True)
 @click.option("--alpha", type=click.FloatRange(0, 1), default=0.5, show_default=True)
 @click.option(
@@ -338,11 +335,12 @@ def _show(summary: dict, loss: float) -> None:
 
 def _model(name: str) -> str:
     """A model name, or a compiled model's folder made absolute (the agents run elsewhere)."""
-    from edgegossip.models import MODELS, known
+    from edgegossip.models import resolved
 
-    if not known(name):
-        raise ValueError(f"--model {name}: mlp, logreg, cnn or a compiled model's folder")
-    return name if name in MODELS else str(Path(name).resolve())
+    try:
+        return resolved(name)
+    except ValueError as e:
+        raise ValueError(f"--{e}") from None
 
 
 def _slow_links(values: tuple[str, ...], nodes: int) -> tuple[tuple[int, str], ...]:

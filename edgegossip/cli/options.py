@@ -24,6 +24,15 @@ def setting(flag: str, name: str, *, dest: str | None = None, **kw):
     return click.option(flag, *([dest] if dest else []), **kw)
 
 
+def dataset(help: str):
+    """--data: one of the data sets `edgegossip data fetch` knows."""
+    from edgegossip.data.mnist import DATASETS
+
+    return click.option(
+        "--data", type=click.Choice(list(DATASETS)), default="mnist", show_default=True, help=help
+    )
+
+
 # where `emulate` and `exchange` run their processes: namespaces with the kernel dropping packets
 # (root), or loopback with the loss injected in the receive path; auto picks by the user
 NETWORK_BACKENDS = ("auto", "netns", "loopback")

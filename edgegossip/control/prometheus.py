@@ -54,6 +54,27 @@ SCALARS: tuple[tuple[str, str, str, str, float], ...] = (
     ("received_bytes_total", "counter", "bytes of datagrams accepted", "bytes_received", 1.0),
     ("datagrams_sent_total", "counter", "datagrams sent", "datagrams_sent", 1.0),
     ("datagrams_received_total", "counter", "datagrams accepted", "datagrams_received", 1.0),
+    (
+        "datagrams_lost_total",
+        "counter",
+        "datagrams from peers that never arrived (from sequence gaps)",
+        "datagrams_lost",
+        1.0,
+    ),
+    (
+        "datagrams_late_total",
+        "counter",
+        "datagrams that arrived when nothing could use them any more",
+        "datagrams_late",
+        1.0,
+    ),
+    (
+        "datagrams_refused_total",
+        "counter",
+        "datagrams that failed a check (reasons in datagrams_dropped_total)",
+        "datagrams_refused",
+        1.0,
+    ),
     ("push_weight", "gauge", "push-sum weight held (gossip-push)", "push_weight", 1.0),
     ("peak_rss_bytes", "gauge", "peak resident memory of the agent", "peak_rss_mb", 1e6),
     (

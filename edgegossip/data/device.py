@@ -44,7 +44,7 @@ class DeviceData:
     row_shape: tuple[int, ...] = ()  # one example's shape as the file held it (before flattening)
 
     def batch(self, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return _ready(self.x[pos]), self.y[pos]
+        return ready(self.x[pos]), self.y[pos]
 
     def accuracy(self, model, params: np.ndarray, limit: int, batch: int = 64) -> float:
         """Accuracy on the first `limit` held-out examples, in small batches: the CNN's im2col
@@ -54,12 +54,12 @@ class DeviceData:
         for i in range(0, n, batch):
             j = min(i + batch, n)
             hits += int(
-                (model.logits(params, _ready(self.x_eval[i:j])).argmax(1) == self.y_eval[i:j]).sum()
+                (model.logits(params, ready(self.x_eval[i:j])).argmax(1) == self.y_eval[i:j]).sum()
             )
         return hits / n if n else 0.0
 
 
-def _ready(x: np.ndarray | PackedRows) -> np.ndarray:
+def ready(x: np.ndarray | PackedRows) -> np.ndarray:
     """What the model takes: uint8 pixels normalised as MNIST's, anything else as it is."""
     x = np.asarray(x)
     return mnist.normalise(x) if x.dtype == np.uint8 else x

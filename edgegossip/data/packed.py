@@ -6,7 +6,7 @@ of 784 bytes in a 4-agent fleet, 10 MB, and twice that with 2 agents. Deflated r
 takes about a quarter of that (MNIST's pixels are mostly 0), and the training loop only ever
 reads a batch of rows in a shuffled order: a batch of 32 costs about 90 us more than from a
 plain array, against 7-10 ms for the seed MLP's forward and backward pass alone on this
-machine (about 1% of a step; the README has the figures). One stream per row keeps any row
+machine (about 1% of a step; docs/results.md has the figures). One stream per row keeps any row
 reachable without its neighbours; level 1 deflates nearly as small as level 9 here, and
 quicker.
 """

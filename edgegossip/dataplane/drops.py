@@ -5,30 +5,46 @@ from __future__ import annotations
 
 from collections import Counter
 
-DROP_REASONS = (
-    "truncated",
-    "oversized",
-    "bad_group",
-    "bad_version",
-    "bad_type",
-    "bad_dtype",
-    "wrong_fleet",
-    "wrong_receiver",
-    "unknown_sender",
-    "not_encrypted",
-    "bad_tag",
-    "old_session",
-    "session_jump",
-    "replayed",
-    "stale",
-    "seq_jump",
-    "out_of_bounds",
-    "non_finite",
-    "old_round",
-    "round_jump",
-    "no_buffer",
-    "collected",
-)
+# Every reason a datagram is dropped, declared once: its kind and what it means. "refused": it
+# failed a check (framing, fleet, key, tag, freshness, bounds); "late": it arrived and was
+# authentic, but nothing could use it any more. A datagram that never arrived is "lost", which
+# no receiver can see one by one: it is counted from the gaps in each link's sequence numbers
+# (replay.py), never here.
+DROPS: dict[str, tuple[str, str]] = {
+    "truncated": ("refused", "shorter than its header and tag"),
+    "oversized": ("refused", "longer than a chunk of this model can be"),
+    "bad_group": ("refused", "framed for another RADIO/DISH group"),
+    "bad_version": ("refused", "another wire version"),
+    "bad_type": ("refused", "an unknown message type"),
+    "bad_dtype": ("refused", "a payload encoding other than this fleet's"),
+    "wrong_fleet": ("refused", "another fleet's id"),
+    "wrong_receiver": ("refused", "meant for another receiver"),
+    "unknown_sender": ("refused", "a sender this device holds no key for"),
+    "not_encrypted": ("refused", "in the clear where the fleet encrypts"),
+    "bad_tag": ("refused", "its tag does not verify: forged, altered, or another key or model"),
+    "old_session": ("refused", "from a sender incarnation older than the last seen"),
+    "session_jump": ("refused", "a session number too far ahead to be honest"),
+    "replayed": ("refused", "a sequence number already seen on the link"),
+    "stale": ("refused", "a sequence number behind the replay window"),
+    "seq_jump": ("refused", "a sequence number too far ahead to be honest"),
+    "out_of_bounds": ("refused", "a chunk outside this model's parameter vector"),
+    "non_finite": ("refused", "a NaN or an infinity in its payload"),
+    "round_jump": ("refused", "a round number too far ahead to be honest"),
+    "old_round": ("late", "a chunk of a round older than the one before the current"),
+    "no_buffer": ("late", "no receive buffer free for its round"),
+    "collected": ("late", "its round was already merged"),
+}
+DROP_REASONS = tuple(DROPS)
+KINDS = ("lost", "late", "refused")
+
+
+def fates(drops: dict[str, int], arrived: int, expected: int) -> dict[str, int]:
+    """{"lost", "late", "refused"}: what happened to the datagrams a receiver did not merge,
+    from its drops by reason and its links' sequence gaps (arrived of expected)."""
+    out = {"lost": max(0, expected - arrived), "late": 0, "refused": 0}
+    for reason, n in drops.items():
+        out[DROPS.get(reason, ("refused",))[0]] += n
+    return out
 
 
 class DropCounter:

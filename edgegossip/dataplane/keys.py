@@ -26,6 +26,7 @@ from edgegossip.dataplane import aead
 from edgegossip.errors import UsageError
 
 _LABEL = b"edgegossip link v2"
+_MODEL_LABEL = b"edgegossip model v1"
 
 
 def link_key(root: bytes, sender: int, receiver: int) -> bytes:
@@ -45,6 +46,16 @@ class LinkKeys:
         self._root = root
         self._links = dict(links or {})
         self._aeads: dict[tuple[int, int], object] = {}
+        self._model = b""
+
+    def bound(self, model_digest: str) -> LinkKeys:
+        """These keys bound to one compiled model: each becomes HMAC-SHA256(key, label ||
+        digest), so a device holding another model (or another version of it) can neither make
+        a tag its peers accept nor accept theirs; its datagrams are dropped as bad_tag, before
+        a parameter of a foreign model could be averaged in."""
+        out = LinkKeys(self._root, self._links)
+        out._model = bytes.fromhex(model_digest)
+        return out
 
     @classmethod
     def of(cls, key) -> LinkKeys:
@@ -53,8 +64,12 @@ class LinkKeys:
 
     def key(self, sender: int, receiver: int) -> bytes | None:
         if self._root is not None:
-            return link_key(self._root, sender, receiver)
-        return self._links.get((sender, receiver))
+            key: bytes | None = link_key(self._root, sender, receiver)
+        else:
+            key = self._links.get((sender, receiver))
+        if key is not None and self._model:
+            key = hmac.digest(key, _MODEL_LABEL + self._model, "sha256")
+        return key
 
     def aead(self, sender: int, receiver: int):
         """The AEAD of the link sender -> receiver, or None if this device has no key for it."""

@@ -24,7 +24,7 @@ from edgegossip.data import mnist
 from edgegossip.dataplane import payload
 from edgegossip.emulate import device, netns
 from edgegossip.metrics import read as read_metrics
-from edgegossip.models import MODELS, make_model
+from edgegossip.models import NAMED, make_model
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ class EmulatedFleet:
         # (net.rate_mbps): paced at 200 Mbit/s, the receivers, busy training on shared cores,
         # read 4.6 times the bytes, kept 0.74 of local's steps against 0.87 under a 20 Mbit/s
         # cap, and overflowed their buffers (1.5 points of loss beyond the network's; `bench
-        # overhead --seconds 60 --rate none`, README)
+        # overhead --seconds 60 --rate none`, docs/results.md)
         pace = 0.9 * own if own else agent_config.default("rate_mbps")
         deadline = s.deadline_s
         if not deadline:
@@ -177,7 +177,7 @@ class EmulatedFleet:
         the shared copy's."""
         dest = self.spec.out / "shared-cache"
         device.share_read_only(mnist.cache_path(self.spec.data), dest)
-        if self.spec.model not in MODELS:
+        if self.spec.model not in NAMED:
             shared = self.spec.out / "shared-model"
             for f in sorted(Path(self.spec.model).iterdir()):
                 device.share_read_only(f, shared)

@@ -111,7 +111,7 @@ def link_cap(text: str) -> str | None:
 # the frame a burst ends on whole); never below 4 KB. What does not fit waits in tbf's queue for
 # its timer, whose softirqs then send it on, charged to whatever thread the timer interrupted:
 # mostly training threads. A bucket of a few datagrams did that to every burst; one of exactly
-# BURST_S still to many (tc's overlimits per node halved with this one, README).
+# BURST_S still to many (tc's overlimits per node halved with this one, docs/changelog.md).
 TBF_BURST_S = BURST_S + EARLY_S
 TBF_MIN_BURST = 4000
 MAX_FRAME = 1514  # an Ethernet frame with a 1,500-byte MTU

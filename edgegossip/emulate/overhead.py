@@ -149,8 +149,8 @@ def _floor_row(f: dict) -> dict:
 
 # Where the local-only reference runs: first only, or first and again last. This machine's speed
 # drifts by several percent within an hour (local's own steps per second moved 7% between three
-# invocations, README), more than the effects measured here, so by default the variants are
-# compared with the mean of a local run before and one after them, and the drift is reported.
+# invocations, docs/changelog.md), more than the effects measured here, so by default the variants
+# are compared with the mean of a local run before and one after them, and the drift is reported.
 REFERENCES = ("around", "before")
 
 
@@ -168,8 +168,8 @@ def reference_rate(local_rates: list[float]) -> dict:
 def local_at(local_rates: dict[int, float], i: int) -> float:
     """Local's steps per second at run i, drawn on a straight line between the local runs just
     before and just after it (local_rates: run index -> steps per second): the fleets take equal
-    turns, and this machine's speed mostly moves one way over a few fleets (README). With a
-    local run on one side only, that run's rate."""
+    turns, and this machine's speed mostly moves one way over a few fleets (docs/changelog.md).
+    With a local run on one side only, that run's rate."""
     before = max((j for j in local_rates if j <= i), default=None)
     after = min((j for j in local_rates if j >= i), default=None)
     if before is None or after is None or before == after:

@@ -5,7 +5,9 @@ once."""
 
 from __future__ import annotations
 
-from edgegossip import config
+from pathlib import Path
+
+from edgegossip import config, models
 from edgegossip.fleet.profiles import profile_settings
 
 ETC = "/etc/edgegossip"
@@ -17,6 +19,7 @@ STATE = "/var/lib/edgegossip"
 OUTPUT = f"{STATE}/out"
 DATA = f"{STATE}/data/device.npz"
 CACHE = f"{STATE}/cache"
+MODEL = f"{STATE}/model"  # a compiled model's folder, shipped by deploy
 UNIT = "edgegossip-agent"
 FIRSTBOOT_TAG = "edgegossip-firstboot"  # the journal's tag of a failed first-boot install
 
@@ -46,7 +49,34 @@ def values(fleet, device) -> dict:
     )
     if device.data:
         v.update(source="file", path=DATA)
+    if v.get("model", "mlp") not in models.NAMED:
+        v.update(model=MODEL, model_digest=model_digest(fleet))
     return v
+
+
+def model_folder(fleet) -> Path | None:
+    """The compiled model the fleet trains, on this machine (`[train] model`, a folder relative
+    to the fleet's), or None for a named model."""
+    name = fleet.settings.get("train", {}).get("model", "mlp")
+    return None if name in models.NAMED else fleet.root / name
+
+
+def model_digest(fleet) -> str | None:
+    """The compiled model's digest, its files checked; config.ConfigError names what is wrong."""
+    folder = model_folder(fleet)
+    if folder is None:
+        return None
+    from edgegossip.models.compiled import ArtifactError, is_artifact, read_manifest
+
+    if not is_artifact(str(folder)):
+        raise config.ConfigError(
+            f"train.model: must be {models.CHOICES_TEXT}, relative to the fleet's; "
+            f"{folder} holds none"
+        )
+    try:
+        return read_manifest(folder)[1]
+    except ArtifactError as e:
+        raise config.ConfigError(f"train.model: {e}") from None
 
 
 def render(fleet, device) -> config.AgentConfig:

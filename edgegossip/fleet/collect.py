@@ -1,6 +1,6 @@
 """Collect a fleet's models: each device's checkpoint and metrics into OUT/agentID/, the same
-summary and plots as `emulate` (each model and their average on the MNIST test set), and the
-average exported as ONNX."""
+summary and plots as `emulate` (each model and their average on the fleet's test set:
+fleet/evaluation.py), and the average as ONNX (a compiled model's own file, trained)."""
 
 from __future__ import annotations
 
@@ -12,15 +12,15 @@ import numpy as np
 
 from edgegossip import checkpoint
 from edgegossip.errors import EdgegossipError
-from edgegossip.fleet import agentconf, parallel, remote
+from edgegossip.fleet import agentconf, evaluation, parallel, remote
 from edgegossip.fleet.query import ask
 from edgegossip.fleet.ssh import Ssh
-from edgegossip.models import ONNX_MISSING, make_model, onnx_available
+from edgegossip.models import EXPORTABLE, ONNX_MISSING, make_model, onnx_available
 from edgegossip.report import page
 from edgegossip.report.summary import average, summarize
 
 
-def fetch(fleet, device, deadline: float, out: Path, live: bool) -> dict:
+def fetch(fleet, device, deadline: float, out: Path, live: bool, n_params: int) -> dict:
     row = {}
     if live:  # a checkpoint of this moment, if the agent answers; else its last one
         try:
@@ -30,7 +30,7 @@ def fetch(fleet, device, deadline: float, out: Path, live: bool) -> dict:
     where = out / f"agent{device.id}"
     remote.fetch_output(Ssh(fleet, device, deadline), where)
     try:
-        _check(where, make_model(agentconf.render(fleet, device).model).n_params)
+        _check(where, n_params)
     except (checkpoint.CheckpointError, ValueError, KeyError) as e:
         shutil.rmtree(where, ignore_errors=True)  # never averaged, never read again
         raise CollectError(f"the device's checkpoint is refused: {e}") from None
@@ -56,22 +56,38 @@ def _check(where: Path, n_params: int) -> None:
         raise ValueError("its step is not a count")
 
 
+def model_name(fleet) -> str:
+    """What make_model takes on this machine: the name, or the fleet's copy of its compiled
+    model (a device's config names the device's copy)."""
+    folder = agentconf.model_folder(fleet)
+    return (
+        str(folder) if folder is not None else fleet.settings.get("train", {}).get("model", "mlp")
+    )
+
+
 def collect(
-    fleet, devices: list, out: Path, live: bool, concurrency: int, timeout_s: float
+    fleet,
+    devices: list,
+    out: Path,
+    live: bool,
+    concurrency: int,
+    timeout_s: float,
+    test: str | None = None,
 ) -> dict:
     out.mkdir(parents=True, exist_ok=True)
+    name = model_name(fleet)
+    model = make_model(name)
     rows = parallel.each(
         devices,
-        lambda d, dl: fetch(fleet, d, dl, out, live),
+        lambda d, dl: fetch(fleet, d, dl, out, live, model.n_params),
         concurrency,
         timeout_s,
         verb="fetched",
     )
     got = [d for d, r in zip(devices, rows) if r["ok"]]
-    model_name = agentconf.render(fleet, devices[0]).model if devices else "mlp"
-    loss = None
+    data, calibration = evaluation.load(fleet, devices, test)
     summary = (
-        summarize(out, [d.id for d in got], model_name, loss, "fleet", 0.0, None)
+        summarize(out, [d.id for d in got], name, None, "fleet", 0.0, None, data)
         if got
         else {"average_model_accuracy": None, "agents": [], "plots": [], "observed_loss": None}
     )
@@ -85,8 +101,10 @@ def collect(
             peak_rss_mb=a.get("peak_rss_mb"),
             step=int(state["step"]) if state is not None else None,
         )
-    summary["onnx"], summary["onnx_error"] = _export(out, [d.id for d in got], model_name)
-    summary.update(devices=rows, model=model_name, fleet=fleet.name)
+    summary["onnx"], summary["onnx_error"] = _export(
+        out, [d.id for d in got], name, model, calibration
+    )
+    summary.update(devices=rows, model=name, fleet=fleet.name)
     settings = {"fleet": fleet.name, "devices": len(devices), "collected": len(got)}
     settings |= {
         f"{s}.{k}": v for s in sorted(fleet.settings) for k, v in fleet.settings[s].items()
@@ -98,19 +116,31 @@ def collect(
     return summary
 
 
-def _export(out: Path, ids: list[int], model_name: str) -> tuple[str | None, str | None]:
+def _export(
+    out: Path, ids: list[int], name: str, model, calibration
+) -> tuple[str | None, str | None]:
+    """The average model as OUT/average.onnx: a compiled model's own ONNX file with the trained
+    parameters written in (compiler/writeback.py), or the mlp and logreg exported."""
+    from edgegossip.models.compiled import CompiledModel
+
     if not ids:
         return None, "no checkpoint collected"
-    if model_name not in ("mlp", "logreg"):
-        return None, f"ONNX export covers mlp and logreg, not {model_name}"
+    compiled = isinstance(model, CompiledModel)
+    if not compiled and name not in EXPORTABLE:
+        return None, f"ONNX export covers {', '.join(EXPORTABLE)} and compiled models"
     if not onnx_available():
         return None, ONNX_MISSING
-    from edgegossip.models.onnx_backend import export
-
     states = [checkpoint.load(out / f"agent{i}") for i in ids]
-    params = [s["params"] for s in states if s is not None]
-    avg = average(params)
+    avg = average([s["params"] for s in states if s is not None])
     np.save(out / "average.npy", avg)
     path = out / "average.onnx"
-    export(make_model(model_name), avg, path)
+    if compiled:
+        from edgegossip.compiler import writeback
+
+        running = writeback.running_statistics(model, avg, calibration)
+        writeback.write(model, avg, path, running)
+    else:
+        from edgegossip.models.onnx_backend import export
+
+        export(model, avg, path)
     return str(path), None

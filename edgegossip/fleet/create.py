@@ -47,6 +47,8 @@ def create(
 ) -> Fleet:
     if (root / inventory.NAME).exists():
         raise InventoryError(f"{root / inventory.NAME}: a fleet is there already")
+    settings = {k: dict(v) for k, v in settings.items()}
+    source = _compiled_model(settings)
     devices = tuple(
         Device(
             name=h["name"],
@@ -65,7 +67,7 @@ def create(
         name=name,
         id=_random.randbelow(2**32),
         devices=devices,
-        settings={k: dict(v) for k, v in settings.items()},
+        settings=settings,
         ssh_key=str(ssh_key.resolve()) if ssh_key else "secrets/ssh/id_ed25519",
     )
     inventory.validate(fleet)  # before anything is written
@@ -79,5 +81,29 @@ def create(
             root / "data", len(devices), split, seed=settings.get("train", {}).get("seed", 0)
         ):
             pass
+    if source is not None:  # the fleet folder holds its own copy, shipped by deploy
+        from edgegossip.models.compiled import copy
+
+        copy(source, root / MODEL)
+        settings["train"]["model"] = MODEL
+        fleet = fleet.with_settings(settings)
     inventory.save(fleet)
     return fleet
+
+
+MODEL = "model"  # a compiled model's copy in the fleet folder
+
+
+def _compiled_model(settings: dict) -> Path | None:
+    """The compiled model's folder `[train] model` names (made absolute so the new fleet is
+    validated against it), or None for a named model."""
+    from edgegossip import models
+
+    model = settings.get("train", {}).get("model", "mlp")
+    if model in models.NAMED:
+        return None
+    source = Path(model).resolve()
+    if not (source / "manifest.json").is_file():
+        raise InventoryError(f"train.model: {model!r} is not {models.CHOICES_TEXT}")
+    settings["train"]["model"] = str(source)
+    return source

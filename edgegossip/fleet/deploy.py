@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -46,6 +47,10 @@ def device_files(
             )
         if paths.sha256_of(cache) != info.get("mnist_sha"):
             files["mnist.npz"] = cache
+    folder = agentconf.model_folder(fleet)
+    if folder is not None and agentconf.model_digest(fleet) != info.get("model_sha"):
+        for name in ("manifest.json", *json.loads((folder / "manifest.json").read_text())["files"]):
+            files[f"model/{name}"] = folder / name
     if include_wheels:
         for w in manifest["wheels"]:
             files[f"wheels/{w}"] = wheelhouse / w

@@ -37,7 +37,7 @@ def write(fleet, out: Path) -> list[dict]:
 
 
 def scrape_config(sd_file: Path, interval_s: int = 15) -> dict:
-    """The scrape job for prometheus.yml (README): the target list above, nothing else."""
+    """The scrape job for prometheus.yml (docs/watching.md): the target list above, nothing else."""
     return {
         "job_name": JOB,
         "scrape_interval": f"{interval_s}s",

@@ -32,13 +32,14 @@ ver=""; [ -x $b/venv/bin/edgegossip ] && ver=$($b/venv/bin/edgegossip --version 
 sha() { [ -f "$1" ] && sha256sum "$1" | cut -c1-64 || echo ""; }
 python3 - "$free" "$rel" "$ver" "$(sha /var/lib/edgegossip/data/device.npz)" \
   "$(sha /var/lib/edgegossip/cache/mnist.npz)" "$(systemctl is-active edgegossip-agent 2>/dev/null)" \
-  "$(ls $b/releases 2>/dev/null | tr '\n' ' ')" <<'PY'
+  "$(ls $b/releases 2>/dev/null | tr '\n' ' ')" "$(sha /var/lib/edgegossip/model/manifest.json)" <<'PY'
 import json, platform, sys
 a = sys.argv[1:]
 print(json.dumps({"machine": platform.machine(), "python": "%d.%d" % sys.version_info[:2],
                   "glibc": platform.libc_ver()[1],
                   "free_mb": int(a[0] or 0), "release": a[1], "version": a[2], "data_sha": a[3],
-                  "mnist_sha": a[4], "service": a[5], "releases": a[6].split()}))
+                  "mnist_sha": a[4], "service": a[5], "releases": a[6].split(),
+                  "model_sha": a[7]}))
 PY
 """
 
@@ -79,6 +80,13 @@ put "$stage/server.key_secret" /etc/edgegossip/control/server.key_secret 0640 ro
 put "$stage/client.key" /etc/edgegossip/control/clients/client.key 0644 root:root
 [ -f "$stage/device.npz" ] && put "$stage/device.npz" /var/lib/edgegossip/data/device.npz 0640 root:edgegossip
 [ -f "$stage/mnist.npz" ] && put "$stage/mnist.npz" /var/lib/edgegossip/cache/mnist.npz 0640 root:edgegossip
+if [ -d "$stage/model" ]; then  # a compiled model: swapped whole, never half of one
+  rm -rf /var/lib/edgegossip/model.new /var/lib/edgegossip/model.old
+  install -d -m 0750 -o root -g edgegossip /var/lib/edgegossip/model.new
+  for f in "$stage"/model/*; do install -m 0640 -o root -g edgegossip "$f" /var/lib/edgegossip/model.new/; done
+  if [ -e /var/lib/edgegossip/model ] || [ -L /var/lib/edgegossip/model ]; then mv -T /var/lib/edgegossip/model /var/lib/edgegossip/model.old; fi
+  mv -T /var/lib/edgegossip/model.new /var/lib/edgegossip/model; rm -rf /var/lib/edgegossip/model.old; changed=1
+fi
 put "$stage/edgegossip-agent.service" /etc/systemd/system/edgegossip-agent.service 0644 root:root
 put "$stage/60-edgegossip.conf" /etc/sysctl.d/60-edgegossip.conf 0644 root:root
 sysctl -q -p /etc/sysctl.d/60-edgegossip.conf 2>/dev/null || true  # read-only in containers

@@ -48,6 +48,11 @@ class Model(ABC):
     # one example's shape where the model has one (a compiled model's manifest says it); () for
     # the named models, which take flat features
     input_shape: tuple[int, ...] = ()
+    # a compiled model's artifact digest (the SHA-256 of its manifest); None for the named ones
+    digest: str | None = None
+    # a backward pass that hands each block of gradient to the optimiser as soon as it is
+    # known (loss_grad_layerwise), so no whole-model gradient exists (the NumPy MLP)
+    layerwise: bool = False
 
     @property
     def n_params(self) -> int:
@@ -72,6 +77,14 @@ class Model(ABC):
         rng: np.random.Generator | None,
     ) -> float:
         """Mean loss on (x, y); writes d loss / d params into grad. rng=None disables dropout."""
+
+    def max_layer_params(self) -> int:
+        """The gradient buffer loss_grad_layerwise needs."""
+        return self.n_params
+
+    def loss_grad_layerwise(self, params, grad, x, y, rng, apply) -> float:
+        """As loss_grad, handing each block to apply(lo, hi, g_part) (where layerwise)."""
+        raise NotImplementedError(f"{type(self).__name__} has no layer-by-layer step")
 
     @abstractmethod
     def logits(self, params: np.ndarray, x: np.ndarray) -> np.ndarray:

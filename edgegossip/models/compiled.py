@@ -10,14 +10,16 @@ a device trains exactly what was compiled, or refuses to start with one line.
 
 BatchNorm: the training graph normalises with the batch's own statistics, and so does
 infer.onnx (evaluation batches are thousands of examples here). No running averages are kept
-on the device and none are gossiped. Writing trained parameters back into the user's own ONNX
-file (which needs running averages, to be estimated from data at that time) is not built yet.
+on the device and none are gossiped: `fleet collect` estimates them for the averaged
+parameters from training data when it writes them back into the user's own model
+(compiler/writeback.py).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +67,18 @@ def read_manifest(folder: str | Path) -> tuple[dict, str]:
                 f"{folder / name}: its SHA-256 is not the manifest's: altered or incomplete"
             )
     return manifest, hashlib.sha256(raw).hexdigest()
+
+
+def copy(folder: str | Path, dest: Path) -> str:
+    """Copy the compiled model in `folder` (checked) into the new folder `dest`: its manifest
+    and the files it names, nothing else; the digest."""
+    manifest, digest = read_manifest(folder)
+    dest.mkdir(parents=True)
+    for name in (MANIFEST, *manifest["files"]):
+        shutil.copyfile(Path(folder) / name, dest / name)
+    if read_manifest(dest)[1] != digest:  # changed while we copied
+        raise ArtifactError(f"{folder}: changed while it was copied; copy it again")
+    return digest
 
 
 def _sha256(path: Path) -> str | None:
@@ -133,6 +147,23 @@ class CompiledModel(Model):
             io.bind_output(out.name, "cpu")  # logits, batch statistics: not kept
         self._train.run_with_iobinding(io)
         return float(self._loss_out)
+
+    def batch_statistics(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> dict:
+        """Each BatchNormalization's mean and variance over the batch (x, y), as the training
+        step computes them: {running-statistic initializer: flat float32}."""
+        state = self.manifest.get("state", [])
+        if not state:
+            return {}
+        if self._train is None:
+            self._train = self._session("train.onnx")
+            self._io = self._train.io_binding()
+        feed = {
+            "params": np.ascontiguousarray(params, np.float32),
+            self.input_name: self._batch(x),
+            "y": self._labels(y),
+        }
+        got = self._train.run([s["output"] for s in state], feed)
+        return {s["initializer"]: v for s, v in zip(state, got)}
 
     def _labels(self, y: np.ndarray) -> np.ndarray:
         if self.loss == "cross-entropy":

@@ -82,6 +82,11 @@ class MLP(Model):
         a, rows = self.sizes[i], self._block_rows(i)
         return [(r0, min(a, r0 + rows)) for r0 in range(0, a, rows)]
 
+    layerwise = True
+
+    def loss_grad_layerwise(self, params, grad, x, y, rng, apply) -> float:
+        return self.loss_grad(params, grad, x, y, rng, apply=apply)
+
     def max_layer_params(self) -> int:
         """The scratch loss_grad(apply=...) needs: one block of rows of the widest layer."""
         return max(max(self._block_rows(i), 1) * self.sizes[i + 1] for i in range(self.n_layers))

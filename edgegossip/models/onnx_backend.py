@@ -53,10 +53,10 @@ class OnnxTrainer:
     flat parameter and gradient vectors: nothing of the model is copied in or out per step.
     Dropout masks are drawn by the NumPy model (same rng order as its loss_grad)."""
 
-    def __init__(self, model: MLP, threads: int = 0):
-        if not isinstance(model, MLP):
+    def __init__(self, model: Model, threads: int = 0):
+        if not isinstance(model, MLP):  # the graph below is built from an MLP's layer sizes
             raise ValueError("the onnx backend supports the mlp and logreg models")
-        self.model = model
+        self.model: MLP = model
         self.sess = _session(grad_graph(model), threads)
         self.names = {i.name for i in self.sess.get_inputs()}
         self._io = self.sess.io_binding()

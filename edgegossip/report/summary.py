@@ -9,6 +9,7 @@ import numpy as np
 
 from edgegossip import checkpoint
 from edgegossip.data import mnist
+from edgegossip.dataplane.drops import KINDS
 from edgegossip.metrics import read as read_metrics
 from edgegossip.models import make_model
 from edgegossip.report import plot
@@ -49,6 +50,7 @@ def summarize(
                 "datagrams_sent": last.get("datagrams_sent", 0),
                 "datagrams_received": last.get("datagrams_received", 0),
                 "datagrams_dropped": last.get("datagrams_dropped", 0),
+                **{f"datagrams_{k}": last.get(f"datagrams_{k}", 0) for k in KINDS},
                 "drops": last.get("drops", {}),
                 "exchanges": last.get("exchanges", {}),
                 "exchanges_initiated_per_step": last.get("exchanges_initiated_per_step"),

@@ -11,18 +11,18 @@ import time
 MAX_BURST_BYTES = 64 << 10
 
 
-# How often a paced sender wakes: 10 ms is 22 KB at 18 Mbit/s a wake-up. 2 ms woke the sender
-# for every third datagram and cost it 2.4x the CPU. In interleaved int8 fleets (README, "The
-# pacer's burst"), 5 ms cost 22% more data-plane CPU and 20 ms 20% less, and both made fewer
-# steps than 10 ms: a longer burst saves the sender's wake-ups but costs the training more than
-# it saves. Faster links: MAX_BURST_BYTES. The emulated links' bucket (emulate/netns.py) and
-# the receiver's longest pause (transport/udp.py, four bursts) follow it.
+# How often a paced sender wakes: 10 ms is 22 KB at 18 Mbit/s a wake-up. 2 ms woke the sender for
+# every third datagram and cost it 2.4x the CPU. In interleaved int8 fleets (docs/changelog.md, "The
+# pacer's burst"), 5 ms cost 22% more data-plane CPU and 20 ms 20% less, and both made fewer steps
+# than 10 ms: a longer burst saves the sender's wake-ups but costs the training more than it saves.
+# Faster links: MAX_BURST_BYTES. The emulated links' bucket (emulate/netns.py) and the receiver's
+# longest pause (transport/udp.py, four bursts) follow it.
 BURST_S = 0.010
 
 # What a datagram adds on the link beyond its UDP payload: IPv4 20, UDP 8, Ethernet 14 bytes. The
-# rate is the link's, so the pacer books whole frames: booking payload alone sent 3% above a cap
-# of the same rate (1.4 KB datagrams), and the emulator's tbf then held a queue that its timer
-# drained in softirqs charged to whatever ran, mostly training threads (README, bench overhead).
+# rate is the link's, so the pacer books whole frames: booking payload alone sent 3% above a cap of
+# the same rate (1.4 KB datagrams), and the emulator's tbf then held a queue that its timer drained
+# in softirqs charged to whatever ran, mostly training threads (docs/changelog.md, bench overhead).
 WIRE_OVERHEAD = 42
 
 # A wait shorter than this is not slept (the burst absorbs it), so a burst may leave this much

@@ -28,15 +28,15 @@ RECV_BUFFER = 9216  # a row: above any datagram we send (8192); a larger one is 
 BATCH = 128  # datagrams per recvmmsg call: a longest pause's worth at 3 senders' 18 Mbit/s
 SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
 SOCKET_RCVBUF = 32 << 20  # about 25 ms at 10 Gbit/s: outlasts a receive thread's time slice
-# A batch that came back short means the thread woke for a few datagrams. It then sleeps a while,
-# so the next call finds a batch waiting: a datagram a wake-up cost the agent's training more
-# than the datagram itself (the wake-up preempts a training thread and takes the GIL). The
-# pause halves when a batch comes back full and grows while batches come back half empty, so
-# about a batch waits in the socket: at most four paced bursts of traffic, which the device's
-# buffer (rmem_max 8 MB, fleet/remote.py) holds up to 1.6 Gbit/s. A wake-up, not a datagram, is
-# what the receive thread pays for: with at most 10 ms it read 17.5 datagrams a wake-up at 22
-# us of CPU each, with 20 ms (64 rows) 31 at 15 us, with 40 ms 60 at 12 us, the loss observed
-# unchanged (int8, `emulate --nodes 4 --duration 60`, README). The rule: _udp_c.next_linger.
+# A batch that came back short means the thread woke for a few datagrams. It then sleeps a while, so
+# the next call finds a batch waiting: a datagram a wake-up cost the agent's training more than the
+# datagram itself (the wake-up preempts a training thread and takes the GIL). The pause halves when
+# a batch comes back full and grows while batches come back half empty, so about a batch waits in
+# the socket: at most four paced bursts of traffic, which the device's buffer (rmem_max 8 MB,
+# fleet/remote.py) holds up to 1.6 Gbit/s. A wake-up, not a datagram, is what the receive thread
+# pays for: with at most 10 ms it read 17.5 datagrams a wake-up at 22 us of CPU each, with 20 ms (64
+# rows) 31 at 15 us, with 40 ms 60 at 12 us, the loss observed unchanged (int8, `emulate --nodes 4
+# --duration 60`, docs/changelog.md). The rule: _udp_c.next_linger.
 LINGER_MAX_S = 4 * BURST_S
 LINGER_MIN_S = 0.0005
 

@@ -9,6 +9,7 @@ import click
 from edgegossip import exit_codes
 from edgegossip.cli.fleet import exit_for, fleet_options, open_fleet, select
 from edgegossip.cli.render import emit, fail, table
+from edgegossip.fleet.evaluation import TESTS
 
 
 @click.command()
@@ -16,10 +17,20 @@ from edgegossip.cli.render import emit, fail, table
 @click.option(
     "--live", is_flag=True, help="Ask each running agent for a checkpoint of this moment first."
 )
+@click.option(
+    "--test",
+    type=click.Choice(TESTS),
+    default=None,
+    help="Score the models on this data set's test split, or on the held-out rows of the "
+    "devices' own files (default: held-out where devices have files, else the fleet's data "
+    "set).",
+)
 @fleet_options(timeout=300)
-def collect(out, live, fleet_dir, as_json, concurrency, timeout_s, only) -> None:
+def collect(out, live, test, fleet_dir, as_json, concurrency, timeout_s, only) -> None:
     """Fetch each device's latest checkpoint and metrics into OUT/agentID/, score each model and
-    their average on the MNIST test set, export the average as OUT/average.onnx, and write
+    their average on the test set (--test), write the average as OUT/average.onnx (a compiled
+    model: the user's own ONNX file with the averaged parameters and BatchNorm statistics
+    estimated from training data), and write
     OUT/summary.json, the plots `emulate` draws (PNG and SVG) and OUT/report.html.
 
     --json: {"average_model_accuracy", "onnx" (path or null), "onnx_error", "model", "fleet",
@@ -36,7 +47,7 @@ def collect(out, live, fleet_dir, as_json, concurrency, timeout_s, only) -> None
     except UsageError as e:
         fail(str(e), exit_codes.USAGE)
     try:
-        s = run(f, select(f, only), out, live, concurrency, timeout_s)
+        s = run(f, select(f, only), out, live, concurrency, timeout_s, test)
     except DataError as e:
         fail(str(e), exit_codes.MISSING_DATA)
     if as_json:

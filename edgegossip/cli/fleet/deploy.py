@@ -56,7 +56,10 @@ def _share(text: str) -> str:
     "machine's platform in FLEET/wheelhouse.",
 )
 @click.option(
-    "--extras", type=click.Choice(["", *EXTRAS]), default="", help="Install the onnx extra too."
+    "--extras",
+    type=click.Choice(["", *EXTRAS]),
+    default="",
+    help="Install the onnx extra too (implied when the fleet trains a compiled model).",
 )
 @click.option(
     "--accept-new-host-keys",
@@ -78,11 +81,13 @@ def deploy(
     Exit 1 when a device failed; 2 when every device that failed was refused because the
     wheelhouse does not fit its platform (nothing was sent to it: build the right one with
     `fleet wheelhouse --for TARGET`)."""
-    from edgegossip.fleet import bundle, parallel
+    from edgegossip.fleet import agentconf, bundle, parallel
     from edgegossip.fleet.deploy import deploy_one, rollout
 
     f = open_fleet(fleet_dir)
     devices = select(f, only)
+    if agentconf.model_folder(f) is not None:
+        extras = "onnx"  # a compiled model trains in onnxruntime
     try:
         if wheel_dir is None:
             manifest = bundle.build(
@@ -95,6 +100,13 @@ def deploy(
             manifest = bundle.load(wheel_dir)
     except bundle.BundleError as e:
         fail(str(e), exit_codes.FAILURE)
+    if extras and extras not in manifest.get("extras", []):
+        fail(
+            f"{wheel_dir}: has no {extras} extra, which the fleet's "
+            + ("compiled model needs" if extras == "onnx" else "deploy was asked for")
+            + f": build it with `edgegossip fleet wheelhouse --extras {extras}`",
+            exit_codes.USAGE,
+        )
     extra = f"[{extras}]" if extras else ""
 
     refused: set[str] = set()

@@ -11,7 +11,6 @@ from edgegossip.algorithms import DEFAULT as DEFAULT_ALGORITHM
 from edgegossip.algorithms import NAMES as ALGORITHMS
 from edgegossip.cli import options
 from edgegossip.cli.render import emit, fail
-from edgegossip.models import MODELS
 
 
 @click.command()
@@ -54,7 +53,13 @@ from edgegossip.models import MODELS
 @click.option(
     "--profile", default="", help="Device profile from devices/profiles for every device."
 )
-@click.option("--model", type=click.Choice(MODELS), default="mlp", show_default=True)
+@click.option(
+    "--model",
+    default="mlp",
+    show_default=True,
+    help="mlp, logreg, cnn, or the folder of a compiled model (`edgegossip model compile`), "
+    "which is copied into the fleet folder and shipped to every device by `fleet deploy`.",
+)
 @click.option(
     "--algorithm", type=click.Choice(ALGORITHMS), default=DEFAULT_ALGORITHM, show_default=True
 )
@@ -91,6 +96,7 @@ def init(
     from edgegossip.fleet import ansible, create
     from edgegossip.fleet.inventory import InventoryError
     from edgegossip.fleet.secrets import SecretsError
+    from edgegossip.models.compiled import ArtifactError
 
     given = [x for x in (count, hosts_file, ansible_file) if x is not None]
     if len(given) != 1:
@@ -117,7 +123,7 @@ def init(
             progress=lambda m: click.echo(m, err=True),
             passphrase=passphrase_file.read_text().rstrip("\r\n") if passphrase_file else "",
         )
-    except (InventoryError, SecretsError, DataError) as e:
+    except (InventoryError, SecretsError, DataError, ArtifactError) as e:
         fail(str(e), exit_codes.USAGE)
     except OSError as e:
         fail(f"{directory}: {e.strerror}", exit_codes.FAILURE)

@@ -22,7 +22,7 @@ from edgegossip.cli.render import emit, fail
 def prometheus(out: Path, fleet_dir, as_json, concurrency, timeout_s) -> None:
     """Write a Prometheus file_sd target list from fleet.toml: one target per device,
     ADDRESS:metrics_port, labelled device, group and fleet. The scrape job in prometheus.yml:
-    `file_sd_configs: [{files: [OUT]}]` (README, "Watching the fleet").
+    `file_sd_configs: [{files: [OUT]}]` (docs/watching.md).
 
     JSON: {"out", "targets": [{"targets": ["HOST:PORT"], "labels": {"device", "group",
     "fleet"}}, ...]}"""

@@ -6,8 +6,9 @@ import time
 
 import click
 
+from edgegossip import exit_codes
 from edgegossip.cli.fleet import fleet_options, open_fleet, select
-from edgegossip.cli.render import emit, table
+from edgegossip.cli.render import emit, fail, table
 
 COLUMNS = [
     "name",
@@ -20,7 +21,9 @@ COLUMNS = [
     "partial",
     "timed_out",
     "link_loss",
-    "dropped",
+    "lost",
+    "late",
+    "refused",
     "silent",
     "rss_mb",
     "written_mb_h",
@@ -28,6 +31,7 @@ COLUMNS = [
     "ckpt_age_s",
     "uptime_s",
     "clock",
+    "model",
     "source",
     "note",
 ]
@@ -38,6 +42,11 @@ def _flat(r: dict) -> dict:
     losses = [v for v in (r.get("link_loss") or {}).values() if v is not None]
     note = (
         r.get("error")
+        or (
+            "another model than the fleet's: its peers drop its datagrams; deploy again"
+            if r.get("model_mismatch")
+            else ""
+        )
         or (
             f"no control answer; systemd: {r.get('service')}; {r.get('last_log', '')}"
             if r.get("source") == "ssh"
@@ -56,13 +65,16 @@ def _flat(r: dict) -> dict:
         "completed": ex.get("completed"),
         "partial": ex.get("partial"),
         "timed_out": ex.get("timed_out"),
-        "dropped": r.get("datagrams_dropped"),
+        "lost": r.get("datagrams_lost"),
+        "late": r.get("datagrams_late"),
+        "refused": r.get("datagrams_refused"),
         "silent": ",".join(str(j) for j in r.get("silent_peers") or ()) or None,
         "link_loss": round(sum(losses) / len(losses), 3) if losses else None,
         "rss_mb": r.get("peak_rss_mb"),
         "written_mb_h": r.get("disk_written_mb_per_h"),
         "free_mb": r.get("disk_free_mb"),
         "ckpt_age_s": r.get("checkpoint_age_s"),
+        "model": (r.get("model_digest") or "")[:12] or None,
         "note": note[:80],
     }
 
@@ -83,17 +95,21 @@ def status(watch, fleet_dir, as_json, concurrency, timeout_s, only) -> None:
 
     --json: {"devices": [{"name", "reachable", "state" (training | paused | starting | stopped |
     failed | unreachable), "step", "epoch", "loss", "accuracy", "source" (control | ssh | null),
-    "exchanges", "link_loss", "drops", "datagrams_dropped", "peak_rss_mb", "uptime_s",
+    "exchanges", "link_loss", "drops", "datagrams_dropped", "datagrams_lost" (never arrived,
+    from sequence gaps), "datagrams_late" (arrived when nothing could use them),
+    "datagrams_refused" (failed a check), "peak_rss_mb", "uptime_s",
     "disk_written_mb" (since the agent started), "disk_written_mb_per_h", "disk_free_mb",
     "checkpoint_age_s", "checkpoint_step", "checkpoint_failures", "disk_note" (why metrics
     or checkpoints are not being written, else null), "clock" (synchronised | unsynchronised |
-    unknown: clock.py), "version", "config_hash", "error", ...}],
+    unknown: clock.py), "version", "config_hash", "model_digest" (a compiled model's artifact
+    digest, else null), "model_mismatch" (true when it is not the fleet's), "error", ...}],
     "time"}"""
     from edgegossip.fleet import parallel
     from edgegossip.fleet.query import status as device_status
 
     f = open_fleet(fleet_dir)
     devices = select(f, only)
+    fleet_model = _fleet_model(f)
     while True:
         rows = parallel.each(
             devices, lambda d, dl: device_status(f, d, dl), concurrency, timeout_s, progress=False
@@ -101,6 +117,8 @@ def status(watch, fleet_dir, as_json, concurrency, timeout_s, only) -> None:
         for r in rows:  # a row's own error is the device's state, not a command failure
             if r.get("state") is None:
                 r.update(state="unreachable", reachable=False)
+            if "model_digest" in r:
+                r["model_mismatch"] = r["model_digest"] != fleet_model
         if as_json:
             emit({"devices": rows, "time": round(time.time(), 1)}, True)
         else:
@@ -110,6 +128,16 @@ def status(watch, fleet_dir, as_json, concurrency, timeout_s, only) -> None:
         if not watch:
             return
         time.sleep(watch)
+
+
+def _fleet_model(f) -> str | None:
+    from edgegossip.config import ConfigError
+    from edgegossip.fleet import agentconf
+
+    try:
+        return agentconf.model_digest(f)
+    except ConfigError as e:
+        fail(str(e), exit_codes.USAGE)
 
 
 COMMANDS = [status]

@@ -1,0 +1,64 @@
+"""What `fleet collect` scores the collected models on, and the training batches it estimates a
+compiled model's BatchNorm statistics from: the fleet's data set (mnist, fashion-mnist) from
+this machine's cache, its test split and the start of its training split; or, where each device
+trains on its own file, those files as the fleet folder holds them, their held-out rows (each
+file's x_eval, or the share its agent holds out) and their training rows."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edgegossip.data import device as device_data
+from edgegossip.data import mnist
+from edgegossip.fleet import agentconf
+
+CALIBRATION_BATCH = 256  # examples per batch whose statistics are averaged (writeback.py)
+CALIBRATION_BATCHES = 8
+
+
+TESTS = ("held-out", *mnist.DATASETS)
+
+
+def load(
+    fleet, devices: list, test: str | None = None
+) -> tuple[mnist.Mnist, list[tuple[np.ndarray, np.ndarray]]]:
+    """(the test set, as an Mnist whose x_test/y_test are filled; the calibration batches).
+    test: a data set's name, "held-out" (the devices' files' held-out rows), or None: held-out
+    where the devices train on files of their own, else the fleet's data set."""
+    own = [d for d in devices if d.data]
+    if test is None:
+        test = "held-out" if own else _source(fleet, devices)
+    if test == "held-out" and not own:
+        raise mnist.DataError("--test held-out: no device of the fleet has a data file")
+    if not own:
+        data = mnist.load(name=test)
+        return data, _batches(data.batch, len(data.y_train))
+    files = [_file(fleet, d) for d in own]
+    batches = []
+    for f in files:
+        batches += _batches(f.batch, len(f.y))
+    batches = batches[:CALIBRATION_BATCHES]
+    if test != "held-out":
+        return mnist.load(name=test), batches
+    x_test = np.concatenate([device_data.ready(f.x_eval) for f in files])
+    y_test = np.concatenate([f.y_eval for f in files])
+    empty = np.zeros((0, x_test.shape[1]), np.float32)
+    none = np.zeros(0, np.int64)
+    return mnist.Mnist(empty, none, empty, none, x_test, y_test), batches
+
+
+def _source(fleet, devices: list) -> str:
+    return agentconf.render(fleet, devices[0]).source if devices else "mnist"
+
+
+def _file(fleet, d) -> device_data.DeviceData:
+    cfg = agentconf.render(fleet, d)
+    return device_data.from_file(fleet.root / d.data, cfg.eval_fraction, cfg.label_column, cfg.seed)
+
+
+def _batches(batch, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    n = min(n, CALIBRATION_BATCH * CALIBRATION_BATCHES)
+    return [
+        batch(np.arange(a, a + CALIBRATION_BATCH))
+        for a in range(0, n - CALIBRATION_BATCH + 1, CALIBRATION_BATCH)
+    ]
