@@ -26,7 +26,9 @@ demo: venv
 	bash scripts/system-packages.sh install demo || [ $$? = 3 ]
 	bash scripts/demo.sh
 
-# style (ruff), types (mypy), the layers (import-linter, the contract in pyproject.toml), and
+# style (ruff), types (mypy), the layers (import-linter, the contract in pyproject.toml), the
+# size of functions (ruff's PLR0913/PLR0915 and scripts/check-size.py: 10 parameters, 50
+# statements, 60 lines), and
 # every relative link of the README and the docs to a file that exists (pytest-check-links; the
 # anchors: `make docs` within the site, tests/test_docs.py from the README)
 lint: venv
@@ -34,6 +36,7 @@ lint: venv
 	$(VENV)/bin/ruff format --check edgegossip tests scripts
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	$(PY) scripts/check-size.py edgegossip
 	$(PY) -m pytest -q -p no:cacheprovider -o addopts= --check-links \
 	  --check-links-ignore 'https?://.*' README.md docs/*.md
 

@@ -37,6 +37,36 @@ class Peer:
     port: int
 
 
+@dataclass(frozen=True)
+class Range:
+    """The numbers a setting allows: lo..hi, either end open (excluded) or absent."""
+
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    hi_open: bool = False
+
+    def __contains__(self, v: float) -> bool:
+        lo_ok = self.lo is None or (v > self.lo if self.lo_open else v >= self.lo)
+        return lo_ok and (self.hi is None or (v < self.hi if self.hi_open else v <= self.hi))
+
+    def text(self) -> str:
+        """'must be ...', as a person says it."""
+        if self.hi is None:
+            if self.lo == 0 and self.lo_open:
+                return "must be positive"
+            return f"must be {'>' if self.lo_open else '>='} {self.lo:g}"
+        return (
+            f"must be in {'(' if self.lo_open else '['}{self.lo:g}, {self.hi:g}"
+            f"{')' if self.hi_open else ']'}"
+        )
+
+
+POSITIVE = Range(0, lo_open=True)
+NON_NEGATIVE = Range(0)
+FRACTION = Range(0, 1)
+
+
 def setting(
     section: str,
     default=None,
@@ -45,12 +75,13 @@ def setting(
     factory=None,
     required: bool = False,
     scope: str = "device",
+    range: Range | None = None,
 ):
-    """A field of AgentConfig: its TOML section, default, allowed values, help, and scope in a
-    fleet: "device" (a profile or a device's overrides may set it), "fleet" (every device must
-    share it: the chunk plan, the model, the algorithm's rule) or "managed" (the fleet tooling
-    sets it, never by hand)."""
-    md = {"section": section, "help": help, "choices": choices, "scope": scope}
+    """A field of AgentConfig: its TOML section, default, allowed values (choices, or a numeric
+    range), help, and scope in a fleet: "device" (a profile or a device's overrides may set
+    it), "fleet" (every device must share it: the chunk plan, the model, the algorithm's rule)
+    or "managed" (the fleet tooling sets it, never by hand)."""
+    md = {"section": section, "help": help, "choices": choices, "scope": scope, "range": range}
     if required:
         return field(metadata=md)
     if factory is not None:
@@ -69,7 +100,13 @@ class AgentConfig:
     peers: tuple[Peer, ...] = setting(
         "agent", (), "every other agent of the fleet, ID@HOST:PORT", scope="managed"
     )
-    fleet: int = setting("agent", 1, "fleet id carried in every datagram", scope="managed")
+    fleet: int = setting(
+        "agent",
+        1,
+        "fleet id carried in every datagram",
+        scope="managed",
+        range=Range(0, 2**32, hi_open=True),
+    )
     key: str = setting(
         "agent", "", "fleet secret; every link key is derived from it", scope="managed"
     )
@@ -86,6 +123,7 @@ class AgentConfig:
         "agent",
         30.0,
         "at start, wait at most this long for a synchronised clock, then train anyway (clock.py)",
+        range=NON_NEGATIVE,
     )
     algorithm: str = setting(
         "train", algorithms.DEFAULT, "the algorithm (algorithms/)", ALGORITHMS, scope="fleet"
@@ -104,28 +142,41 @@ class AgentConfig:
         scope="managed",
     )
     backend: str = setting("train", "numpy", "loss and gradient in NumPy or onnxruntime", BACKENDS)
-    workers: int = setting("train", 4, "fleet size, for sharding the data", scope="fleet")
+    workers: int = setting(
+        "train", 4, "fleet size, for sharding the data", scope="fleet", range=Range(1)
+    )
     partition: str = setting(
         "train", "iid", "how MNIST is sharded (data/partition.py)", PARTITIONS, scope="fleet"
     )
     seed: int = setting(
         "train", 0, "seed of the shared initialisation and the shards", scope="fleet"
     )
-    batch: int = setting("train", 32, "examples per local step")
-    lr: float = setting("train", 0.001, "learning rate")
-    momentum: float = setting("train", 0.99, "Nesterov momentum")
-    p: float = setting("train", 1 / 32, "exchange probability per step (gossip)", scope="fleet")
-    alpha: float = setting("train", 0.5, "Elastic Gossip moving rate", scope="fleet")
-    max_steps: int = setting("train", 0, "0: no step limit")
-    duration_s: float = setting("train", 0.0, "0: no time limit")
-    eval_every: int = setting("train", 100, "steps between held-out evaluations")
+    batch: int = setting("train", 32, "examples per local step", range=Range(1))
+    lr: float = setting("train", 0.001, "learning rate", range=POSITIVE)
+    momentum: float = setting("train", 0.99, "Nesterov momentum", range=Range(0, 1, hi_open=True))
+    p: float = setting(
+        "train", 1 / 32, "exchange probability per step (gossip)", scope="fleet", range=FRACTION
+    )
+    alpha: float = setting(
+        "train", 0.5, "Elastic Gossip moving rate", scope="fleet", range=FRACTION
+    )
+    max_steps: int = setting("train", 0, "0: no step limit", range=NON_NEGATIVE)
+    duration_s: float = setting("train", 0.0, "0: no time limit", range=NON_NEGATIVE)
+    eval_every: int = setting("train", 100, "steps between held-out evaluations", range=Range(1))
     record_every_s: float = setting(
-        "disk", 1.0, "and at least this long between two (each one a metrics record)"
+        "disk",
+        1.0,
+        "and at least this long between two (each one a metrics record)",
+        range=NON_NEGATIVE,
     )
     eval_examples: int = setting("train", 2000, "size of the held-out slice")
-    rps_period: int = setting("train", 8, "local steps between RPS iterations", scope="fleet")
-    inputs: int = setting("train", 784, "features per example (mlp, logreg)", scope="fleet")
-    classes: int = setting("train", 10, "labels 0 .. classes - 1", scope="fleet")
+    rps_period: int = setting(
+        "train", 8, "local steps between RPS iterations", scope="fleet", range=Range(1)
+    )
+    inputs: int = setting(
+        "train", 784, "features per example (mlp, logreg)", scope="fleet", range=Range(1)
+    )
+    classes: int = setting("train", 10, "labels 0 .. classes - 1", scope="fleet", range=Range(2))
     transport: str = setting(
         "net",
         "udp",
@@ -142,21 +193,31 @@ class AgentConfig:
     payload: str = setting(
         "net", "int8", "how parameters travel (dataplane/payload.py)", payload.NAMES
     )
-    rate_mbps: float = setting("net", 20.0, "send pacing, megabits per second on the link (frames)")
-    deadline_s: float = setting("net", 10.0, "an exchange gives up on missing chunks after this")
+    rate_mbps: float = setting(
+        "net", 20.0, "send pacing, megabits per second on the link (frames)", range=POSITIVE
+    )
+    deadline_s: float = setting(
+        "net", 10.0, "an exchange gives up on missing chunks after this", range=POSITIVE
+    )
     peer_wait_s: float = setting(
         "net",
         15.0,
         "at start, wait at most this long for every peer's name to resolve, then train anyway"
         " (the rest resolve in the background)",
+        range=NON_NEGATIVE,
     )
     deadline: str = setting(
         "net", "fixed", "fixed, or adaptive: per link, from its transfer times", DEADLINES
     )
-    deadline_min_s: float = setting("net", 0.2, "adaptive: a link's shortest deadline")
+    deadline_min_s: float = setting(
+        "net", 0.2, "adaptive: a link's shortest deadline", range=POSITIVE
+    )
     deadline_max_s: float = setting("net", 120.0, "adaptive: a link's longest deadline")
     inject_loss: float = setting(
-        "net", 0.0, "loopback emulation only: drop this fraction on receive"
+        "net",
+        0.0,
+        "loopback emulation only: drop this fraction on receive",
+        range=Range(0, 1, hi_open=True),
     )
     gso: bool = setting("net", True, "udp: send runs of datagrams as one UDP GSO buffer")
     encrypt: bool = setting(
@@ -171,13 +232,26 @@ class AgentConfig:
     )
     path: str = setting("data", "", "this device's own .npz or .csv", scope="managed")
     label_column: str = setting("data", "", "csv: header name or index of the label column")
-    eval_fraction: float = setting("data", 0.1, "held out from a file without x_eval/y_eval")
-    checkpoint_every_s: float = setting(
-        "disk", 600.0, "seconds between checkpoints, the most a power cut loses; 0: by steps"
+    eval_fraction: float = setting(
+        "data",
+        0.1,
+        "held out from a file without x_eval/y_eval",
+        range=Range(0, 1, lo_open=True, hi_open=True),
     )
-    checkpoint_every: int = setting("disk", 0, "steps between checkpoints too; 0: by time only")
+    checkpoint_every_s: float = setting(
+        "disk",
+        600.0,
+        "seconds between checkpoints, the most a power cut loses; 0: by steps",
+        range=NON_NEGATIVE,
+    )
+    checkpoint_every: int = setting(
+        "disk", 0, "steps between checkpoints too; 0: by time only", range=NON_NEGATIVE
+    )
     budget_mb: float = setting(
-        "disk", 200.0, "most the output folder may hold: two checkpoints and metrics.jsonl"
+        "disk",
+        200.0,
+        "most the output folder may hold: two checkpoints and metrics.jsonl",
+        range=POSITIVE,
     )
     endpoint: str = setting(
         "control", "", "HOST:PORT of the CURVE control socket; empty: none", scope="managed"
@@ -220,6 +294,9 @@ SECTIONS: dict[str, tuple[str, ...]] = {}
 for _f in fields(AgentConfig):
     SECTIONS[_f.metadata["section"]] = (*SECTIONS.get(_f.metadata["section"], ()), _f.name)
 CHOICES = {f.name: f.metadata["choices"] for f in fields(AgentConfig) if f.metadata["choices"]}
+RANGES: dict[str, Range] = {
+    f.name: f.metadata["range"] for f in fields(AgentConfig) if f.metadata["range"]
+}
 HELP = {f.name: f.metadata["help"] for f in fields(AgentConfig)}
 FLEET_WIDE = tuple(f.name for f in fields(AgentConfig) if f.metadata["scope"] == "fleet")
 MANAGED = tuple(f.name for f in fields(AgentConfig) if f.metadata["scope"] == "managed")
@@ -365,6 +442,8 @@ def validate(c: AgentConfig) -> None:
         need(
             getattr(c, name) in allowed, f"{section_of(name)}.{name}", f"must be {_one_of(allowed)}"
         )
+    for name, allowed_range in RANGES.items():
+        need(getattr(c, name) in allowed_range, f"{section_of(name)}.{name}", allowed_range.text())
     need(
         bool(re.fullmatch(r"|[0-9a-f]{64}", c.model_digest)),
         "train.model_digest",
@@ -378,26 +457,30 @@ def validate(c: AgentConfig) -> None:
     problem = models.backend_problem(c.model, c.backend)
     need(problem is None, "train.backend", str(problem))
     need(c.source != "file" or bool(c.path), "data.path", "needed when data.source is file")
-    need(0 < c.eval_fraction < 1, "data.eval_fraction", "must be in (0, 1)")
-    need(c.inputs >= 1, "train.inputs", "must be positive")
-    need(c.classes >= 2, "train.classes", "must be at least 2")
     problem = models.shape_problem(c.model, c.inputs, c.classes)
     need(problem is None, "train.model", str(problem))
-    need(c.workers >= 1, "train.workers", "must be at least 1")
     need(0 <= c.id < c.workers, "agent.id", f"must be in 0..{c.workers - 1}")
-    need(0 <= c.p <= 1, "train.p", "must be in [0, 1]")
-    need(0 <= c.alpha <= 1, "train.alpha", "must be in [0, 1]")
-    need(c.batch >= 1, "train.batch", "must be positive")
-    need(c.lr > 0, "train.lr", "must be positive")
-    need(0 <= c.momentum < 1, "train.momentum", "must be in [0, 1)")
-    need(c.max_steps >= 0, "train.max_steps", "must be >= 0")
-    need(c.duration_s >= 0, "train.duration_s", "must be >= 0")
-    need(c.eval_every >= 1, "train.eval_every", "must be positive")
-    need(c.checkpoint_every >= 0, "disk.checkpoint_every", "must be >= 0")
-    need(c.checkpoint_every_s >= 0, "disk.checkpoint_every_s", "must be >= 0")
-    need(c.budget_mb > 0, "disk.budget_mb", "must be positive")
-    need(c.record_every_s >= 0, "disk.record_every_s", "must be >= 0")
-    need(c.clock_wait_s >= 0, "agent.clock_wait_s", "must be >= 0")
+    need(
+        c.deadline_min_s <= c.deadline_max_s,
+        "net.deadline_min_s",
+        "must be at most net.deadline_max_s",
+    )
+    try:
+        wire.check_chunk_bytes(c.chunk_bytes)
+    except ValueError as e:
+        raise ConfigError(f"net.chunk_bytes: {e}") from None
+    _validate_endpoints(c, need)
+    _validate_peers(c, need)
+
+
+def _validate_endpoints(c: AgentConfig, need) -> None:
+    _endpoint(c.listen, "agent.listen")
+    if c.endpoint:
+        _endpoint(c.endpoint, "control.endpoint")
+        need(bool(c.server_key), "control.server_key", "needed when control.endpoint is set")
+        need(bool(c.client_keys), "control.client_keys", "needed when control.endpoint is set")
+    if c.metrics_endpoint:
+        _endpoint(c.metrics_endpoint, "metrics.metrics_endpoint")
     for key, nets in (
         ("control.allow_from", c.allow_from),
         ("metrics.metrics_allow_from", c.metrics_allow_from),
@@ -407,28 +490,9 @@ def validate(c: AgentConfig) -> None:
             key,
             "must be addresses or networks, comma-separated",
         )
-    need(c.rps_period >= 1, "train.rps_period", "must be positive")
-    need(c.rate_mbps > 0, "net.rate_mbps", "must be positive")
-    need(c.deadline_s > 0, "net.deadline_s", "must be positive")
-    need(c.peer_wait_s >= 0, "net.peer_wait_s", "must be >= 0")
-    need(
-        0 < c.deadline_min_s <= c.deadline_max_s,
-        "net.deadline_min_s",
-        "must be positive and at most net.deadline_max_s",
-    )
-    need(0 <= c.inject_loss < 1, "net.inject_loss", "must be in [0, 1)")
-    need(0 <= c.fleet < 2**32, "agent.fleet", "must fit 32 bits")
-    try:
-        wire.check_chunk_bytes(c.chunk_bytes)
-    except ValueError as e:
-        raise ConfigError(f"net.chunk_bytes: {e}") from None
-    _endpoint(c.listen, "agent.listen")
-    if c.endpoint:
-        _endpoint(c.endpoint, "control.endpoint")
-        need(bool(c.server_key), "control.server_key", "needed when control.endpoint is set")
-        need(bool(c.client_keys), "control.client_keys", "needed when control.endpoint is set")
-    if c.metrics_endpoint:
-        _endpoint(c.metrics_endpoint, "metrics.metrics_endpoint")
+
+
+def _validate_peers(c: AgentConfig, need) -> None:
     ids = [p.id for p in c.peers]
     need(len(set(ids)) == len(ids), "agent.peers", "duplicate peer id")
     need(c.id not in ids, "agent.peers", "lists this agent itself")

@@ -52,7 +52,9 @@ def configuration() -> str:
             if f.name not in names:
                 continue
             md = f.metadata
-            allowed = ", ".join(f"`{c}`" for c in md["choices"]) or f"{f.type}"
+            allowed = ", ".join(f"`{c}`" for c in md["choices"]) or str(f.type)
+            if md["range"] is not None:
+                allowed += ", " + md["range"].text().removeprefix("must be ")
             out.append(
                 f"| `{f.name}` | {_cell(_default(f))} | {_cell(allowed)} | {md['scope']} "
                 f"| {_cell(md['help'])} |"

@@ -131,25 +131,15 @@ def _shards(cfg: SimConfig, labels: np.ndarray) -> list[np.ndarray]:
     raise ValueError("partition must be iid, dirichlet or classes")
 
 
-def simulate(
-    cfg: SimConfig,
-    data: Mnist,
-    progress: Callable[[int, int, dict], None] | None = None,
-    eval_every: float | None = None,
-    on_eval: Callable[[dict], None] | None = None,
-) -> dict:
-    """Run cfg and return its result row. With eval_every (epochs) and on_eval, also hand over a
-    complete row every eval_every epochs: the learning rate is constant, so the row at epoch E of
-    a longer run is the row a run of E epochs would give, and a long run killed early keeps them."""
-    cfg.check()
+def _world(cfg: SimConfig, model) -> tuple:
+    """The W workers (one shared initialisation, as in the reference runs), the lossy network
+    between them, and each worker's random stream: (world, net, rngs)."""
     W = cfg.workers
-    model = make_model(cfg.model, cfg.seed)
     codec = payload.codec(cfg.payload)
     plan = codec.plan(model.n_params, cfg.chunk_bytes)
-    ce = plan.chunk_elems
-    wire_copy = payload.Roundtrip(codec, model.n_params, ce)
+    wire_copy = payload.Roundtrip(codec, model.n_params, plan.chunk_elems)
     init = model.init(cfg.seed)
-    xs = [init.copy() for _ in range(W)]  # one shared initialisation, as in the reference runs
+    xs = [init.copy() for _ in range(W)]
     opts = [NesterovSGD(model.n_params, cfg.lr, cfg.momentum) for _ in range(W)]
     grads = [np.zeros(model.n_params, np.float32) for _ in range(W)]
     pres = [np.empty(model.n_params, np.float32) for _ in range(W)]
@@ -162,7 +152,6 @@ def simulate(
     avg_grad = np.zeros(model.n_params, np.float32)
     rngs = [np.random.default_rng([cfg.seed, w]) for w in range(W)]
     net = _Net(plan, cfg.loss, W, np.random.default_rng([cfg.seed, 10_000]), codec)
-    algorithm = algorithms.get(cfg.algorithm)
     world = algorithms.World(
         xs,
         opts,
@@ -178,6 +167,48 @@ def simulate(
         avg_grad,
         weights=[1.0] * W,
     )
+    return world, net, rngs
+
+
+# the settings a result row repeats
+_ROW_SETTINGS = ("algorithm", "model", "workers", "p", "alpha", "loss", "seed", "partition")
+
+
+def _result(cfg: SimConfig, model, world, data: Mnist, steps: int, epochs: float) -> dict:
+    xs, net, algorithm = world.xs, world.net, algorithms.get(cfg.algorithm)
+    avg = np.asarray(np.mean(xs, axis=0, dtype=np.float64)).astype(np.float32)
+    return {
+        **{k: v for k, v in asdict(cfg).items() if k in (*_ROW_SETTINGS, "payload")},
+        **({"beta": cfg.beta} if cfg.partition == "dirichlet" else {}),
+        **({"classes_per_worker": cfg.classes_per_worker} if cfg.partition == "classes" else {}),
+        "epochs": round(epochs, 4),
+        "steps": steps,
+        "acc_worker0": model.accuracy(xs[0], data.x_test, data.y_test),
+        "acc_average": model.accuracy(avg, data.x_test, data.y_test),
+        "val_acc_worker0": model.accuracy(xs[0], data.x_val, data.y_val)
+        if len(data.y_val)
+        else None,
+        "bytes_sent_per_worker": algorithm.sim_bytes_per_worker(world),
+        "datagrams_sent": net.datagrams_sent,
+        "datagrams_lost": net.datagrams_lost,
+    }
+
+
+def simulate(
+    cfg: SimConfig,
+    data: Mnist,
+    progress: Callable[[int, int, dict], None] | None = None,
+    eval_every: float | None = None,
+    on_eval: Callable[[dict], None] | None = None,
+) -> dict:
+    """Run cfg and return its result row. With eval_every (epochs) and on_eval, also hand over a
+    complete row every eval_every epochs: the learning rate is constant, so the row at epoch E of
+    a longer run is the row a run of E epochs would give, and a long run killed early keeps them."""
+    cfg.check()
+    W = cfg.workers
+    model = make_model(cfg.model, cfg.seed)
+    world, net, rngs = _world(cfg, model)
+    algorithm = algorithms.get(cfg.algorithm)
     shards = _shards(cfg, data.y_train)
     per_worker = cfg.batch // W
     # An epoch is one pass over the whole training set, summed over workers; with unequal
@@ -190,56 +221,18 @@ def simulate(
     eval_steps = max(1, int(round(eval_every * steps_per_epoch))) if eval_every else 0
 
     def result(steps: int) -> dict:
-        avg = np.asarray(np.mean(xs, axis=0, dtype=np.float64)).astype(np.float32)
-        bytes_per_worker = algorithm.sim_bytes_per_worker(world)
-        return {
-            **{
-                k: v
-                for k, v in asdict(cfg).items()
-                if k
-                in (
-                    "algorithm",
-                    "model",
-                    "workers",
-                    "p",
-                    "alpha",
-                    "loss",
-                    "seed",
-                    "partition",
-                    "payload",
-                )
-            },
-            **({"beta": cfg.beta} if cfg.partition == "dirichlet" else {}),
-            **(
-                {"classes_per_worker": cfg.classes_per_worker} if cfg.partition == "classes" else {}
-            ),
-            "epochs": round(steps / steps_per_epoch, 4),
-            "steps": steps,
-            "acc_worker0": model.accuracy(xs[0], data.x_test, data.y_test),
-            "acc_average": model.accuracy(avg, data.x_test, data.y_test),
-            "val_acc_worker0": model.accuracy(xs[0], data.x_val, data.y_val)
-            if len(data.y_val)
-            else None,
-            "bytes_sent_per_worker": bytes_per_worker,
-            "datagrams_sent": net.datagrams_sent,
-            "datagrams_lost": net.datagrams_lost,
-            "elapsed_s": round(time.perf_counter() - t0, 1),
-            **algorithm.sim_report(world),
-        }
+        row = _result(cfg, model, world, data, steps, steps / steps_per_epoch)
+        row["elapsed_s"] = round(time.perf_counter() - t0, 1)
+        return {**row, **algorithm.sim_report(world)}
 
     for step in range(total):
         for w in range(W):
             xb, yb = data.batch(feeds[w].next())
-            losses[w] = model.loss_grad(xs[w], grads[w], xb, yb, rngs[w])
-
+            losses[w] = model.loss_grad(world.xs[w], world.grads[w], xb, yb, rngs[w])
         algorithm.sim_step(world)
-
         if progress is not None:
-            progress(
-                step + 1,
-                total,
-                {"loss": float(losses.mean()), "epoch": (step + 1) / steps_per_epoch},
-            )
+            info = {"loss": float(losses.mean()), "epoch": (step + 1) / steps_per_epoch}
+            progress(step + 1, total, info)
         if on_eval is not None and eval_steps and (step + 1) % eval_steps == 0 and step + 1 < total:
             on_eval(result(step + 1))
 

@@ -139,7 +139,7 @@ def test_simulate_every_algorithm_learns(mnist_data):
 def test_errors_are_one_line():
     runner = CliRunner()
     res = runner.invoke(cli, ["simulate", "--algorithm", "elastic-gossip", "--p", "3/2"])
-    assert res.exit_code == 2 and "outside [0, 1]" in res.output
+    assert res.exit_code == 2 and "3/2: must be in [0, 1]" in res.output
     res = runner.invoke(cli, ["emulate", "--nodes", "2"])
     assert res.exit_code != 0 and "Traceback" not in res.output
     res = runner.invoke(cli, ["simulate", "--algorithm", "gossip-pull", "--workers", "1"])

@@ -217,8 +217,8 @@ def test_every_drop_is_lost_late_or_refused_as_declared():
     """Issue 44: a person reads three numbers, not one `dropped`."""
     from edgegossip.dataplane.drops import DROPS, fates
 
-    assert {kind for kind, _ in DROPS.values()} == {"late", "refused"}
-    drops = {"bad_tag": 3, "collected": 2, "no_buffer": 1, "replayed": 4}
+    assert {kind for kind, _ in DROPS.values()} == {"lost", "late", "refused"}
+    drops = {"bad_tag": 3, "collected": 2, "no_buffer": 1, "replayed": 4, "injected_loss": 10}
     assert fates(drops, arrived=90, expected=100) == {"lost": 10, "late": 3, "refused": 7}
     # a bad datagram of the cases above is refused; an authentic one that came too late is late
     assert all(DROPS[r][0] == "refused" for r in EXPECTED.values() if r)

@@ -72,27 +72,12 @@ class Agent:
         self.shard = Shard(cfg, self.data)
         self.x = self.model.init(cfg.seed)  # one shared initialisation across the fleet
         self.opt = NesterovSGD(self.model.n_params, cfg.lr, cfg.momentum)
-        # what computes loss and gradient: NumPy, or onnxruntime
-        self.backend: Model | OnnxTrainer = self.model
         self.algorithm = algorithms.get(cfg.algorithm)
         if self.algorithm.datagrams and cfg.transport == "zmq":  # refused before the data loads
             from edgegossip.transport.zmq import require_draft
 
             require_draft()
-        # NumPy MLP under gossip: the optimiser steps layer by layer inside the backward pass,
-        # so the gradient buffer holds one layer, not the model (all-reduce needs it whole)
-        self.layerwise = (
-            cfg.backend == "numpy" and self.model.layerwise and not self.algorithm.whole_gradient
-        )
-        self.g = np.zeros(
-            self.model.max_layer_params() if self.layerwise else self.model.n_params, np.float32
-        )
-        if cfg.backend == "onnx" and self.model.digest is None:  # a compiled one is onnx
-            if not onnx_available():
-                raise ConfigError(f"train.backend: {ONNX_MISSING}")
-            from edgegossip.models.onnx_backend import OnnxTrainer
-
-            self.backend = OnnxTrainer(self.model)  # validate(): a model the onnx backend runs
+        self._trainer(cfg)
         self.step = 0
         self._last: dict | None = None
         self._first_step = 0
@@ -118,6 +103,24 @@ class Agent:
         self.keys = link_keys(cfg) if self.algorithm.datagrams else None
         if self.keys is not None and self.model.digest is not None:
             self.keys = self.keys.bound(self.model.digest)
+
+    def _trainer(self, cfg: AgentConfig) -> None:
+        """What computes loss and gradient (NumPy, or onnxruntime), and its gradient buffer."""
+        self.backend: Model | OnnxTrainer = self.model
+        # NumPy MLP under gossip: the optimiser steps layer by layer inside the backward pass,
+        # so the gradient buffer holds one layer, not the model (all-reduce needs it whole)
+        self.layerwise = (
+            cfg.backend == "numpy" and self.model.layerwise and not self.algorithm.whole_gradient
+        )
+        self.g = np.zeros(
+            self.model.max_layer_params() if self.layerwise else self.model.n_params, np.float32
+        )
+        if cfg.backend == "onnx" and self.model.digest is None:  # a compiled one is onnx
+            if not onnx_available():
+                raise ConfigError(f"train.backend: {ONNX_MISSING}")
+            from edgegossip.models.onnx_backend import OnnxTrainer
+
+            self.backend = OnnxTrainer(self.model)  # validate(): a model the onnx backend runs
 
     def _checkpoint_now(self) -> dict:
         return self.checkpoints.now(self.x, self.step)
@@ -264,28 +267,7 @@ class Agent:
             self.checkpoints.pool = snapshots or Snapshots(self.plan.n_params, 1)
             self._first_step = self.step
             losses: list[float] = []
-            metrics.record(
-                {
-                    "event": "start",
-                    "agent": cfg.id,
-                    "step": self.step,
-                    "resumed": self.resumed,
-                    "algorithm": cfg.algorithm,
-                    "transport": cfg.transport,
-                }
-            )
-            # answering status meanwhile (state "starting"), so a device that waits is seen
-            waited = time.monotonic()
-            now = clock.wait(cfg.clock_wait_s, self.stop_event)
-            metrics.record(
-                {
-                    "event": "clock",
-                    "agent": cfg.id,
-                    "step": self.step,
-                    "clock": now,
-                    "waited_s": round(time.monotonic() - waited, 1),
-                }
-            )
+            self._start(metrics)
             self._starting = False
             try:
                 self._train(protocol, controls, metrics, losses, (ctx, sender, inbox))
@@ -294,6 +276,32 @@ class Agent:
                 final = self._record(losses, ctx, sender, inbox, protocol)
                 metrics.record({**final, "event": "stop"})
         return final
+
+    def _start(self, metrics: Storage) -> None:
+        """The start record, then the wait for a synchronised clock (answering status
+        meanwhile, state "starting", so a device that waits is seen) and its record."""
+        cfg = self.cfg
+        metrics.record(
+            {
+                "event": "start",
+                "agent": cfg.id,
+                "step": self.step,
+                "resumed": self.resumed,
+                "algorithm": cfg.algorithm,
+                "transport": cfg.transport,
+            }
+        )
+        waited = time.monotonic()
+        now = clock.wait(cfg.clock_wait_s, self.stop_event)
+        metrics.record(
+            {
+                "event": "clock",
+                "agent": cfg.id,
+                "step": self.step,
+                "clock": now,
+                "waited_s": round(time.monotonic() - waited, 1),
+            }
+        )
 
     def _train(
         self, protocol: Protocol, controls, metrics, losses: list[float], seen: tuple

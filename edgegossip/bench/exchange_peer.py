@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -29,95 +30,94 @@ KEY = wire.derive_key("edgegossip-demo")
 FLEET = 77
 
 
-def run_peer(
-    me: int,
-    my_addr: tuple[str, int],
-    other: tuple[str, int],
-    transport: str,
-    n_params: int,
-    rounds: int,
-    alpha: float,
-    inject: float,
-    rate: float,
-    deadline_s: float,
-) -> None:
-    plan = ChunkPlan(n_params, wire.default_chunk_bytes())
-    x = np.full(n_params, float(me), dtype=np.float32)
+@dataclass(frozen=True)
+class Peer:
+    """One end of the exchange, as `edgegossip exchange` starts it."""
+
+    me: int
+    my_addr: tuple[str, int]
+    other: tuple[str, int]
+    transport: str
+    n_params: int
+    rounds: int
+    alpha: float
+    inject: float  # loss injected on receive (loopback)
+    rate: float  # bytes per second
+    deadline_s: float
+
+
+def _plane(p: Peer, plan: ChunkPlan) -> DataPlane:
+    # no UDP GSO: under `--backend netns` nftables would drop a GSO buffer's datagrams together
+    spec = PlaneSpec(
+        p.transport,
+        p.my_addr,
+        FLEET,
+        p.me,
+        rate_bytes_per_s=p.rate,
+        gso=False,
+        inject_loss=p.inject,
+        loss_seed=p.me,
+        senders=frozenset({1 - p.me}),
+    )
+    return DataPlane(spec, plan, KEY)
+
+
+def _say(row: dict) -> None:
+    print(json.dumps(row), flush=True)
+
+
+def run_peer(p: Peer) -> None:
+    plan = ChunkPlan(p.n_params, wire.default_chunk_bytes())
+    x = np.full(p.n_params, float(p.me), dtype=np.float32)
     pre = np.empty_like(x)
     y = np.empty_like(x)
     mask = np.zeros(plan.n_chunks, np.uint8)
-    # no UDP GSO: under `--backend netns` nftables would drop a GSO buffer's datagrams together
-    spec = PlaneSpec(
-        transport,
-        my_addr,
-        FLEET,
-        me,
-        rate_bytes_per_s=rate,
-        gso=False,
-        inject_loss=inject,
-        loss_seed=me,
-        senders=frozenset({1 - me}),
-    )
-    plane = DataPlane(spec, plan, KEY)
-    t, inbox, enc = plane.transport, plane.inbox, plane.encoder
+    plane = _plane(p, plan)
+    t, inbox, enc, other = plane.transport, plane.inbox, plane.encoder, 1 - p.me
     time.sleep(0.5)  # both peers bound before the first round
     try:
-        for r in range(rounds):
+        for r in range(p.rounds):
             np.copyto(pre, x)
-            send_vector(t, enc, other, 1 - me, pre, wire.MsgType.PARAMS, r)
-            got = inbox.rounds.collect(
-                1 - me, wire.MsgType.PARAMS, r, time.monotonic() + deadline_s, y, mask, settle=0.3
-            )
-            kernels.elastic_pull(x, pre, y, mask, plan.chunk_elems, alpha)
-            print(
-                json.dumps(
-                    {
-                        "peer": me,
-                        "round": r,
-                        "chunks": plan.n_chunks,
-                        "arrived": got,
-                        "mean": float(x.mean(dtype=np.float64)),
-                    }
-                ),
-                flush=True,
-            )
+            send_vector(t, enc, p.other, other, pre, wire.MsgType.PARAMS, r)
+            deadline = time.monotonic() + p.deadline_s
+            got = inbox.rounds.collect(other, wire.MsgType.PARAMS, r, deadline, y, mask, settle=0.3)
+            kernels.elastic_pull(x, pre, y, mask, plan.chunk_elems, p.alpha)
+            mean = float(x.mean(dtype=np.float64))
+            _say({"peer": p.me, "round": r, "chunks": plan.n_chunks, "arrived": got, "mean": mean})
         time.sleep(0.5)
     finally:
         plane.close()
-    snap = inbox.counter.snapshot()
     arrived, expected = inbox.links.loss()
-    print(
-        json.dumps(
-            {
-                "peer": me,
-                "final": True,
-                "datagrams_sent": enc.datagrams,
-                "bytes_sent": enc.bytes,
-                "link_arrived": arrived,
-                "link_expected": expected,
-                **snap,
-            }
-        ),
-        flush=True,
+    _say(
+        {
+            "peer": p.me,
+            "final": True,
+            "datagrams_sent": enc.datagrams,
+            "bytes_sent": enc.bytes,
+            "link_arrived": arrived,
+            "link_expected": expected,
+            **inbox.counter.snapshot(),
+        }
     )
 
 
 def main(argv: list[str]) -> None:
-    me = int(argv[0])
     host, port = argv[1].rsplit(":", 1)
     ohost, oport = argv[2].rsplit(":", 1)
     transport, n_params, rounds, alpha, inject, rate, deadline = argv[3:10]
     run_peer(
-        me,
-        (host, int(port)),
-        (ohost, int(oport)),
-        transport,
-        int(n_params),
-        int(rounds),
-        float(alpha),
-        float(inject),
-        float(rate),
-        float(deadline),
+        Peer(
+            int(argv[0]),
+            (host, int(port)),
+            (ohost, int(oport)),
+            transport,
+            int(n_params),
+            int(rounds),
+            float(alpha),
+            float(inject),
+            float(rate),
+            float(deadline),
+        )
     )
 
 

@@ -301,9 +301,7 @@ def metrics(as_json: bool, seconds: float, every_s: float, models: tuple[str, ..
     default=None,
     help="Where each fleet's output goes (default: a new temporary folder).",
 )
-def overhead(
-    as_json, nodes, seconds, model, loss, rate, variants, target, reference, rounds, out
-) -> None:
+def overhead(as_json, rate, variants, **plan) -> None:
     """The same emulated fleet (root: namespaces) trained local-only, the reference, then with
     each gossip variant, then local-only again (--reference around): per agent steps per second
     and their share of the reference's, CPU seconds of the training, receive and send threads,
@@ -326,61 +324,63 @@ def overhead(
     "datagrams_per_wake", "time_to_target_s"}]}]}. A floor run's algorithm is "floor"; its
     receive and send CPU seconds, megabytes and wake-ups are its floor processes', its steps and
     training CPU its local-only agents'."""
-    from edgegossip.algorithms import DEFAULT, NAMES
-    from edgegossip.algorithms.local import Local
-    from edgegossip.dataplane import payload as payloads
-    from edgegossip.emulate import floor, netns
+    from edgegossip.emulate import netns
     from edgegossip.emulate import overhead as o
 
-    if rounds > 1 and reference != "around":
+    if plan["rounds"] > 1 and plan["reference"] != "around":
         fail("--rounds above 1 needs --reference around", exit_codes.USAGE)
     if not netns.is_root():
         fail(
             "bench overhead emulates a fleet in network namespaces: run it as root",
             exit_codes.NEEDS_ROOT,
         )
-
-    def cap(text: str, what: str) -> str | None:
-        try:
-            return netns.link_cap(text)
-        except ValueError:
-            fail(f"{what} {text!r}: write it as e.g. 20mbit, 500kbit or none", exit_codes.USAGE)
-
-    rate_cap = cap(rate, "--rate")
-    parsed = []
-    for v in variants or (f"{DEFAULT}:float32", f"{DEFAULT}:int8"):
-        parts = v.split(":")
-        alg, pay, own = parts[0], parts[1] if len(parts) > 1 else "", parts[2:]
-        known = alg == floor.NAME or (alg in NAMES and alg != Local.name)
-        if not known or pay not in payloads.NAMES or len(own) > 1:
-            fail(
-                f"--variant {v!r}: write ALGORITHM:PAYLOAD[:RATE], e.g. {DEFAULT}:int8, "
-                f"{DEFAULT}:int8:none or {floor.NAME}:int8",
-                exit_codes.USAGE,
-            )
-        parsed.append((alg, pay, cap(own[0], f"--variant {v!r}: rate") if own else rate_cap))
+    rate_cap = _cap(rate, "--rate")
+    parsed = tuple(_variant(v, rate_cap) for v in variants or o.DEFAULT_VARIANTS)
     try:
-        o.schedule(parsed, reference, rate_cap, rounds)
+        o.schedule(parsed, plan["reference"], rate_cap, plan["rounds"])
     except ValueError as e:
         fail(f"--variant: {e}", exit_codes.USAGE)
     result = o.run(
-        nodes,
-        seconds,
-        model,
-        loss,
-        rate_cap,
-        tuple(parsed),
-        target,
-        progress=lambda m: click.echo(m, err=True),
-        out=out,
-        reference=reference,
-        rounds=rounds,
+        o.Plan(rate=rate_cap, variants=parsed, **plan), lambda m: click.echo(m, err=True)
     )
     if as_json:
         emit(result, True, [])
-        return
+    else:
+        _overhead_tables(result, rate)
+
+
+def _cap(text: str, what: str) -> str | None:
+    from edgegossip.emulate import netns
+
+    try:
+        return netns.link_cap(text)
+    except ValueError:
+        fail(f"{what} {text!r}: write it as e.g. 20mbit, 500kbit or none", exit_codes.USAGE)
+
+
+def _variant(v: str, rate_cap: str | None) -> tuple:
+    """ALGORITHM:PAYLOAD[:RATE] as (algorithm, payload, link cap)."""
+    from edgegossip.algorithms import DEFAULT, NAMES
+    from edgegossip.algorithms.local import Local
+    from edgegossip.dataplane import payload as payloads
+    from edgegossip.emulate import floor
+
+    parts = v.split(":")
+    alg, pay, own = parts[0], parts[1] if len(parts) > 1 else "", parts[2:]
+    known = alg == floor.NAME or (alg in NAMES and alg != Local.name)
+    if not known or pay not in payloads.NAMES or len(own) > 1:
+        fail(
+            f"--variant {v!r}: write ALGORITHM:PAYLOAD[:RATE], e.g. {DEFAULT}:int8, "
+            f"{DEFAULT}:int8:none or {floor.NAME}:int8",
+            exit_codes.USAGE,
+        )
+    return (alg, pay, _cap(own[0], f"--variant {v!r}: rate") if own else rate_cap)
+
+
+def _overhead_tables(result: dict, rate: str) -> None:
+    r = result
     emit(
-        {"results": result["runs"]},
+        {"results": r["runs"]},
         False,
         [
             "algorithm",
@@ -395,17 +395,18 @@ def overhead(
             "observed_loss",
             "steal",
         ],
-        title=f"overhead ({nodes} agents, {model}, {loss:.0%} loss, {rate}, {seconds:g} s each)",
+        title=f"overhead ({r['nodes']} agents, {r['model']}, {r['loss']:.0%} loss, {rate}, "
+        f"{r['seconds']:g} s each)",
     )
-    ref = result["reference"]
+    ref = r["reference"]
     click.echo(
         f"reference: {ref['steps_per_s']} steps/s, the mean of local runs at "
         f"{', '.join(map(str, ref['local_steps_per_s']))} (drift {ref['drift']:+.1%})"
     )
     agents = [
-        {"run": f"{r['algorithm']} {r['payload']} {r['rate'] or 'uncapped'}", **a}
-        for r in result["runs"]
-        for a in r["agents"]
+        {"run": f"{run['algorithm']} {run['payload']} {run['rate'] or 'uncapped'}", **a}
+        for run in r["runs"]
+        for a in run["agents"]
     ]
     emit(
         {"results": agents},
@@ -425,8 +426,8 @@ def overhead(
         title="per agent",
     )
     emit(
-        {"results": result["variants"]},
+        {"results": r["variants"]},
         False,
         ["algorithm", "payload", "rate", "of_local_here", "median", "min", "max"],
-        title=f"each variant over {rounds} round(s): of local's steps, where it ran",
+        title=f"each variant over {r['rounds']} round(s): of local's steps, where it ran",
     )

@@ -14,7 +14,6 @@ from edgegossip.algorithms import DEFAULT as DEFAULT_ALGORITHM
 from edgegossip.algorithms import NAMES as ALGORITHMS
 from edgegossip.cli import options
 from edgegossip.cli.render import fail, table
-from edgegossip.cli.simulate import Probability
 
 # the table printed at the end (without --json)
 COLUMNS = (
@@ -55,7 +54,7 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
 )
 @click.option(
     "--loss",
-    type=Probability(),
+    type=options.PROBABILITY,
     default="0.1",
     show_default=True,
     help="Fraction of packets from other agents the kernel drops at each node.",
@@ -83,15 +82,17 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
     "payload",
     help="How parameters travel (net.payload): int8 has a float32 scale per datagram.",
 )
-@click.option("--duration", type=click.FloatRange(min=0), default=0.0, help="Seconds to train.")
+@click.option(
+    "--duration", "duration_s", type=click.FloatRange(min=0), default=0.0, help="Seconds to train."
+)
 @click.option("--epochs", type=click.FloatRange(min=0), default=0.0, help="Epochs over each shard.")
 @options.setting("--transport", "transport", help="The data plane's transport.")
 @options.setting(
     "--model", "model", help="mlp, logreg, cnn, or the folder of a compiled model (model compile)."
 )
 @options.dataset("What each agent's shard is cut from (edgegossip data fetch NAME).")
-@click.option("--p", "p", type=Probability(), default="1/32", show_default=True)
-@click.option("--alpha", type=click.FloatRange(0, 1), default=0.5, show_default=True)
+@options.setting("--p", "p")
+@options.setting("--alpha", "alpha")
 @click.option(
     "--train-backend",
     type=options.choice("backend"),
@@ -129,96 +130,27 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
     "the agent's address inside its namespace); 0: none.",
 )
 @click.option("--json", "as_json", is_flag=True)
-def emulate(
-    nodes,
-    algorithm,
-    loss,
-    rate,
-    slow,
-    deadline,
-    payload,
-    duration,
-    epochs,
-    transport,
-    model,
-    data,
-    p,
-    alpha,
-    train_backend,
-    backend,
-    out,
-    cleanup,
-    export_kind,
-    base,
-    metrics_port,
-    as_json,
-) -> None:
+def emulate(backend, out, cleanup, export_kind, base, as_json, **settings) -> None:
     """Run NODES agents, each a light device in its own network namespace on one bridge, for a
     while. --json: the summary, with per agent rows (agent, accuracy, steps, exchanges,
     exchanges_initiated_per_step beside the configured p, bytes and datagrams, drops, peak_rss_mb,
     deadline_s_by_link: each link's last deadline, peer id -> seconds; link_loss: the loss
     observed on each incoming link, peer id -> fraction), "plots" (PNG and SVG paths) and
     "report" (OUT/report.html)."""
-    from edgegossip.data import mnist
-    from edgegossip.emulate import netns
-    from edgegossip.emulate.fleet import FleetSpec
-    from edgegossip.emulate.netns import link_cap
-    from edgegossip.errors import UsageError
-    from edgegossip.report import plot
-
     if cleanup:
-        if not netns.is_root():
-            fail("--cleanup needs root", exit_codes.NEEDS_ROOT)
-        removed = netns.cleanup()
-        click.echo(
-            json.dumps({"removed": removed})
-            if as_json
-            else (
-                f"removed {len(removed)}: {' '.join(removed)}" if removed else "nothing to remove"
-            )
-        )
+        _cleanup(as_json)
         return
-    slow = _slow_links(slow, nodes)
     if export_kind and out is None:
         fail("--export needs --out DIR", exit_codes.USAGE)
     if not export_kind:
         backend = options.resolve_network_backend(backend)
-    if not duration and not epochs:
+    if not settings["duration_s"] and not settings["epochs"]:
         fail("give --duration SECONDS or --epochs E", exit_codes.USAGE)
-    try:
-        rate = link_cap(rate)
-        if not export_kind:
-            plot.require()  # refused now, not after the run
-        mnist.load(name=data)
-        model = _model(model)
-    except (ValueError, UsageError) as e:
-        fail(str(e), exit_codes.USAGE)
-    except mnist.DataError as e:
-        fail(str(e), exit_codes.MISSING_DATA)
-    spec = FleetSpec(
-        nodes=nodes,
-        algorithm=algorithm,
-        loss=loss,
-        rate=rate,
-        backend="netns" if export_kind else backend,
-        out=out or Path("runs") / time.strftime("emulate-%Y%m%d-%H%M%S"),
-        duration_s=duration,
-        epochs=epochs,
-        transport=transport,
-        model=model,
-        data=data,
-        p=p,
-        alpha=alpha,
-        train_backend=train_backend,
-        slow=slow,
-        deadline=deadline,
-        payload=payload,
-        metrics_port=metrics_port,
-    )
+    spec = _spec(settings, "netns" if export_kind else backend, out, check_plots=not export_kind)
     if export_kind:
         _export(spec, base, as_json)
         return
-    if backend == "loopback" and rate:
+    if backend == "loopback" and spec.rate:
         # tbf needs namespaces; the agents still pace at the configured rate
         spec = dataclasses.replace(spec, rate=None)
     summary = _run(spec, as_json)
@@ -228,6 +160,44 @@ def emulate(
         _show(summary, spec.loss)
     if summary["loss_alarm"]:
         fail(summary["loss_alarm"], exit_codes.FAILURE)
+
+
+def _cleanup(as_json: bool) -> None:
+    from edgegossip.emulate import netns
+
+    if not netns.is_root():
+        fail("--cleanup needs root", exit_codes.NEEDS_ROOT)
+    removed = netns.cleanup()
+    click.echo(
+        json.dumps({"removed": removed})
+        if as_json
+        else (f"removed {len(removed)}: {' '.join(removed)}" if removed else "nothing to remove")
+    )
+
+
+def _spec(settings: dict, backend: str, out: Path | None, check_plots: bool):
+    """The FleetSpec of the options, each checked (one line and exit 2 or 4 if not)."""
+    from edgegossip.data import mnist
+    from edgegossip.emulate.fleet import FleetSpec
+    from edgegossip.emulate.netns import link_cap
+    from edgegossip.errors import UsageError
+    from edgegossip.report import plot
+
+    try:
+        settings.update(
+            rate=link_cap(settings["rate"]),
+            slow=_slow_links(settings["slow"], settings["nodes"]),
+            model=_model(settings["model"]),
+        )
+        if check_plots:
+            plot.require()  # refused now, not after the run
+        mnist.load(name=settings["data"])
+    except (ValueError, UsageError) as e:
+        fail(str(e), exit_codes.USAGE)
+    except mnist.DataError as e:
+        fail(str(e), exit_codes.MISSING_DATA)
+    out = out or Path("runs") / time.strftime("emulate-%Y%m%d-%H%M%S")
+    return FleetSpec(backend=backend, out=out, **settings)
 
 
 def _run(spec, as_json: bool) -> dict:

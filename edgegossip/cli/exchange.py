@@ -41,23 +41,8 @@ def _run_pair(
             prefixes = [[], []]
             inject = loss
         for i in range(2):
-            procs.append(
-                _spawn(
-                    prefixes[i],
-                    [
-                        str(i),
-                        addrs[i],
-                        addrs[1 - i],
-                        transport,
-                        str(params),
-                        str(rounds),
-                        "0.5",
-                        str(inject),
-                        str(rate_mbps * 1e6),
-                        "3.0",
-                    ],
-                )
-            )
+            peer = [i, addrs[i], addrs[1 - i], transport, params, rounds, 0.5, inject]
+            procs.append(_spawn(prefixes[i], [*map(str, peer), str(rate_mbps * 1e6), "3.0"]))
         outs = [p.communicate(timeout=60 + rounds * 10) for p in procs]
         for p, (_, err) in zip(procs, outs):
             if p.returncode != 0:
@@ -70,6 +55,11 @@ def _run_pair(
                 p.wait()
         if lan is not None:
             lan.down()
+    return _result(outs, backend, transport, loss, kernel_drops)
+
+
+def _result(outs: list, backend: str, transport: str, loss: float, kernel_drops) -> dict:
+    """The peers' JSON lines as one result."""
     lines = [json.loads(line) for out, _ in outs for line in out.splitlines() if line.strip()]
     rounds_rows = [r for r in lines if "round" in r]
     finals = {r["peer"]: r for r in lines if r.get("final")}

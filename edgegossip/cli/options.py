@@ -3,6 +3,8 @@ help are declared once there, and every command that offers it asks here."""
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import click
 
 from edgegossip import config
@@ -21,6 +23,8 @@ def setting(flag: str, name: str, *, dest: str | None = None, **kw):
     kw.setdefault("help", config.HELP[name][:1].upper() + config.HELP[name][1:] + ".")
     if name in config.CHOICES and "type" not in kw:
         kw["type"] = choice(name)
+    if name in config.RANGES and "type" not in kw:
+        kw["type"] = number_range(name)
     return click.option(flag, *([dest] if dest else []), **kw)
 
 
@@ -31,6 +35,34 @@ def dataset(help: str):
     return click.option(
         "--data", type=click.Choice(list(DATASETS)), default="mnist", show_default=True, help=help
     )
+
+
+class Number(click.ParamType):
+    """A number within a declared range (config.Range); a float may be written as a fraction,
+    1/32."""
+
+    def __init__(self, allowed: config.Range, integer: bool = False):
+        self.allowed, self.integer = allowed, integer
+        self.name = "integer" if integer else "number"
+
+    def convert(self, value, param, ctx):
+        try:
+            v = int(value) if self.integer else float(Fraction(str(value)))
+        except (ValueError, ZeroDivisionError):
+            self.fail(
+                f"{value!r} is not {'an integer' if self.integer else 'a number'}", param, ctx
+            )
+        if v not in self.allowed:
+            self.fail(f"{value}: {self.allowed.text()}", param, ctx)
+        return v
+
+
+def number_range(name: str) -> Number:
+    """The type of setting `name`'s option, from its declaration."""
+    return Number(config.RANGES[name], isinstance(config.default(name), int))
+
+
+PROBABILITY = Number(config.FRACTION)  # 0.03125 or 1/32
 
 
 # where `emulate` and `exchange` run their processes: namespaces with the kernel dropping packets

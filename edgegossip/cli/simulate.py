@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from fractions import Fraction
 from pathlib import Path
 
 import click
@@ -16,37 +15,15 @@ from edgegossip.cli.render import fail, table
 from edgegossip.errors import UsageError
 
 
-class Probability(click.ParamType):
-    """A probability written as 0.03125 or 1/32."""
-
-    name = "probability"
-
-    def convert(self, value, param, ctx):
-        try:
-            v = float(Fraction(str(value)))
-        except (ValueError, ZeroDivisionError):
-            self.fail(f"{value!r} is not a number or a fraction like 1/32", param, ctx)
-        if not 0 <= v <= 1:
-            self.fail(f"{value} is outside [0, 1]", param, ctx)
-        return v
-
-
 @click.command()
 @click.option("--algorithm", type=click.Choice(ALGORITHMS), required=True)
 @options.setting("--model", "model", help="The model.")
 @click.option("--workers", type=click.IntRange(1, 256), default=4, show_default=True)
-@click.option(
-    "--p",
-    "p",
-    type=Probability(),
-    default="1/32",
-    show_default=True,
-    help="Exchange probability per worker per step.",
-)
-@click.option("--alpha", type=click.FloatRange(0, 1), default=0.5, show_default=True)
+@options.setting("--p", "p", help="Exchange probability per worker per step.")
+@options.setting("--alpha", "alpha")
 @click.option(
     "--loss",
-    type=Probability(),
+    type=options.PROBABILITY,
     default="0",
     show_default=True,
     help="Probability that a datagram is lost (fraction).",
@@ -54,21 +31,10 @@ class Probability(click.ParamType):
 @click.option(
     "--epochs", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True
 )
-@click.option(
-    "--batch",
-    type=click.IntRange(1),
-    default=128,
-    show_default=True,
-    help="Examples per step, summed over workers.",
-)
-@click.option("--lr", type=float, default=0.001, show_default=True)
-@click.option("--momentum", type=float, default=0.99, show_default=True)
-@click.option(
-    "--partition",
-    type=options.choice("partition"),
-    default=options.default("partition"),
-    show_default=True,
-)
+@options.setting("--batch", "batch", default=128, help="Examples per step, summed over workers.")
+@options.setting("--lr", "lr")
+@options.setting("--momentum", "momentum")
+@options.setting("--partition", "partition")
 @click.option(
     "--beta",
     type=click.FloatRange(min=0, min_open=True),
@@ -89,7 +55,7 @@ class Probability(click.ParamType):
     help="How parameters travel: int8 has a float32 scale per datagram.",
 )
 @options.setting("--chunk-bytes", "chunk_bytes", type=int)
-@click.option("--seed", type=int, default=0, show_default=True)
+@options.setting("--seed", "seed")
 @click.option(
     "--eval-every",
     type=click.FloatRange(min=0, min_open=True),
@@ -109,28 +75,7 @@ class Probability(click.ParamType):
     help="With --eval-every: draw test accuracy against epochs and bytes to PLOT.png and .svg.",
 )
 @click.option("--json", "as_json", is_flag=True)
-def simulate(
-    algorithm,
-    model,
-    workers,
-    p,
-    alpha,
-    loss,
-    epochs,
-    batch,
-    lr,
-    momentum,
-    partition,
-    beta,
-    classes_per_worker,
-    payload,
-    chunk_bytes,
-    seed,
-    eval_every,
-    history,
-    plot,
-    as_json,
-) -> None:
+def simulate(eval_every, history, plot, as_json, **settings) -> None:
     """Train W workers in one process; every datagram is lost with probability LOSS.
 
     --json prints one object: the settings (algorithm, model, workers, p, alpha, loss, seed,
@@ -139,51 +84,65 @@ def simulate(
     bytes_sent_per_worker (datagrams as they go on the wire, framing included; a float32 ring
     for allreduce), datagrams_sent, datagrams_lost, elapsed_s [, push_weight_sum,
     push_weight_in_flight (gossip-push: the weights held, and those on their way)]."""
-    from edgegossip.data import mnist
     from edgegossip.simulate import SimConfig
-    from edgegossip.simulate import simulate as run
 
-    cfg = SimConfig(
-        algorithm=algorithm,
-        model=model,
-        workers=workers,
-        p=p,
-        alpha=alpha,
-        loss=loss,
-        epochs=epochs,
-        batch=batch,
-        lr=lr,
-        momentum=momentum,
-        seed=seed,
-        partition=partition,
-        beta=beta,
-        classes_per_worker=classes_per_worker,
-        payload=payload,
-        chunk_bytes=chunk_bytes,
-    )
+    cfg = SimConfig(**settings)
     if eval_every is None and (history is not None or plot is not None):
         fail("--history and --plot need --eval-every", exit_codes.USAGE)
     if eval_every is not None and history is None and plot is None:
         fail("--eval-every needs --history or --plot", exit_codes.USAGE)
+    data = _checked(cfg, plot)
     rows: list[dict] = []
+    result = _run(cfg, data, eval_every, history, rows, keep_last=bool(history or plot))
+    if plot is not None:
+        result["plots"] = _plot(plot, rows, cfg.algorithm)
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    rows = [
+        {
+            "algorithm": cfg.algorithm,
+            "workers": cfg.workers,
+            "p": cfg.p,
+            "loss": cfg.loss,
+            "epochs": cfg.epochs,
+            "acc worker 0": result["acc_worker0"],
+            "acc average": result["acc_average"],
+            "MB sent/worker": result["bytes_sent_per_worker"] / 1e6,
+            "datagrams lost": result["datagrams_lost"],
+        }
+    ]
+    click.echo(table(rows, list(rows[0])))
+
+
+def _checked(cfg, plot):
+    """The data, once the settings and the plotting library are known good."""
+    from edgegossip.data import mnist
+
     try:
         if plot is not None:
             from edgegossip.report import plot as plots
 
             plots.require()
         cfg.check()
-        data = mnist.load()
+        return mnist.load()
     except (ValueError, UsageError) as e:
         fail(str(e), exit_codes.USAGE)
     except mnist.DataError as e:
         fail(str(e), exit_codes.MISSING_DATA)
-    with click.progressbar(
-        length=1, label=f"{algorithm} W={workers}", show_pos=True, file=sys.stderr
-    ) as bar:
+
+
+def _run(cfg, data, eval_every, history, rows: list[dict], keep_last: bool) -> dict:
+    """The simulation under a progress bar; each evaluation row into rows (and history), and
+    the last one too if keep_last."""
+    from edgegossip.simulate import simulate as run
+
+    name = f"{cfg.algorithm} W={cfg.workers}"
+    with click.progressbar(length=1, label=name, show_pos=True, file=sys.stderr) as bar:
 
         def progress(step, total, info):
             bar.length = total
-            bar.label = f"{algorithm} W={workers} epoch {info['epoch']:.2f} loss {info['loss']:.3f}"
+            bar.label = f"{name} epoch {info['epoch']:.2f} loss {info['loss']:.3f}"
             bar.update(1)
 
         def record(row):
@@ -194,29 +153,11 @@ def simulate(
 
         try:
             result = run(cfg, data, progress, eval_every, record)
+            if keep_last:
+                record(result)
         except OSError as e:
             fail(f"cannot write history: {e}", exit_codes.USAGE)
-        if history or plot:
-            record(result)
-    if plot is not None:
-        result["plots"] = _plot(plot, rows, algorithm)
-    if as_json:
-        click.echo(json.dumps(result))
-        return
-    rows = [
-        {
-            "algorithm": algorithm,
-            "workers": workers,
-            "p": p,
-            "loss": loss,
-            "epochs": epochs,
-            "acc worker 0": result["acc_worker0"],
-            "acc average": result["acc_average"],
-            "MB sent/worker": result["bytes_sent_per_worker"] / 1e6,
-            "datagrams lost": result["datagrams_lost"],
-        }
-    ]
-    click.echo(table(rows, list(rows[0])))
+    return result
 
 
 def _plot(stem: Path, rows: list[dict], algorithm: str) -> list[str]:

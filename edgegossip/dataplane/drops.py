@@ -33,6 +33,9 @@ DROPS: dict[str, tuple[str, str]] = {
     "old_round": ("late", "a chunk of a round older than the one before the current"),
     "no_buffer": ("late", "no receive buffer free for its round"),
     "collected": ("late", "its round was already merged"),
+    # the loopback emulator's stand-in for the network: such a datagram never reached the
+    # inbox, so the link's sequence gap counts it as lost already
+    "injected_loss": ("lost", "dropped by the loopback emulator's injected loss"),
 }
 DROP_REASONS = tuple(DROPS)
 KINDS = ("lost", "late", "refused")
@@ -43,7 +46,9 @@ def fates(drops: dict[str, int], arrived: int, expected: int) -> dict[str, int]:
     from its drops by reason and its links' sequence gaps (arrived of expected)."""
     out = {"lost": max(0, expected - arrived), "late": 0, "refused": 0}
     for reason, n in drops.items():
-        out[DROPS.get(reason, ("refused",))[0]] += n
+        kind = DROPS.get(reason, ("refused",))[0]
+        if kind != "lost":  # counted from the gaps
+            out[kind] += n
     return out
 
 

@@ -102,6 +102,25 @@ class Inbox:
         if link.commit(h.session, h.seq, now):
             self.rounds.restarted(h.sender)
 
+    def _run_over(self, rows, lengths, prefix, taken):
+        """The compiled run over these receive buffers, made once per set of buffers."""
+        run, gate, plan = self._run, self.gate, self.gate.plan
+        if run is None or run.rows_obj is not rows or run.taken_obj is not taken:
+            run = self._run = _wire_c.Run(
+                rows,
+                lengths,
+                prefix,
+                taken,
+                plan.chunk_bytes,
+                gate.max_body,
+                np.zeros(len(rows), np.int64),
+                gate.codec.dtype,
+                plan.model_bytes,
+                plan.n_chunks,
+            )
+            self.rounds.fast_target = None
+        return run
+
     def fast(
         self,
         rows: np.ndarray,
@@ -118,22 +137,7 @@ class Inbox:
         if _wire_c is None:
             return 0
         gate, rounds = self.gate, self.rounds
-        plan = gate.plan
-        run = self._run
-        if run is None or run.rows_obj is not rows or run.taken_obj is not taken:
-            run = self._run = _wire_c.Run(
-                rows,
-                lengths,
-                prefix,
-                taken,
-                plan.chunk_bytes,
-                gate.max_body,
-                np.zeros(len(rows), np.int64),
-                gate.codec.dtype,
-                plan.model_bytes,
-                plan.n_chunks,
-            )
-            rounds.fast_target = None
+        run = self._run_over(rows, lengths, prefix, taken)
         head = run.peek(start)
         if head is None:
             return 0
@@ -171,18 +175,22 @@ class Inbox:
                 gate.rps_blocks,
                 target is None,
             )
-            if not k:
-                return 0
-            if target is None:  # arrived, so no loss on the link, though nothing keeps them
-                assert reason in _ARRIVED
-                link.note_arrivals(run.seqs[:k])
-                self.counter.drop(reason, k)
-                return k
-            link.commit_run(run.seqs[:k], now)
-            target.received += run.fresh
-            target.updated = now
-            self.counter.accepted += k
-            self.counter.accepted_bytes += run.nbytes
-            if target.received >= target.expected:
-                rounds.cond.notify_all()
+            if k:
+                self._file(run, k, target, reason, link, now)
         return k
+
+    def _file(self, run, k: int, target, reason, link: PeerLink, now: float) -> None:
+        """The k datagrams the run took: counted into their round, or dropped as reason (under
+        rounds.cond)."""
+        if target is None:  # arrived, so no loss on the link, though nothing keeps them
+            assert reason in _ARRIVED
+            link.note_arrivals(run.seqs[:k])
+            self.counter.drop(reason, k)
+            return
+        link.commit_run(run.seqs[:k], now)
+        target.received += run.fresh
+        target.updated = now
+        self.counter.accepted += k
+        self.counter.accepted_bytes += run.nbytes
+        if target.received >= target.expected:
+            self.rounds.cond.notify_all()

@@ -15,6 +15,7 @@ import logging
 import queue
 import threading
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -26,6 +27,19 @@ from edgegossip.transport.peers import PeerBook
 log = logging.getLogger(__name__)
 
 
+class Framing(NamedTuple):
+    """What a message carries beyond its type and round: the chunks (None: all), the RPS
+    block, the flags and the push-sum running sum (wire.py)."""
+
+    chunks: range | None = None
+    block: int = 0
+    flags: int = 0
+    weight: int = 0
+
+
+WHOLE = Framing()  # every chunk, no block, flags or weight
+
+
 def send_vector(
     transport: Transport,
     encoder: Encoder,
@@ -34,13 +48,11 @@ def send_vector(
     vec: np.ndarray,
     msg_type: int,
     round: int,
-    chunks: range | None = None,
-    block: int = 0,
-    flags: int = 0,
-    weight: int = 0,
+    framing: Framing = WHOLE,
 ) -> None:
     """Frame vec (or its chunks) for worker `receiver` and send it to its endpoint, batched as
     the transport prefers."""
+    chunks, block, flags, weight = framing
     size = (
         len(encoder.prefix)
         + wire.HEADER_SIZE
@@ -191,10 +203,7 @@ class Sender:
                     job.snap.vec,
                     job.msg_type,
                     job.round,
-                    job.chunks,
-                    job.block,
-                    job.flags,
-                    job.weight,
+                    Framing(job.chunks, job.block, job.flags, job.weight),
                 )
             except OSError as e:  # unreachable peer, interface gone: the datagrams are lost
                 self.errors += 1

@@ -87,6 +87,27 @@ def _yaml(value, indent: int = 0) -> str:
     return "\n".join(f"{pad}- {json.dumps(v)}" for v in value)
 
 
+def _service(spec: FleetSpec, i: int, name: str, base: str) -> dict:
+    """Node i's service: its image, loss and link cap, and its folders."""
+    env = {"EG_LOSS_PERCENT": f"{spec.loss * 100:g}"}
+    rate = dict(spec.slow).get(i, spec.rate)
+    if rate and rate_to_mbps(rate):
+        env["EG_TBF"] = " ".join(tbf(rate))  # the words of netns.tbf: one link model
+    return {
+        "build": {"context": ".", "dockerfile": "Containerfile", "args": {"BASE": base}},
+        "image": IMAGE,
+        "hostname": name,
+        "cap_add": ["NET_ADMIN"],
+        "networks": ["fleet"],
+        "environment": env,
+        "volumes": [
+            f"./agent{i}:{STATE}/out:Z",
+            "./data:/data:ro,Z",
+            f"./config/agent{i}.toml:/etc/edgegossip/agent.toml:ro,Z",
+        ],
+    }
+
+
 def export(spec: FleetSpec, out: Path, base: str = DEFAULT_BASE, progress=print) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     names = [f"node{i}" for i in range(spec.nodes)]
@@ -108,23 +129,7 @@ def export(spec: FleetSpec, out: Path, base: str = DEFAULT_BASE, progress=print)
         (out / f"agent{i}").mkdir(exist_ok=True)
         (out / "config").mkdir(exist_ok=True)
         (out / "config" / f"agent{i}.toml").write_text(config.to_toml(cfg))
-        env = {"EG_LOSS_PERCENT": f"{spec.loss * 100:g}"}
-        rate = dict(spec.slow).get(i, spec.rate)
-        if rate and rate_to_mbps(rate):
-            env["EG_TBF"] = " ".join(tbf(rate))  # the words of netns.tbf: one link model
-        services[name] = {
-            "build": {"context": ".", "dockerfile": "Containerfile", "args": {"BASE": base}},
-            "image": IMAGE,
-            "hostname": name,
-            "cap_add": ["NET_ADMIN"],
-            "networks": ["fleet"],
-            "environment": env,
-            "volumes": [
-                f"./agent{i}:{STATE}/out:Z",
-                "./data:/data:ro,Z",
-                f"./config/agent{i}.toml:/etc/edgegossip/agent.toml:ro,Z",
-            ],
-        }
+        services[name] = _service(spec, i, name, base)
     doc = {"services": services, "networks": {"fleet": {"driver": "bridge"}}}
     (out / "compose.yaml").write_text(
         f"# {spec.nodes} edgegossip agents, {spec.algorithm}, {spec.loss:.0%} loss, links "

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import statistics
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from edgegossip import algorithms
@@ -279,76 +280,35 @@ def _measure(folder: Path, nodes: int, model: str, loss: float, seconds: float, 
     }
 
 
-def run(
-    nodes: int = 4,
-    seconds: float = 150.0,
-    model: str = "mlp",
-    loss: float = 0.1,
-    rate: str | None = "20mbit",
-    variants: tuple[tuple, ...] = (
-        (DEFAULT, "float32"),
-        (DEFAULT, "int8"),
-    ),
-    target: float = 0.95,
-    progress=print,
-    out: Path | None = None,
-    reference: str = "around",
-    rounds: int = 1,
-) -> dict:
+DEFAULT_VARIANTS = (f"{DEFAULT}:float32", f"{DEFAULT}:int8")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What `bench overhead` runs: the fleet, and the variants beside the local reference."""
+
+    nodes: int = 4
+    seconds: float = 150.0
+    model: str = "mlp"
+    loss: float = 0.1
+    rate: str | None = "20mbit"
+    variants: tuple[tuple, ...] = ((DEFAULT, "float32"), (DEFAULT, "int8"))
+    target: float = 0.95
+    out: Path | None = None
+    reference: str = "around"
+    rounds: int = 1
+
+
+def run(plan: Plan = Plan(), progress=print) -> dict:
     from edgegossip.data import mnist
 
-    order = schedule(variants, reference, rate, rounds)
+    order = schedule(plan.variants, plan.reference, plan.rate, plan.rounds)
     data = mnist.load()
-    base = out or Path(tempfile.mkdtemp(prefix="bench-overhead-"))
-    runs = []
+    base = plan.out or Path(tempfile.mkdtemp(prefix="bench-overhead-"))
+    runs: list[dict] = []
     sent: dict[tuple, list[dict]] = {}  # (payload, cap): the agent rows of its last gossip run
     for name, algorithm, payload, cap in order:
-        folder = base / name
-        loads = None
-        if algorithm == floor.NAME:
-            n_chunks = (
-                agent_payload.codec(payload)
-                .plan(make_model(model).n_params, agent_config.default("chunk_bytes"))
-                .n_chunks
-            )
-            loads = [
-                floor.Load(a["mb_sent_per_s"] * 1e6, a["datagram_bytes"], n_chunks)
-                for a in sent[(payload, cap)]
-            ]
-        spec = FleetSpec(
-            nodes=nodes,
-            algorithm=Local.name if loads else algorithm,
-            loss=loss,
-            rate=cap,
-            backend="netns",
-            out=folder,
-            duration_s=seconds,
-            model=model,
-            payload=payload,
-        )
-        progress(f"{name}: {nodes} agents for {seconds:g} s")
-        before = _cpu_times()
-        found = _fleet(name, spec, progress, loads)
-        steal = _steal(before, _cpu_times())
-        rows, summary = _measure(folder, nodes, model, loss, seconds, target, data)
-        for row, f in zip(rows, found):
-            row.update(_floor_row(f))
-        if found:  # what the kernel dropped of the replayed traffic, as a gossip run's loss
-            sent_n = sum(f["datagrams_sent"] for f in found)
-            got = sum(f["datagrams_received"] for f in found)
-            summary["observed_loss"] = round(1 - got / sent_n, 4) if sent_n else None
-        if _sends_datagrams(algorithm):
-            sent[(payload, cap)] = rows
-        runs.append(
-            {
-                "algorithm": algorithm,
-                "payload": payload,
-                "rate": cap,
-                **summary,
-                "steal": steal,
-                "agents": rows,
-            }
-        )
+        runs.append(_one(plan, base / name, (name, algorithm, payload, cap), sent, data, progress))
     local_rates = {i: r["steps_per_s"] for i, r in enumerate(runs) if r["algorithm"] == Local.name}
     ref = reference_rate(list(local_rates.values()))
     for i, r in enumerate(runs):
@@ -356,17 +316,63 @@ def run(
         r["of_local_here"] = round(r["steps_per_s"] / local_at(local_rates, i), 3)
         for a in r["agents"]:
             a["of_local"] = round(a["steps_per_s"] / ref["steps_per_s"], 3)
+    keys = ("nodes", "seconds", "model", "loss", "rate", "target", "rounds")
     return {
         "benchmark": "overhead",
-        "nodes": nodes,
-        "seconds": seconds,
-        "model": model,
-        "loss": loss,
-        "rate": rate,
-        "target": target,
-        "rounds": rounds,
+        **{k: getattr(plan, k) for k in keys},
         "reference": ref,
         "runs": runs,
         "variants": by_variant(runs),
         "output": str(base),
     }
+
+
+def _one(plan: Plan, folder: Path, step: tuple, sent: dict, data, progress) -> dict:
+    """One fleet of the schedule, measured; a gossip run's agent rows kept in `sent` for the
+    floor that replays them."""
+    name, algorithm, payload, cap = step
+    loads = _loads(plan.model, payload, sent[(payload, cap)]) if algorithm == floor.NAME else None
+    spec = FleetSpec(
+        nodes=plan.nodes,
+        algorithm=Local.name if loads else algorithm,
+        loss=plan.loss,
+        rate=cap,
+        backend="netns",
+        out=folder,
+        duration_s=plan.seconds,
+        model=plan.model,
+        payload=payload,
+    )
+    progress(f"{name}: {plan.nodes} agents for {plan.seconds:g} s")
+    before = _cpu_times()
+    found = _fleet(name, spec, progress, loads)
+    steal = _steal(before, _cpu_times())
+    rows, summary = _measure(
+        folder, plan.nodes, plan.model, plan.loss, plan.seconds, plan.target, data
+    )
+    for row, f in zip(rows, found):
+        row.update(_floor_row(f))
+    if found:  # what the kernel dropped of the replayed traffic, as a gossip run's loss
+        sent_n = sum(f["datagrams_sent"] for f in found)
+        got = sum(f["datagrams_received"] for f in found)
+        summary["observed_loss"] = round(1 - got / sent_n, 4) if sent_n else None
+    if _sends_datagrams(algorithm):
+        sent[(payload, cap)] = rows
+    return {
+        "algorithm": algorithm,
+        "payload": payload,
+        "rate": cap,
+        **summary,
+        "steal": steal,
+        "agents": rows,
+    }
+
+
+def _loads(model: str, payload: str, rows: list[dict]) -> list:
+    """What each node of the gossip run sent, for the floor to replay."""
+    n_chunks = (
+        agent_payload.codec(payload)
+        .plan(make_model(model).n_params, agent_config.default("chunk_bytes"))
+        .n_chunks
+    )
+    return [floor.Load(a["mb_sent_per_s"] * 1e6, a["datagram_bytes"], n_chunks) for a in rows]

@@ -131,6 +131,38 @@ def network_config(ssid: str | None, psk_hex: str | None, country: str | None) -
     return json.dumps(doc, indent=1) + "\n"
 
 
+def _wifi_lines(ssid: str, psk_hex: str | None, country: str | None) -> list[str]:
+    """A NetworkManager connection for the fleet's Wi-Fi, readable by root only."""
+    q = shlex.quote
+    nm = "/etc/NetworkManager/system-connections/edgegossip-wifi.nmconnection"
+    return [
+        f"(umask 077; cat > {nm}) <<'EOF'",
+        "[connection]",
+        "id=edgegossip-wifi",
+        "type=wifi",
+        "autoconnect=true",
+        "",
+        "[wifi]",
+        "mode=infrastructure",
+        f"ssid={ssid}",
+        "",
+        "[wifi-security]",
+        "key-mgmt=wpa-psk",
+        f"psk={psk_hex}",
+        "",
+        "[ipv4]",
+        "method=auto",
+        "",
+        "[ipv6]",
+        "method=auto",
+        "EOF",
+        f"chmod 0600 {nm}",
+        f"iw reg set {q(country or '')} 2>/dev/null || true",
+        f"command -v raspi-config >/dev/null && raspi-config nonint do_wifi_country {q(country or '')}",
+        "rfkill unblock wifi 2>/dev/null || true",
+    ]
+
+
 def firstrun(
     hostname: str,
     user: str,
@@ -168,33 +200,7 @@ def firstrun(
         "systemctl enable ssh",
     ]
     if ssid:
-        nm = "/etc/NetworkManager/system-connections/edgegossip-wifi.nmconnection"
-        lines += [
-            f"(umask 077; cat > {nm}) <<'EOF'",
-            "[connection]",
-            "id=edgegossip-wifi",
-            "type=wifi",
-            "autoconnect=true",
-            "",
-            "[wifi]",
-            "mode=infrastructure",
-            f"ssid={ssid}",
-            "",
-            "[wifi-security]",
-            "key-mgmt=wpa-psk",
-            f"psk={psk_hex}",
-            "",
-            "[ipv4]",
-            "method=auto",
-            "",
-            "[ipv6]",
-            "method=auto",
-            "EOF",
-            f"chmod 0600 {nm}",
-            f"iw reg set {q(country or '')} 2>/dev/null || true",
-            f"command -v raspi-config >/dev/null && raspi-config nonint do_wifi_country {q(country or '')}",
-            "rfkill unblock wifi 2>/dev/null || true",
-        ]
+        lines += _wifi_lines(ssid, psk_hex, country)
     lines += install_commands(release)[:-1]  # the reboot starts the agent; no start now
     lines += [
         f"sed -i 's| systemd.run.*||g' {FIRMWARE}/cmdline.txt",

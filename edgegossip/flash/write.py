@@ -43,22 +43,8 @@ def flash(
     for name, content in files.items():
         boot.write(f"{firstboot.BUNDLE}/{name}", content)
     instance = f"edgegossip-{device.name}-{secrets.token_hex(4)}"
-    ssid, psk_hex, country = wifi if wifi else (None, None, None)
     written = [f"{firstboot.BUNDLE}/{n}" for n in files]
-    if found == "cloud-init":
-        out = {
-            "user-data": firstboot.user_data(
-                device.name, device.user, ssh_key, manifest["release"]
-            ),
-            "meta-data": firstboot.meta_data(instance, device.name),
-            "network-config": firstboot.network_config(ssid, psk_hex, country),
-        }
-    else:
-        out = {
-            "firstrun.sh": firstboot.firstrun(
-                device.name, device.user, ssh_key, manifest["release"], ssid, psk_hex, country
-            )
-        }
+    out = _first_boot(found, device, ssh_key, manifest["release"], wifi, instance)
     old = (boot.read("cmdline.txt") or b"").decode().strip()
     out["cmdline.txt"] = firstboot.cmdline(old, found, instance)
     for name, text in out.items():
@@ -70,13 +56,29 @@ def flash(
         "detected": fmt is None,
         "target": boot.label,
         "instance_id": instance if found == "cloud-init" else None,
-        "wifi": ssid,
+        "wifi": wifi[0] if wifi else None,
         "files": written + list(out),
         "release": manifest["release"],
         "platform": manifest["platform"],
         "card": system,
         "named_target": target,
         "host_key": hostkeys.fingerprint(host_public),
+    }
+
+
+def _first_boot(found: str, device, ssh_key: str, release: str, wifi, instance: str) -> dict:
+    """The first-boot files of the format found: cloud-init's, or Bookworm's firstrun.sh."""
+    ssid, psk_hex, country = wifi if wifi else (None, None, None)
+    if found == "cloud-init":
+        return {
+            "user-data": firstboot.user_data(device.name, device.user, ssh_key, release),
+            "meta-data": firstboot.meta_data(instance, device.name),
+            "network-config": firstboot.network_config(ssid, psk_hex, country),
+        }
+    return {
+        "firstrun.sh": firstboot.firstrun(
+            device.name, device.user, ssh_key, release, ssid, psk_hex, country
+        )
     }
 
 

@@ -195,6 +195,34 @@ def build(
     progress(
         f"building the wheelhouse for {describe(platform_)} in {dest} (once per source change)"
     )
+    pins, foreign, draft = _sources(dest, extras, progress, target, digest)
+    # binary wheels only, with their dependencies (a device compiles nothing)
+    _pip("download", "--quiet", "--only-binary", ":all:", *foreign, "-d", str(dest), *pins)
+    wheels = sorted(p.name for p in dest.glob("*.whl"))
+    digests = {w: sha256_of(dest / w) for w in wheels}
+    manifest = {
+        "release": release_of(digests),
+        "source": digest,
+        "platform": platform_,
+        "target": target.name if target else None,
+        "extras": list(extras),
+        "wheels": wheels,
+        "sha256": digests,
+        "zmq_draft": draft is not None,
+        "bytes": sum((dest / w).stat().st_size for w in wheels),
+        "abi": (
+            f"cpython-{target.abi()[2:]}-{target.machine}-linux-gnu"
+            if target
+            else sysconfig.get_config_var("SOABI")
+        ),
+    }
+    manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
+    return manifest
+
+
+def _sources(dest: Path, extras, progress, target, digest: str):
+    """The edgegossip wheel (and a draft pyzmq) put into dest; the pins and the pip options
+    for every other wheel; the draft pyzmq's path or None."""
     draft = None
     if target is not None:
         shutil.copy2(crossbuild.wheel(target, digest, progress), dest)
@@ -218,28 +246,7 @@ def build(
         if "onnx" in extras:
             pins += [f"{name}=={md.version(name)}" for name in ("onnx", "onnxruntime")]
         foreign = []
-    # binary wheels only, with their dependencies (a device compiles nothing)
-    _pip("download", "--quiet", "--only-binary", ":all:", *foreign, "-d", str(dest), *pins)
-    wheels = sorted(p.name for p in dest.glob("*.whl"))
-    digests = {w: sha256_of(dest / w) for w in wheels}
-    manifest = {
-        "release": release_of(digests),
-        "source": digest,
-        "platform": platform_,
-        "target": target.name if target else None,
-        "extras": list(extras),
-        "wheels": wheels,
-        "sha256": digests,
-        "zmq_draft": draft is not None,
-        "bytes": sum((dest / w).stat().st_size for w in wheels),
-        "abi": (
-            f"cpython-{target.abi()[2:]}-{target.machine}-linux-gnu"
-            if target
-            else sysconfig.get_config_var("SOABI")
-        ),
-    }
-    manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
-    return manifest
+    return pins, foreign, draft
 
 
 def requirements(extras: tuple[str, ...] = ()) -> list[str]:

@@ -226,6 +226,26 @@ def validate(f: Fleet) -> None:
     need(len(set(ports)) == len(ports), "fleet.control_port", "the fleet's ports must differ")
     for net in f.control_from:
         need(config.is_network(net), "fleet.control_from", f"{net!r} is not an address or network")
+    ids = _validate_devices(f, need)
+    algorithm = f.settings["train"].get("algorithm", algorithms.DEFAULT)
+    if (
+        algorithm in algorithms.REGISTRY
+        and algorithms.get(algorithm).peers == "all"
+        and ids != list(range(len(ids)))
+    ):
+        raise InventoryError(
+            f"devices: {algorithm} needs agent ids 0..{len(ids) - 1} without gaps "
+            f"(ids are {ids}); use a gossip algorithm or renumber"
+        )
+    for d in f.devices:  # every device's config must validate too
+        try:
+            render(f, d)
+        except config.ConfigError as e:
+            raise InventoryError(f"devices.{d.name}: {e}") from None
+
+
+def _validate_devices(f: Fleet, need) -> list[int]:
+    """Each device's own fields, and no name, id or address twice; the ids, sorted."""
     seen_names: set[str] = set()
     seen_ids: dict[int, str] = {}
     seen_addr: dict[str, str] = {}
@@ -259,22 +279,7 @@ def validate(f: Fleet) -> None:
         seen_names.add(d.name)
         seen_ids[d.id] = d.name
         seen_addr[d.address] = d.name
-    algorithm = f.settings["train"].get("algorithm", algorithms.DEFAULT)
-    ids = sorted(seen_ids)
-    if (
-        algorithm in algorithms.REGISTRY
-        and algorithms.get(algorithm).peers == "all"
-        and ids != list(range(len(ids)))
-    ):
-        raise InventoryError(
-            f"devices: {algorithm} needs agent ids 0..{len(ids) - 1} without gaps "
-            f"(ids are {ids}); use a gossip algorithm or renumber"
-        )
-    for d in f.devices:  # every device's config must validate too
-        try:
-            render(f, d)
-        except config.ConfigError as e:
-            raise InventoryError(f"devices.{d.name}: {e}") from None
+    return sorted(seen_ids)
 
 
 def next_id(f: Fleet) -> int:

@@ -71,22 +71,7 @@ def up(
     _save_state(out, state)
     try:
         network.up(lab, n, loss, rate)
-        hosts = [
-            {
-                "name": nm,
-                "address": network.address(lab, i),
-                "user": lab_root.USER,
-                "groups": ["lab"],
-            }
-            for i, nm in enumerate(names)
-        ]
-        fleet = fleet_create.create(
-            out, f"lab{lab}", hosts, settings or {}, split=split, progress=progress
-        )
-        # the operator's side of the lab is the host's veth: only it may reach the control
-        # sockets and /metrics, as a fleet.toml with control_from = [the laptop] would say
-        fleet = replace(fleet, control_from=(network.host_address(lab),))
-        inventory.save(fleet)
+        fleet = _fleet(out, lab, names, settings or {}, split, progress)
         pub = (fleet.ssh_key_path().with_suffix(".pub")).read_text()
         progress(f"booting {n} devices from {root}")
         for i, nm in enumerate(names):
@@ -107,6 +92,20 @@ def up(
         "fleet": str(out / inventory.NAME),
         "devices": [{"name": d["name"], "address": d["address"]} for d in state["devices"]],
     }
+
+
+def _fleet(out: Path, lab: int, names: list[str], settings: dict, split, progress):
+    """The lab's fleet folder, its devices at their lab addresses."""
+    hosts = [
+        {"name": nm, "address": network.address(lab, i), "user": lab_root.USER, "groups": ["lab"]}
+        for i, nm in enumerate(names)
+    ]
+    fleet = fleet_create.create(out, f"lab{lab}", hosts, settings, split=split, progress=progress)
+    # the operator's side of the lab is the host's veth: only it may reach the control
+    # sockets and /metrics, as a fleet.toml with control_from = [the laptop] would say
+    fleet = replace(fleet, control_from=(network.host_address(lab),))
+    inventory.save(fleet)
+    return fleet
 
 
 def _boot(

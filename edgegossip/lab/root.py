@@ -202,28 +202,23 @@ ssh_genkeytypes: []
 TIMESYNCD_DROPIN = "[Unit]\nConditionVirtualization=\n"
 
 
-def _configure(root: Path, spec: Spec) -> None:
-    if "cloud-init" in spec.packages():
-        (root / "etc/cloud/cloud.cfg.d/99_raspberry-pi.cfg").write_text(RPI_CLOUD_CFG)
-    if spec.emulated:
-        (root / "etc/systemd/system/service.d").mkdir(parents=True, exist_ok=True)
-        (root / "etc/systemd/system/service.d/10-qemu-user.conf").write_text(EMULATION_DROPIN)
-        # the emulated core, for services (the manager's) and logins (pam_env); nspawn gives it
-        # to init (machines.py)
-        env = "".join(f"{k}={v}\n" for k, v in spec.qemu_env().items())
-        (root / "etc/systemd/system.conf.d").mkdir(parents=True, exist_ok=True)
-        (root / "etc/systemd/system.conf.d/10-qemu-cpu.conf").write_text(
-            f"[Manager]\nDefaultEnvironment={env.strip()}\n"
-        )
-        with open(root / "etc/environment", "a") as f:
-            f.write(env)
-    # host keys are per device (bound in at boot); the root's own would make every device the same
-    for key in (root / "etc/ssh").glob("ssh_host_*"):
-        key.unlink()
-    (root / "etc/ssh/sshd_config.d").mkdir(exist_ok=True)
-    (root / "etc/ssh/sshd_config.d/lab.conf").write_text(
-        "HostKey /etc/ssh/lab/ssh_host_ed25519_key\nPasswordAuthentication no\nPermitRootLogin no\n"
+def _configure_emulation(root: Path, spec: Spec) -> None:
+    """An arm64 root run under qemu-user: the emulated core for every service and login."""
+    (root / "etc/systemd/system/service.d").mkdir(parents=True, exist_ok=True)
+    (root / "etc/systemd/system/service.d/10-qemu-user.conf").write_text(EMULATION_DROPIN)
+    # the emulated core, for services (the manager's) and logins (pam_env); nspawn gives it
+    # to init (machines.py)
+    env = "".join(f"{k}={v}\n" for k, v in spec.qemu_env().items())
+    (root / "etc/systemd/system.conf.d").mkdir(parents=True, exist_ok=True)
+    (root / "etc/systemd/system.conf.d/10-qemu-cpu.conf").write_text(
+        f"[Manager]\nDefaultEnvironment={env.strip()}\n"
     )
+    with open(root / "etc/environment", "a") as f:
+        f.write(env)
+
+
+def _add_user(root: Path) -> None:
+    """The lab's login user, with sudo and a .ssh folder, and sshd letting it in at once."""
     p = subprocess.run(
         [
             "chroot",
@@ -267,6 +262,21 @@ def _configure(root: Path, spec: Spec) -> None:
         check=True,
         capture_output=True,
     )
+
+
+def _configure(root: Path, spec: Spec) -> None:
+    if "cloud-init" in spec.packages():
+        (root / "etc/cloud/cloud.cfg.d/99_raspberry-pi.cfg").write_text(RPI_CLOUD_CFG)
+    if spec.emulated:
+        _configure_emulation(root, spec)
+    # host keys are per device (bound in at boot); the root's own would make every device the same
+    for key in (root / "etc/ssh").glob("ssh_host_*"):
+        key.unlink()
+    (root / "etc/ssh/sshd_config.d").mkdir(exist_ok=True)
+    (root / "etc/ssh/sshd_config.d/lab.conf").write_text(
+        "HostKey /etc/ssh/lab/ssh_host_ed25519_key\nPasswordAuthentication no\nPermitRootLogin no\n"
+    )
+    _add_user(root)
     # a container has no consoles to serve; without this, getty units fail at every boot
     for unit in (
         "getty@tty1.service",

@@ -74,6 +74,32 @@ def inference_graph(model: MLP, params: np.ndarray) -> onnx.ModelProto:
     return m
 
 
+def _grad_signature(model: MLP, dropout: list[bool]) -> tuple[list, list]:
+    """The gradient graph's inputs (every weight, x, the one-hot labels, the dropout masks) and
+    outputs (the loss, then each weight's gradient)."""
+    L = model.n_layers
+    shapes = dict(model.layout.shapes)
+    inputs = [
+        helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shapes[name]))
+        for name, _ in model.layout.shapes
+    ]
+    inputs += [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", model.sizes[0]]),
+        helper.make_tensor_value_info("onehot", TensorProto.FLOAT, ["batch", model.sizes[-1]]),
+    ]
+    inputs += [
+        helper.make_tensor_value_info(f"mask{i}", TensorProto.FLOAT, ["batch", model.sizes[i]])
+        for i in range(L)
+        if dropout[i]
+    ]
+    outputs = [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])]
+    outputs += [
+        helper.make_tensor_value_info(f"g{name}", TensorProto.FLOAT, list(shapes[name]))
+        for name, _ in model.layout.shapes
+    ]
+    return inputs, outputs
+
+
 def grad_graph(model: MLP) -> onnx.ModelProto:
     g = _G()
     L = model.n_layers
@@ -110,25 +136,7 @@ def grad_graph(model: MLP) -> onnx.ModelProto:
             "Cast", g.op("Greater", pre[i - 1], g.const(0.0, np.float32)), to=TensorProto.FLOAT
         )
         d = g.op("Mul", d, relu_grad)
-    shapes = dict(model.layout.shapes)
-    inputs = [
-        helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shapes[name]))
-        for name, _ in model.layout.shapes
-    ]
-    inputs += [
-        helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", model.sizes[0]]),
-        helper.make_tensor_value_info("onehot", TensorProto.FLOAT, ["batch", model.sizes[-1]]),
-    ]
-    inputs += [
-        helper.make_tensor_value_info(f"mask{i}", TensorProto.FLOAT, ["batch", model.sizes[i]])
-        for i in range(L)
-        if dropout[i]
-    ]
-    outputs = [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])]
-    outputs += [
-        helper.make_tensor_value_info(f"g{name}", TensorProto.FLOAT, list(shapes[name]))
-        for name, _ in model.layout.shapes
-    ]
+    inputs, outputs = _grad_signature(model, dropout)
     graph = helper.make_graph(g.nodes, "edgegossip_mlp_grad", inputs, outputs, g.inits)
     m = helper.make_model(
         graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="edgegossip"

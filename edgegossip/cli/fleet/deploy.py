@@ -88,25 +88,7 @@ def deploy(
     devices = select(f, only)
     if agentconf.model_folder(f) is not None:
         extras = "onnx"  # a compiled model trains in onnxruntime
-    try:
-        if wheel_dir is None:
-            manifest = bundle.build(
-                f.root / "wheelhouse",
-                (extras,) if extras else (),
-                progress=lambda s: click.echo(s, err=True),
-            )
-            wheel_dir = f.root / "wheelhouse"
-        else:
-            manifest = bundle.load(wheel_dir)
-    except bundle.BundleError as e:
-        fail(str(e), exit_codes.FAILURE)
-    if extras and extras not in manifest.get("extras", []):
-        fail(
-            f"{wheel_dir}: has no {extras} extra, which the fleet's "
-            + ("compiled model needs" if extras == "onnx" else "deploy was asked for")
-            + f": build it with `edgegossip fleet wheelhouse --extras {extras}`",
-            exit_codes.USAGE,
-        )
+    manifest, wheel_dir = _wheelhouse(f, wheel_dir, extras)
     extra = f"[{extras}]" if extras else ""
 
     refused: set[str] = set()
@@ -130,6 +112,31 @@ def deploy(
     if failed and failed <= refused:
         raise SystemExit(exit_codes.USAGE)
     exit_for(rows)
+
+
+def _wheelhouse(f, wheel_dir: Path | None, extras: str) -> tuple[dict, Path]:
+    """The wheelhouse's manifest and folder: the one given, or one built for this machine in
+    FLEET/wheelhouse; refused if it lacks the extra the fleet needs."""
+    from edgegossip.fleet import bundle
+
+    try:
+        if wheel_dir is None:
+            wheel_dir = f.root / "wheelhouse"
+            manifest = bundle.build(
+                wheel_dir, (extras,) if extras else (), progress=lambda s: click.echo(s, err=True)
+            )
+        else:
+            manifest = bundle.load(wheel_dir)
+    except bundle.BundleError as e:
+        fail(str(e), exit_codes.FAILURE)
+    if extras and extras not in manifest.get("extras", []):
+        fail(
+            f"{wheel_dir}: has no {extras} extra, which the fleet's "
+            + ("compiled model needs" if extras == "onnx" else "deploy was asked for")
+            + f": build it with `edgegossip fleet wheelhouse --extras {extras}`",
+            exit_codes.USAGE,
+        )
+    return manifest, wheel_dir
 
 
 COMMANDS = [deploy]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import click
 
@@ -83,21 +84,7 @@ from edgegossip.flash.firstboot import FORMATS
     '"release", "platform", "card": {"os", "date", "machine", "python", "glibc", '
     '"raspberry_pi", "markers"}, "named_target", "host_key"}.',
 )
-def flash(
-    name,
-    fleet_dir,
-    boot_dir,
-    image,
-    disk,
-    fmt,
-    wifi_ssid,
-    wifi_country,
-    wifi_psk_file,
-    wheel_dir,
-    target,
-    over_another,
-    as_json,
-) -> None:
+def flash(name, fleet_dir, as_json, **card) -> None:
     """Write what device NAME needs on first boot: hostname, a user with the fleet's SSH key and
     no password, SSH, Wi-Fi, and the agent installed from the card with its config, keys, data
     and unit, started at once (it waits for the clock itself, a bounded time). The bundle,
@@ -114,18 +101,19 @@ def flash(
     from edgegossip.flash.write import flash as write
     from edgegossip.fleet import bundle
 
-    if sum(x is not None for x in (boot_dir, image, disk)) != 1:
+    c = SimpleNamespace(**card)
+    if sum(x is not None for x in (c.boot_dir, c.image, c.disk)) != 1:
         fail("give exactly one of --boot, --image, --device", exit_codes.USAGE)
     f = open_fleet(fleet_dir)
     try:
         d = f.device(name)
-        creds = _wifi(wifi_ssid, wifi_country, wifi_psk_file)
-        manifest = bundle.load(wheel_dir or f.root / "wheelhouse")
-        if disk is not None:
-            disks.check(disk)
-        card = boot.DirBoot(boot_dir) if boot_dir else boot.FatBoot(Path(image or disk))
-        wheels = wheel_dir or f.root / "wheelhouse"
-        row = write(f, d, card, fmt, creds, wheels, manifest, over_another, target)
+        creds = _wifi(c.wifi_ssid, c.wifi_country, c.wifi_psk_file)
+        wheels = c.wheel_dir or f.root / "wheelhouse"
+        manifest = bundle.load(wheels)
+        if c.disk is not None:
+            disks.check(c.disk)
+        medium = boot.DirBoot(c.boot_dir) if c.boot_dir else boot.FatBoot(Path(c.image or c.disk))
+        row = write(f, d, medium, c.fmt, creds, wheels, manifest, c.over_another, c.target)
     except (EdgegossipError, ValueError) as e:  # all of them the operator's to fix: usage
         fail(str(e), exit_codes.USAGE)
     except OSError as e:

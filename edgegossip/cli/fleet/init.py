@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import click
 
@@ -76,24 +77,10 @@ from edgegossip.cli.render import emit, fail
     is_flag=True,
     help='Print {"fleet", "devices": [{"name", "address", "id"}], "secrets"}.',
 )
-def init(
-    directory: Path,
-    count,
-    hosts_file,
-    ansible_file,
-    name,
-    ssh_key,
-    passphrase_file,
-    user,
-    profile,
-    model,
-    algorithm,
-    split,
-    as_json,
-) -> None:
+def init(directory: Path, count, hosts_file, ansible_file, as_json, **opts) -> None:
     """Make a fleet folder: fleet.toml (the inventory; edit it freely) and secrets/ (0700)."""
     from edgegossip.data.mnist import DataError
-    from edgegossip.fleet import ansible, create
+    from edgegossip.fleet import create
     from edgegossip.fleet.inventory import InventoryError
     from edgegossip.fleet.secrets import SecretsError
     from edgegossip.models.compiled import ArtifactError
@@ -101,27 +88,18 @@ def init(
     given = [x for x in (count, hosts_file, ansible_file) if x is not None]
     if len(given) != 1:
         fail("give exactly one of --devices, --hosts, --from-ansible", exit_codes.USAGE)
+    o = SimpleNamespace(**opts)
     try:
-        if count is not None:
-            hosts = [
-                {"name": f"dev-{i}", "address": f"192.0.2.{i + 1}", "user": user}
-                for i in range(count)
-            ]
-        elif hosts_file is not None:
-            hosts = create.parse_hosts(hosts_file.read_text(), str(hosts_file))
-        else:
-            hosts = ansible.load(ansible_file)
-        settings = {"train": {"algorithm": algorithm, "model": model}}
         f = create.create(
             directory,
-            name or directory.resolve().name,
-            hosts,
-            settings,
-            ssh_key,
-            profile,
-            split,
+            o.name or directory.resolve().name,
+            _hosts(count, hosts_file, ansible_file, o.user),
+            {"train": {"algorithm": o.algorithm, "model": o.model}},
+            o.ssh_key,
+            o.profile,
+            o.split,
             progress=lambda m: click.echo(m, err=True),
-            passphrase=passphrase_file.read_text().rstrip("\r\n") if passphrase_file else "",
+            passphrase=o.passphrase_file.read_text().rstrip("\r\n") if o.passphrase_file else "",
         )
     except (InventoryError, SecretsError, DataError, ArtifactError) as e:
         fail(str(e), exit_codes.USAGE)
@@ -139,6 +117,18 @@ def init(
             f"fleet {f.name} (id {f.id}): {len(f.devices)} devices in {result['fleet']}; "
             f"secrets in {f.secrets}"
         )
+
+
+def _hosts(count, hosts_file, ansible_file, user: str) -> list[dict]:
+    from edgegossip.fleet import ansible, create
+
+    if count is not None:
+        return [
+            {"name": f"dev-{i}", "address": f"192.0.2.{i + 1}", "user": user} for i in range(count)
+        ]
+    if hosts_file is not None:
+        return create.parse_hosts(hosts_file.read_text(), str(hosts_file))
+    return ansible.load(ansible_file)
 
 
 COMMANDS = [init]
