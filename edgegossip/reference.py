@@ -10,6 +10,7 @@ from dataclasses import MISSING, fields
 from pathlib import Path
 
 from edgegossip import config
+from edgegossip.catalog import METRICS
 from edgegossip.control import prometheus
 from edgegossip.dataplane.drops import DROPS
 from edgegossip.metrics import ALARMS
@@ -69,27 +70,28 @@ def metrics() -> str:
         "",
         GENERATED,
         "",
-        "What an agent reports: its `/metrics` endpoint for Prometheus (`[metrics] "
-        "metrics_endpoint`), the same counters the control endpoint's `status` answers "
-        "(`fleet status --json`) and each record of its `metrics.jsonl` carries. Counters "
-        "(`_total`) count from the agent process's start; gauges hold the present value.",
+        "What an agent reports, each declared once in `edgegossip/catalog.py`: the key it has "
+        "in each record of `metrics.jsonl` and in the control endpoint's `status` (`fleet "
+        "status --json`), its Prometheus series on the agent's `/metrics` (`[metrics] "
+        "metrics_endpoint`), and its column in `fleet status`, `emulate`'s table and the "
+        "report page. Counters count from the agent process's start (a series' `_total`); "
+        "gauges hold the present value.",
         "",
-        "## Series",
+        "## Metrics",
         "",
-        "| series | kind | labels | status key | meaning |",
-        "|---|---|---|---|---|",
+        "| key | kind | unit | series | labels | column | meaning |",
+        "|---|---|---|---|---|---|---|",
     ]
-    for name, kind, help, key, factor in prometheus.SCALARS:
-        scale = "" if factor == 1.0 else f" (x{factor:g})"
-        out.append(f"| `{p}{name}` | {kind} | | `{key}`{scale} | {_cell(help)} |")
-    for name, help, key, label in prometheus.LABELLED:
-        kind = "counter" if name.endswith("_total") else "gauge"
-        out.append(f"| `{p}{name}` | {kind} | `{label}` | `{key}` | {_cell(help)} |")
-    for name, help, key, label, _known in prometheus.MEMBERS:
-        out.append(f"| `{p}{name}` | gauge | `{label}` | `{key}` | {_cell(help)} |")
-    for name, help, key, values in prometheus.ENUMS:
-        states = ", ".join(f"`{v}`" for v in values)
-        out.append(f"| `{p}{name}` | gauge | `{name}`: {states} | `{key}` | {_cell(help)} |")
+    for m in METRICS:
+        series = f"`{p}{m.prometheus}`" if m.prometheus else ""
+        labels = f"`{m.label}`" if m.label else ""
+        if m.values:
+            labels += ": " + ", ".join(f"`{v}`" for v in m.values)
+        unit = m.unit + (f" (series x{m.factor:g})" if m.factor != 1 else "")
+        out.append(
+            f"| `{m.key}` | {m.kind} | {unit} | {series} | {labels} | {m.column} "
+            f"| {_cell(m.help)} |"
+        )
     out += [
         "",
         "## What happened to the datagrams not merged",

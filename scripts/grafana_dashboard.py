@@ -5,8 +5,9 @@ the schema does not have cannot be written here. Run it after changing a panel:
     .venv/bin/python scripts/grafana_dashboard.py devices/grafana/edgegossip.json
 
 Every query names metrics of control/prometheus.py (and the client library's process_*), on
-the job `fleet prometheus` targets; tests/test_dashboard.py checks each name against a real
-scrape and that this script still writes the committed file."""
+the job `fleet prometheus` targets, each series' name from edgegossip/catalog.py;
+tests/test_prometheus.py (test_the_dashboard_queries_what_agents_serve) checks each name against
+a real scrape and that this script still writes the committed file."""
 
 from __future__ import annotations
 
@@ -18,6 +19,10 @@ from grafana_foundation_sdk.builders import heatmap, prometheus, timeseries
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models.dashboard import DataSourceRef, GridPos
 
+from edgegossip.catalog import METRICS, series
+
+# each metric's series, by its key in the catalog
+S = {m.key: series(m.key) for m in METRICS if m.prometheus}
 DS = DataSourceRef(type_val="prometheus", uid="${datasource}")
 SEL = 'job="edgegossip", fleet=~"$fleet", device=~"$device"'
 W, H = 12, 8  # half the dashboard's width each
@@ -40,16 +45,16 @@ def build() -> dict:
         (
             "held-out accuracy",
             "percentunit",
-            [q(f"edgegossip_heldout_accuracy_ratio{{{SEL}}}", "{{device}}")],
+            [q(f"{S['accuracy']}{{{SEL}}}", "{{device}}")],
         ),
-        ("training loss", "none", [q(f"edgegossip_training_loss{{{SEL}}}", "{{device}}")]),
-        ("steps per second", "none", [q(f"deriv(edgegossip_step{{{SEL}}}[5m])", "{{device}}")]),
+        ("training loss", "none", [q(f"{S['loss']}{{{SEL}}}", "{{device}}")]),
+        ("steps per second", "none", [q(f"deriv({S['step']}{{{SEL}}}[5m])", "{{device}}")]),
         (
             "exchanges per second, by outcome",
             "none",
             [
                 q(
-                    f"sum by (device, outcome) (rate(edgegossip_exchanges_total{{{SEL}}}[5m]))",
+                    f"sum by (device, outcome) (rate({S['exchanges']}{{{SEL}}}[5m]))",
                     "{{device}} {{outcome}}",
                 )
             ],
@@ -59,8 +64,7 @@ def build() -> dict:
             "none",
             [
                 q(
-                    "sum by (device, reason) "
-                    f"(rate(edgegossip_datagrams_dropped_total{{{SEL}}}[5m]))",
+                    f"sum by (device, reason) (rate({S['drops']}{{{SEL}}}[5m]))",
                     "{{device}} {{reason}}",
                 )
             ],
@@ -69,8 +73,8 @@ def build() -> dict:
             "traffic",
             "Bps",
             [
-                q(f"rate(edgegossip_sent_bytes_total{{{SEL}}}[5m])", "{{device}} sent"),
-                q(f"rate(edgegossip_received_bytes_total{{{SEL}}}[5m])", "{{device}} received"),
+                q(f"rate({S['bytes_sent']}{{{SEL}}}[5m])", "{{device}} sent"),
+                q(f"rate({S['bytes_received']}{{{SEL}}}[5m])", "{{device}} received"),
             ],
         ),
         (
@@ -78,16 +82,16 @@ def build() -> dict:
             "bytes",
             [
                 q(f"process_resident_memory_bytes{{{SEL}}}", "{{device}} resident"),
-                q(f"edgegossip_peak_rss_bytes{{{SEL}}}", "{{device}} peak"),
+                q(f"{S['peak_rss_mb']}{{{SEL}}}", "{{device}} peak"),
             ],
         ),
         (
             "SD card writes",
             "Bps",
-            [q(f"rate(edgegossip_disk_written_bytes_total{{{SEL}}}[5m])", "{{device}} written")],
+            [q(f"rate({S['disk_written_mb']}{{{SEL}}}[5m])", "{{device}} written")],
         ),
-        ("disk free", "bytes", [q(f"edgegossip_disk_free_bytes{{{SEL}}}", "{{device}}")]),
-        ("checkpoint age", "s", [q(f"edgegossip_checkpoint_age_seconds{{{SEL}}}", "{{device}}")]),
+        ("disk free", "bytes", [q(f"{S['disk_free_mb']}{{{SEL}}}", "{{device}}")]),
+        ("checkpoint age", "s", [q(f"{S['checkpoint_age_s']}{{{SEL}}}", "{{device}}")]),
     ]
     dash = (
         d.Dashboard("edgegossip fleet")
@@ -126,9 +130,7 @@ def build() -> dict:
         .unit("percentunit")
         .calculate(False)
         .grid_pos(GridPos(h=H, w=2 * W, x=0, y=((n + 1) // 2) * H))
-        .with_target(
-            q(f"edgegossip_link_loss_ratio{{{SEL}}}", "{{device}} <- {{peer}}").ref_id("A")
-        )
+        .with_target(q(f"{S['link_loss']}{{{SEL}}}", "{{device}} <- {{peer}}").ref_id("A"))
     )
     return json.loads(JSONEncoder(sort_keys=True).encode(dash.build()))
 

@@ -53,3 +53,19 @@ def test_readme_links_name_files_and_anchors_that_exist():
         if anchor:
             headings = re.findall(r"^#+ (.+)$", file.read_text(), re.M)
             assert anchor in {_slug(h) for h in headings}, target
+
+
+def test_the_catalog_declares_each_metric_once_and_summarises_as_declared():
+    from edgegossip import catalog
+
+    keys = [m.key for m in catalog.METRICS]
+    series = [m.prometheus for m in catalog.METRICS if m.prometheus]
+    headings = [m.column for m in catalog.METRICS if m.column]
+    assert len(set(keys)) == len(keys) and len(set(series)) == len(series)
+    assert len(set(headings)) == len(headings)
+    assert all(m.label for m in catalog.METRICS if m.shape != "number")
+    assert all(m.values for m in catalog.METRICS if m.shape == "state")
+    records = [{"step": 5, "peak_rss_mb": 90.0}, {"step": 9, "peak_rss_mb": 80.0}]
+    row = catalog.summary_row(records[-1], records)
+    assert row["steps"] == 9 and row["peak_rss_mb"] == 90.0  # last, and the largest
+    assert row["datagrams_lost"] == 0 and row["drops"] == {}  # never reported: the empty value

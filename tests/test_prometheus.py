@@ -80,6 +80,19 @@ def test_two_agents_are_scraped(pair):
     info = m["edgegossip_build_info"][0][0]
     assert info["agent"] == "0" and len(info["config_hash"]) == 12 and info["version"]
     assert "process_cpu_seconds_total" in m  # the client library's process collector
+    # every series the catalog declares is served, but those of what this pair cannot have: a
+    # push-sum weight (gossip-push) and a checkpoint's age before the first checkpoint
+    from edgegossip.catalog import METRICS, series
+
+    declared = {
+        series(x.key)
+        + ("_total" if x.kind == "counter" and not series(x.key).endswith("_total") else "")
+        for x in METRICS
+        if x.prometheus
+    }
+    served = {name for name in m if name.startswith("edgegossip_")}
+    assert declared - served <= {"edgegossip_push_weight", "edgegossip_checkpoint_age_seconds"}
+    assert _value(m, "edgegossip_send_errors_total") == 0
     # the link from the other agent has a loss figure once numbered datagrams arrived
     assert [lab["peer"] for lab, _ in m["edgegossip_link_loss_ratio"]] == ["1"]
     # counters only grow while the agent runs

@@ -175,22 +175,29 @@ class Agent:
             else "training"
         )
         return {
-            "agent": self.cfg.id,
+            **self._counters(ctx, sender, inbox, protocol),
             "algorithm": self.cfg.algorithm,
             "version": __version__,
             "config_hash": self.config_hash,
             "model_digest": self.model.digest,
             "state": state,
-            "clock": clock.state(),
-            "step": self.step,
-            "epoch": round(self.step / self.shard.steps_per_epoch, 3),
             "loss": last.get("loss"),
             "accuracy": last.get("accuracy"),
-            "exchanges": dict(ctx.exchanges),
-            **report.traffic(ctx, sender, inbox, protocol),
-            "peak_rss_mb": peak_rss_mb(),
             "uptime_s": round(time.monotonic() - self._t0, 1),
+        }
+
+    def _counters(self, ctx: Context, sender, inbox, protocol) -> dict:
+        """What status and every metrics record both carry: counters read as they are,
+        nothing evaluated (catalog.py says what each is)."""
+        return {
+            "agent": self.cfg.id,
+            "step": self.step,
+            "epoch": round(self.step / self.shard.steps_per_epoch, 3),
+            "clock": clock.state(),
+            "exchanges": dict(ctx.exchanges),
+            "peak_rss_mb": peak_rss_mb(),
             **(self.storage.report() if self.storage is not None else {}),
+            **report.traffic(ctx, sender, inbox, protocol),
         }
 
     def _open_plane(self, peers: PeerBook) -> DataPlane | None:
@@ -345,22 +352,14 @@ class Agent:
 
     def _record(self, losses, ctx: Context, sender, inbox, protocol) -> dict:
         acc = self.data.accuracy(self.model, self.x, self.cfg.eval_examples)
-        rec = {
-            "agent": self.cfg.id,
-            "step": self.step,
-            "epoch": round(self.step / self.shard.steps_per_epoch, 3),
+        return {
+            **self._counters(ctx, sender, inbox, protocol),
             "loss": round(float(np.mean(losses)), 5) if losses else None,
             "accuracy": acc,
-            "exchanges": dict(ctx.exchanges),
             # the rate that really ran, to set beside train.p (this run's steps only)
             "exchanges_initiated_per_step": round(
                 ctx.exchanges["initiated"] / max(1, self.step - self._first_step), 5
             ),
-            "peak_rss_mb": peak_rss_mb(),
-            "clock": clock.state(),
             "cpu_s": report.cpu(self._threads),
             **self._steps.take(),
-            **(self.storage.report() if self.storage is not None else {}),
         }
-        rec.update(report.traffic(ctx, sender, inbox, protocol))
-        return rec

@@ -47,6 +47,7 @@ def traffic(ctx: Context, sender, inbox, protocol: Protocol) -> dict:
         "drops": snap["drops"],
         "send_skipped": ctx.snapshots.skipped if ctx.snapshots is not None else 0,
         "send_unresolved": sender.peers.skipped,
+        "send_errors": sender.errors,
         # receive calls that brought datagrams: datagrams_received / this is the batch a wake-up
         # handled (udp; None for a transport that does not count them)
         "receive_batches": getattr(sender.transport, "batches", None),

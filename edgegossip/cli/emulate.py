@@ -9,28 +9,14 @@ from pathlib import Path
 
 import click
 
-from edgegossip import exit_codes
+from edgegossip import catalog, exit_codes
 from edgegossip.algorithms import DEFAULT as DEFAULT_ALGORITHM
 from edgegossip.algorithms import NAMES as ALGORITHMS
 from edgegossip.cli import options
 from edgegossip.cli.render import fail, table
 
 # the table printed at the end (without --json)
-COLUMNS = (
-    "agent",
-    "accuracy",
-    "steps",
-    "exchanges_initiated_per_step",
-    "bytes_sent",
-    "datagrams_sent",
-    "datagrams_received",
-    "datagrams_lost",
-    "datagrams_late",
-    "datagrams_refused",
-    "peak_rss_mb",
-    "disk_written_mb_per_h",
-    "disk_free_mb",
-)
+COLUMNS = ("agent", "accuracy", *(key for key, _ in catalog.columns().values()))
 
 
 def _progress_line(i: int, r: dict | None, alive: bool) -> str:

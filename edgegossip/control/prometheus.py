@@ -34,83 +34,12 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.process_collector import ProcessCollector
 
-from edgegossip import clock
-from edgegossip.metrics import ALARMS
+from edgegossip.catalog import METRICS, PREFIX, Metric
 
 log = logging.getLogger(__name__)
 
-PREFIX = "edgegossip_"
 REQUEST_TIMEOUT_S = (
     5.0  # a scraper that opens a connection and sends nothing holds a thread this long
-)
-
-# name (without prefix), kind, help, key in the status dict, factor to base units
-SCALARS: tuple[tuple[str, str, str, str, float], ...] = (
-    ("step", "gauge", "training step (resumes from the checkpoint)", "step", 1.0),
-    ("epoch", "gauge", "epochs over this device's shard", "epoch", 1.0),
-    ("training_loss", "gauge", "mean training loss over the last record's steps", "loss", 1.0),
-    ("heldout_accuracy_ratio", "gauge", "accuracy on the held-out slice", "accuracy", 1.0),
-    ("sent_bytes_total", "counter", "parameter bytes sent to peers", "bytes_sent", 1.0),
-    ("received_bytes_total", "counter", "bytes of datagrams accepted", "bytes_received", 1.0),
-    ("datagrams_sent_total", "counter", "datagrams sent", "datagrams_sent", 1.0),
-    ("datagrams_received_total", "counter", "datagrams accepted", "datagrams_received", 1.0),
-    (
-        "datagrams_lost_total",
-        "counter",
-        "datagrams from peers that never arrived (from sequence gaps)",
-        "datagrams_lost",
-        1.0,
-    ),
-    (
-        "datagrams_late_total",
-        "counter",
-        "datagrams that arrived when nothing could use them any more",
-        "datagrams_late",
-        1.0,
-    ),
-    (
-        "datagrams_refused_total",
-        "counter",
-        "datagrams that failed a check (reasons in datagrams_dropped_total)",
-        "datagrams_refused",
-        1.0,
-    ),
-    ("push_weight", "gauge", "push-sum weight held (gossip-push)", "push_weight", 1.0),
-    ("peak_rss_bytes", "gauge", "peak resident memory of the agent", "peak_rss_mb", 1e6),
-    (
-        "disk_written_bytes_total",
-        "counter",
-        "bytes the agent wrote to disk",
-        "disk_written_mb",
-        1e6,
-    ),
-    ("disk_free_bytes", "gauge", "free space where the agent writes", "disk_free_mb", 1e6),
-    ("checkpoint_age_seconds", "gauge", "time since the last checkpoint", "checkpoint_age_s", 1.0),
-    ("uptime_seconds", "gauge", "time since the agent started", "uptime_s", 1.0),
-)
-# name, help, key of a {label value: number} dict in the status, the label
-LABELLED: tuple[tuple[str, str, str, str], ...] = (
-    ("exchanges_total", "exchanges by outcome", "exchanges", "outcome"),
-    ("datagrams_dropped_total", "datagrams dropped, by reason", "drops", "reason"),
-    ("link_loss_ratio", "loss observed on the link from each peer", "link_loss", "peer"),
-)
-# name, help, key of a list in the status, the label: one series per member, 1 while listed
-# (and, where the possible members are known, 0 for the others)
-MEMBERS: tuple[tuple[str, str, str, str, tuple[str, ...]], ...] = (
-    ("alarm", "alarms raised now (protocol/liveness.py)", "alarms", "alarm", tuple(ALARMS)),
-    (
-        "peer_silent",
-        "peers silent now: weight goes only to peers heard",
-        "silent_peers",
-        "peer",
-        (),
-    ),
-)
-STATES = ("starting", "training", "paused", "stopping")
-# name, help, key in the status dict, its values: one series per value, 1 for the one it has
-ENUMS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
-    ("state", "what the agent is doing", "state", STATES),
-    ("clock", "whether the wall clock is synchronised (clock.py)", "clock", clock.STATES),
 )
 
 
@@ -132,34 +61,10 @@ class AgentCollector:
 
     def collect(self):
         st = self.status()
-        for name, kind, help, key, factor in SCALARS:
-            v = st.get(key)
-            if v is None:
+        for m in METRICS:
+            if m.prometheus is None or (m.shape != "state" and st.get(m.key) is None):
                 continue
-            fam = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
-            # a counter family is named without its _total; the client library appends it
-            yield fam(PREFIX + name.removesuffix("_total"), help, value=float(v) * factor)
-        for name, help, key, label in LABELLED:
-            fam = (CounterMetricFamily if name.endswith("_total") else GaugeMetricFamily)(
-                PREFIX + name.removesuffix("_total"), help, labels=[label]
-            )
-            for k, v in sorted((st.get(key) or {}).items(), key=lambda kv: str(kv[0])):
-                if v is not None:
-                    fam.add_metric([str(k)], float(v))
-            yield fam
-        for name, help, key, label, known in MEMBERS:
-            if key not in st:
-                continue
-            fam = GaugeMetricFamily(PREFIX + name, help, labels=[label])
-            listed = {str(v) for v in st.get(key) or ()}
-            for value in sorted(listed | set(known)):
-                fam.add_metric([value], 1.0 if value in listed else 0.0)
-            yield fam
-        for name, help, key, values in ENUMS:
-            fam = GaugeMetricFamily(PREFIX + name, help, labels=[name])
-            for value in values:
-                fam.add_metric([value], 1.0 if st.get(key) == value else 0.0)
-            yield fam
+            yield _FAMILIES[m.shape](m, st[m.key] if m.key in st else None)
         yield InfoMetricFamily(
             PREFIX + "build",
             "what runs: version, release, config",
@@ -171,6 +76,44 @@ class AgentCollector:
                 "algorithm": str(st.get("algorithm", "")),
             },
         )
+
+
+def _name(m: Metric) -> str:
+    # a counter family is named without its _total; the client library appends it
+    return PREFIX + (m.prometheus or "").removesuffix("_total")
+
+
+def _number(m: Metric, v):
+    fam = CounterMetricFamily if m.kind == "counter" else GaugeMetricFamily
+    return fam(_name(m), m.help, value=float(v) * m.factor)
+
+
+def _by(m: Metric, v: dict):
+    fam = (CounterMetricFamily if m.kind == "counter" else GaugeMetricFamily)(
+        _name(m), m.help, labels=[m.label]
+    )
+    for k, x in sorted(v.items(), key=lambda kv: str(kv[0])):
+        if x is not None:
+            fam.add_metric([str(k)], float(x) * m.factor)
+    return fam
+
+
+def _members(m: Metric, v):
+    fam = GaugeMetricFamily(_name(m), m.help, labels=[m.label])
+    listed = {str(x) for x in v or ()}
+    for value in sorted(listed | set(m.values)):
+        fam.add_metric([value], 1.0 if value in listed else 0.0)
+    return fam
+
+
+def _state(m: Metric, v):
+    fam = GaugeMetricFamily(_name(m), m.help, labels=[m.label])
+    for value in m.values:
+        fam.add_metric([value], 1.0 if v == value else 0.0)
+    return fam
+
+
+_FAMILIES = {"number": _number, "by": _by, "members": _members, "state": _state}
 
 
 def _allowed(networks: str) -> Callable[[str], bool]:

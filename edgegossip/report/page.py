@@ -11,6 +11,8 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
+from edgegossip import catalog
+
 NAME = "report.html"
 
 TEMPLATE = """<!doctype html>
@@ -74,16 +76,7 @@ img { max-width: 100%; border: 1px solid #ddd; margin: 0.5em 0; }
 COLUMNS = {
     "device": ("device", None),
     "test accuracy": ("accuracy", None),
-    "steps": ("steps", None),
-    "MB sent": ("bytes_sent", 1e-6),
-    "datagrams sent": ("datagrams_sent", None),
-    "received": ("datagrams_received", None),
-    "lost": ("datagrams_lost", None),
-    "late": ("datagrams_late", None),
-    "refused": ("datagrams_refused", None),
-    "peak RSS MB": ("peak_rss_mb", None),
-    "disk MB/h": ("disk_written_mb_per_h", None),
-    "disk free MB": ("disk_free_mb", None),
+    **{h: (key, None if scale == 1 else scale) for h, (key, scale) in catalog.columns().items()},
 }
 
 

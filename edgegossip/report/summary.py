@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 
 from edgegossip import checkpoint
+from edgegossip.catalog import summary_row
 from edgegossip.data import mnist
-from edgegossip.dataplane.drops import KINDS
 from edgegossip.metrics import read as read_metrics
 from edgegossip.models import make_model
 from edgegossip.report import plot
@@ -74,34 +74,8 @@ def _agent_row(i: int, acc: float | None, last: dict, recs: list[dict]) -> dict:
     return {
         "agent": i,
         "accuracy": acc,
-        "steps": last.get("step", 0),
-        "bytes_sent": last.get("bytes_sent", 0),
-        "datagrams_sent": last.get("datagrams_sent", 0),
-        "datagrams_received": last.get("datagrams_received", 0),
-        "datagrams_dropped": last.get("datagrams_dropped", 0),
-        **{f"datagrams_{k}": last.get(f"datagrams_{k}", 0) for k in KINDS},
-        "drops": last.get("drops", {}),
-        "exchanges": last.get("exchanges", {}),
-        "exchanges_initiated_per_step": last.get("exchanges_initiated_per_step"),
-        "link_arrived": last.get("link_arrived", 0),
-        "link_expected": last.get("link_expected", 0),
+        **summary_row(last, recs),
         "restarts": sum(1 for r in recs if r.get("event") == "start") - 1,
-        "peak_rss_mb": max((r.get("peak_rss_mb") or 0 for r in recs), default=None),
-        "deadline_s_by_link": last.get("deadline_s_by_link", {}),
-        "link_loss": last.get("link_loss", {}),
-        # the disk (storage.py): what this agent wrote, its rate, what was left
-        "disk_written_mb": last.get("disk_written_mb"),
-        "disk_written_mb_per_h": last.get("disk_written_mb_per_h"),
-        "disk_free_mb": last.get("disk_free_mb"),
-        "checkpoint_stall_ms": max(
-            (r["checkpoint_stall_ms"] for r in recs if r.get("checkpoint_stall_ms")),
-            default=None,
-        ),
-        "step_ms": last.get("step_ms"),
-        # the protocol's word at the end (protocol/liveness.py): peers silent, alarms
-        "silent_peers": last.get("silent_peers", []),
-        "alarms": last.get("alarms", []),
-        "push_weight": last.get("push_weight"),
     }
 
 

@@ -1,0 +1,309 @@
+"""Every metric an agent reports, declared once: the key it has in each metrics.jsonl record and
+in the control endpoint's `status`, its kind and unit, what it means, and where else it shows.
+From this table come the Prometheus exposition (control/prometheus.py), the rows `emulate` and
+`fleet collect` summarise (report/summary.py), the columns of `fleet status`, of emulate's table
+and of the report page, and the metrics reference (docs/metrics.md). Adding a metric is one
+Metric here and the line of the agent that computes it.
+
+shape: "number" (one value); "by" (a {label value: number} dict, one series per label value);
+"members" (a list, one series per member, 1 while listed, and 0 for the other known values);
+"state" (one of `values`, one series per value, 1 for the one it has).
+summary: how the run's summary takes it from an agent's records: "last" (the last record's, or
+`empty`), "max" (the largest over them), or None (not summarised).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from edgegossip import clock
+from edgegossip.metrics import ALARMS
+
+STATES = ("starting", "training", "paused", "stopping")
+PREFIX = "edgegossip_"  # of every Prometheus series
+
+
+@dataclass(frozen=True)
+class Metric:
+    key: str
+    help: str
+    kind: str = "gauge"  # "gauge" or "counter" (counts from the agent process's start)
+    unit: str = ""  # of the value under key: "MB", "s", "ms", "bytes", "ratio", "" (a count)
+    prometheus: str | None = None  # the series' name, without edgegossip_; None: not exposed
+    factor: float = 1.0  # the value times this is in the series' base unit
+    shape: str = "number"
+    label: str = ""  # "by" and "members": the label; "state": the series' name
+    values: tuple[str, ...] = ()  # "members" and "state": the values it may take
+    summary: str | None = None
+    summary_key: str = ""  # its key in the summary's agent rows, if not key
+    empty: object = None  # the summary's value for an agent that never reported it
+    column: str = ""  # its heading in `fleet status`, emulate's table and the report page
+    scale: float = 1.0  # the value times this is what the column shows
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric(
+        "step",
+        "training step (resumes from the checkpoint)",
+        prometheus="step",
+        summary="last",
+        summary_key="steps",
+        empty=0,
+        column="steps",
+    ),
+    Metric("epoch", "epochs over this device's shard", prometheus="epoch"),
+    Metric("loss", "mean training loss over the last record's steps", prometheus="training_loss"),
+    Metric(
+        "accuracy",
+        "accuracy on the held-out slice",
+        unit="ratio",
+        prometheus="heldout_accuracy_ratio",
+    ),
+    Metric(
+        "exchanges_initiated_per_step",
+        "exchanges this agent opened per step of this run, beside train.p",
+        summary="last",
+        column="exchanges/step",
+    ),
+    Metric(
+        "bytes_sent",
+        "parameter bytes sent to peers, framing included",
+        "counter",
+        "bytes",
+        "sent_bytes_total",
+        summary="last",
+        empty=0,
+        column="MB sent",
+        scale=1e-6,
+    ),
+    Metric(
+        "bytes_received", "bytes of datagrams accepted", "counter", "bytes", "received_bytes_total"
+    ),
+    Metric(
+        "datagrams_sent",
+        "datagrams sent",
+        "counter",
+        prometheus="datagrams_sent_total",
+        summary="last",
+        empty=0,
+        column="datagrams sent",
+    ),
+    Metric(
+        "datagrams_received",
+        "datagrams accepted",
+        "counter",
+        prometheus="datagrams_received_total",
+        summary="last",
+        empty=0,
+        column="received",
+    ),
+    Metric(
+        "datagrams_dropped",
+        "datagrams not accepted, late and refused together",
+        "counter",
+        summary="last",
+        empty=0,
+    ),
+    Metric(
+        "datagrams_lost",
+        "datagrams from peers that never arrived (from sequence gaps)",
+        "counter",
+        prometheus="datagrams_lost_total",
+        summary="last",
+        empty=0,
+        column="lost",
+    ),
+    Metric(
+        "datagrams_late",
+        "datagrams that arrived when nothing could use them any more",
+        "counter",
+        prometheus="datagrams_late_total",
+        summary="last",
+        empty=0,
+        column="late",
+    ),
+    Metric(
+        "datagrams_refused",
+        "datagrams that failed a check (reasons: drops)",
+        "counter",
+        prometheus="datagrams_refused_total",
+        summary="last",
+        empty=0,
+        column="refused",
+    ),
+    Metric(
+        "drops",
+        "datagrams dropped, by reason (docs/metrics.md lists them)",
+        "counter",
+        prometheus="datagrams_dropped_total",
+        shape="by",
+        label="reason",
+        summary="last",
+        empty={},
+    ),
+    Metric(
+        "exchanges",
+        "exchanges by outcome",
+        "counter",
+        prometheus="exchanges_total",
+        shape="by",
+        label="outcome",
+        summary="last",
+        empty={},
+    ),
+    Metric(
+        "send_errors",
+        "sends the kernel refused (a peer unreachable, an interface gone): datagrams lost",
+        "counter",
+        prometheus="send_errors_total",
+        summary="last",
+        empty=0,
+    ),
+    Metric(
+        "link_arrived",
+        "datagrams that arrived on the incoming links",
+        "counter",
+        summary="last",
+        empty=0,
+    ),
+    Metric(
+        "link_expected",
+        "datagrams the incoming links' sequence numbers say were sent",
+        "counter",
+        summary="last",
+        empty=0,
+    ),
+    Metric(
+        "link_loss",
+        "loss observed on the link from each peer",
+        unit="ratio",
+        prometheus="link_loss_ratio",
+        shape="by",
+        label="peer",
+        summary="last",
+        empty={},
+    ),
+    Metric(
+        "deadline_s_by_link",
+        "each incoming link's exchange deadline",
+        unit="s",
+        shape="by",
+        label="peer",
+        summary="last",
+        empty={},
+    ),
+    Metric(
+        "push_weight",
+        "push-sum weight held (gossip-push)",
+        prometheus="push_weight",
+        summary="last",
+    ),
+    Metric(
+        "peak_rss_mb",
+        "peak resident memory of the agent",
+        unit="MB",
+        prometheus="peak_rss_bytes",
+        factor=1e6,
+        summary="max",
+        column="peak RSS MB",
+    ),
+    Metric(
+        "disk_written_mb",
+        "what the agent wrote to disk since it started",
+        "counter",
+        "MB",
+        "disk_written_bytes_total",
+        1e6,
+        summary="last",
+    ),
+    Metric(
+        "disk_written_mb_per_h",
+        "the agent's disk writes per hour",
+        unit="MB",
+        summary="last",
+        column="disk MB/h",
+    ),
+    Metric(
+        "disk_free_mb",
+        "free space where the agent writes",
+        unit="MB",
+        prometheus="disk_free_bytes",
+        factor=1e6,
+        summary="last",
+        column="disk free MB",
+    ),
+    Metric(
+        "checkpoint_age_s",
+        "time since the last checkpoint",
+        unit="s",
+        prometheus="checkpoint_age_seconds",
+    ),
+    Metric(
+        "checkpoint_stall_ms", "the longest a checkpoint held training", unit="ms", summary="max"
+    ),
+    Metric(
+        "step_ms", "a training step's time (median of the last record's)", unit="ms", summary="last"
+    ),
+    Metric("uptime_s", "time since the agent started", unit="s", prometheus="uptime_seconds"),
+    Metric(
+        "silent_peers",
+        "peers silent now: weight goes only to peers heard",
+        prometheus="peer_silent",
+        shape="members",
+        label="peer",
+        summary="last",
+        empty=[],
+    ),
+    Metric(
+        "alarms",
+        "alarms raised now (protocol/liveness.py)",
+        prometheus="alarm",
+        shape="members",
+        label="alarm",
+        values=tuple(ALARMS),
+        summary="last",
+        empty=[],
+    ),
+    Metric(
+        "state",
+        "what the agent is doing",
+        prometheus="state",
+        shape="state",
+        label="state",
+        values=STATES,
+    ),
+    Metric(
+        "clock",
+        "whether the wall clock is synchronised (clock.py)",
+        prometheus="clock",
+        shape="state",
+        label="clock",
+        values=clock.STATES,
+    ),
+)
+BY_KEY = {m.key: m for m in METRICS}
+
+
+def summary_row(last: dict, records: list[dict]) -> dict:
+    """An agent's summarised metrics, from its records (the last one, and all of them)."""
+    row: dict = {}
+    for m in METRICS:
+        if m.summary == "last":
+            row[m.summary_key or m.key] = last.get(m.key, m.empty)
+        elif m.summary == "max":
+            seen = [r[m.key] for r in records if r.get(m.key)]
+            row[m.summary_key or m.key] = max(seen, default=m.empty)
+    return row
+
+
+def columns() -> dict[str, tuple[str, float]]:
+    """{heading: (summary key, scale)} of the metrics with a column, in table order."""
+    return {m.column: (m.summary_key or m.key, m.scale) for m in METRICS if m.column}
+
+
+def series(key: str) -> str:
+    """The Prometheus series of the metric under key, as a query names it."""
+    name = BY_KEY[key].prometheus
+    if name is None:
+        raise KeyError(f"{key} has no Prometheus series")
+    return PREFIX + name
