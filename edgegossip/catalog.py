@@ -174,6 +174,13 @@ METRICS: tuple[Metric, ...] = (
         empty=0,
     ),
     Metric(
+        "link_gaps",
+        "runs of datagrams the incoming links numbered that did not arrive (each a burst)",
+        "counter",
+        summary="last",
+        empty=0,
+    ),
+    Metric(
         "link_loss",
         "loss observed on the link from each peer",
         unit="ratio",

@@ -219,6 +219,13 @@ class AgentConfig:
         "loopback emulation only: drop this fraction on receive",
         range=Range(0, 1, hi_open=True),
     )
+    inject_burst: float = setting(
+        "net",
+        1.0,
+        "loopback emulation only: the injected loss's mean burst, in datagrams of one sender "
+        "(Gilbert-Elliott, transport/lossmodel.py); 1: independent",
+        range=Range(1),
+    )
     gso: bool = setting("net", True, "udp: send runs of datagrams as one UDP GSO buffer")
     encrypt: bool = setting(
         "net", False, "encrypt payloads too; receive only encrypted ones", scope="fleet"

@@ -216,6 +216,7 @@ class Agent:
             session=checkpoint.next_session(self.out),  # before anything is sent
             inject_loss=cfg.inject_loss,
             loss_seed=cfg.id + self.step,
+            inject_burst=cfg.inject_burst,
             senders=frozenset(peers),
             rps_blocks=cfg.workers if self.algorithm.rps_blocks else 0,
             # gossip: an exchange we started and one we answer at a time; memory for those,

@@ -32,6 +32,7 @@ def traffic(ctx: Context, sender, inbox, protocol: Protocol) -> dict:
     return {
         "link_arrived": link_arrived,
         "link_expected": link_expected,
+        "link_gaps": inbox.links.gaps(),
         "link_loss": inbox.links.by_link(),  # observed on each incoming link, by peer id
         "session": sender.encoder.session,
         "bytes_sent": sender.encoder.bytes,

@@ -28,6 +28,7 @@ COMMANDS = {
         "keys",
         "fleet",
         "lab",
+        "trace",
     )
 }
 

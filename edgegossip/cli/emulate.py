@@ -14,6 +14,7 @@ from edgegossip.algorithms import DEFAULT as DEFAULT_ALGORITHM
 from edgegossip.algorithms import NAMES as ALGORITHMS
 from edgegossip.cli import options
 from edgegossip.cli.render import fail, table
+from edgegossip.transport.lossmodel import KINDS
 
 # the table printed at the end (without --json)
 COLUMNS = ("agent", "accuracy", *(key for key, _ in catalog.columns().values()))
@@ -44,6 +45,27 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
     default="0.1",
     show_default=True,
     help="Fraction of packets from other agents the kernel drops at each node.",
+)
+@click.option(
+    "--loss-model",
+    type=click.Choice(KINDS),
+    default="bernoulli",
+    show_default=True,
+    help="How each link loses --loss of its packets: independently, in bursts of --burst "
+    "packets on average (gilbert-elliott), or as --trace replays them (netns only).",
+)
+@click.option(
+    "--burst",
+    type=click.FloatRange(min=1),
+    default=1.0,
+    show_default=True,
+    help="gilbert-elliott: the mean burst length, in packets of one link.",
+)
+@click.option(
+    "--trace",
+    type=click.Path(dir_okay=False, exists=True),
+    default=None,
+    help="trace: a file of per-packet outcomes, 1 lost and 0 arrived (docs/usage.md).",
 )
 @click.option(
     "--rate", default="20mbit", show_default=True, help="Link cap per node (tbf), or 'none'."
@@ -171,6 +193,7 @@ def _spec(settings: dict, backend: str, out: Path | None, check_plots: bool):
 
     try:
         settings.update(
+            trace=settings["trace"] or "",
             rate=link_cap(settings["rate"]),
             slow=_slow_links(settings["slow"], settings["nodes"]),
             model=_model(settings["model"]),
@@ -183,7 +206,16 @@ def _spec(settings: dict, backend: str, out: Path | None, check_plots: bool):
     except mnist.DataError as e:
         fail(str(e), exit_codes.MISSING_DATA)
     out = out or Path("runs") / time.strftime("emulate-%Y%m%d-%H%M%S")
-    return FleetSpec(backend=backend, out=out, **settings)
+    spec = FleetSpec(backend=backend, out=out, **settings)
+    try:
+        spec.links().check()
+    except ValueError as e:
+        fail(str(e), exit_codes.USAGE)
+    if spec.loss_model == "trace" and backend != "netns":
+        fail("--loss-model trace replays in the kernel: it needs --backend netns", exit_codes.USAGE)
+    if spec.loss_model == "trace":  # the trace says the loss
+        spec = dataclasses.replace(spec, loss=round(spec.links().mean_loss, 4))
+    return spec
 
 
 def _run(spec, as_json: bool) -> dict:
@@ -274,11 +306,11 @@ def _show(summary: dict, loss: float) -> None:
     rows = [{k: a[k] for k in COLUMNS} for a in summary["agents"]]
     rows.append({"agent": "average", "accuracy": summary["average_model_accuracy"]})
     click.echo(table(rows, list(COLUMNS)))
-    obs = summary["observed_loss"]
+    obs, burst = summary["observed_loss"], summary["observed_burst_mean"]
+    seen = "n/a (TCP)" if obs is None else f"{obs:.1%}, in bursts of {burst or 0:g} on average"
     click.echo(
-        f"loss configured {loss:.1%} ({summary['loss_kind']}), observed by receivers "
-        f"{'n/a (TCP)' if obs is None else f'{obs:.1%}'}; test accuracy of the average model "
-        f"{summary['average_model_accuracy']:.4f}"
+        f"loss configured {loss:.1%} ({summary['loss_kind']}), observed by receivers {seen}; "
+        f"test accuracy of the average model {summary['average_model_accuracy']:.4f}"
     )
     for a in summary["agents"]:
         if a["alarms"] or a["silent_peers"]:

@@ -37,6 +37,7 @@ class PlaneSpec:
     session: int = 1  # this start's session number (checkpoint.next_session)
     inject_loss: float = 0.0  # loopback emulation: drop this fraction on receive
     loss_seed: int = 0  # the injected loss's random stream
+    inject_burst: float = 1.0  # its mean burst, in one sender's datagrams
     senders: frozenset[int] | None = None  # whom the inbox accepts; None: anyone
     rps_blocks: int = 0  # the inbox keeps one buffer per RPS block
     receive_buffers: int = 0  # buffers shared by all senders (0: one set per sender)
@@ -81,7 +82,9 @@ class DataPlane:
             fast: FastPath | None = self.inbox.fast
             if spec.inject_loss:  # every datagram must meet the injected loss: no fast path
                 drop = self.inbox.counter.drop
-                handler = injected_loss(handler, spec.inject_loss, drop, spec.loss_seed)
+                handler = injected_loss(
+                    handler, spec.inject_loss, drop, spec.loss_seed, spec.inject_burst
+                )
                 fast = None
             self.receiver = ReceiveThread(self.transport, handler, self.inbox.counter.drop, fast)
             self.receiver.start()

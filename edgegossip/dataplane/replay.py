@@ -46,11 +46,14 @@ CONFIRM = 16  # datagrams of a new session before the session it replaced is for
 
 
 class ReplayWindow:
-    __slots__ = ("highest", "bits")
+    __slots__ = ("highest", "bits", "gaps")
 
     def __init__(self, highest: int = -1, bits: int = 0) -> None:
         self.highest = highest
         self.bits = bits  # bit k set: highest - k was seen
+        # runs of sequence numbers skipped on the way up: each a burst of datagrams lost (or
+        # late, where they still arrive); the lost ones over this is the mean burst observed
+        self.gaps = 0
 
     def reason(self, seq: int) -> str | None:
         """None if seq would be fresh, else the drop reason; records nothing."""
@@ -65,6 +68,7 @@ class ReplayWindow:
         """Note seq as seen (after reason() said it is fresh)."""
         if seq > self.highest:
             shift = seq - self.highest
+            self.gaps += shift > 1 and self.highest >= 0
             self.bits = ((self.bits << shift) | 1) & _MASK if shift < WINDOW else 1
             self.highest = seq
         else:
@@ -84,9 +88,11 @@ class ReplayWindow:
         if not k:
             return
         last = int(seqs[k - 1])
+        self.gaps += int(seqs[0]) > self.highest + 1 and self.highest >= 0
         if last - int(seqs[0]) == k - 1:  # consecutive, the usual case
             run = (1 << min(k, WINDOW)) - 1
         else:  # gaps (lost datagrams): one bit each, from Python ints (tolist), not NumPy's
+            self.gaps += int(np.count_nonzero(np.diff(np.asarray(seqs)) > 1))
             run = 0
             for back in (last - np.asarray(seqs)).tolist():
                 if back < WINDOW:
@@ -108,6 +114,7 @@ class PeerLink:
         "arrived",
         "past_expected",
         "past_arrived",
+        "past_gaps",
         "prev",
         "probation",
     )
@@ -121,6 +128,7 @@ class PeerLink:
         self.arrived = 0
         self.past_expected = 0  # and for the sessions before it
         self.past_arrived = 0
+        self.past_gaps = 0
         self.prev: tuple | None = None  # the session a newer one replaced, while on probation
         self.probation = 0  # datagrams the newer session must still send to be confirmed
 
@@ -153,7 +161,15 @@ class PeerLink:
         return why
 
     # what a session on probation would give back if the peer turns out to be still in the old
-    _KEPT = ("session", "window", "first", "arrived", "past_expected", "past_arrived")
+    _KEPT = (
+        "session",
+        "window",
+        "first",
+        "arrived",
+        "past_expected",
+        "past_arrived",
+        "past_gaps",
+    )
 
     def _fields(self) -> tuple:
         return tuple(getattr(self, k) for k in self._KEPT)
@@ -174,6 +190,7 @@ class PeerLink:
             if self.arrived:
                 self.past_expected += self._expected()
                 self.past_arrived += self.arrived
+                self.past_gaps += self.window.gaps
             self.session = session
             self.window = ReplayWindow()
             self.first, self.arrived = seq, 0
@@ -244,6 +261,10 @@ class PeerLink:
         arrived, expected = self.past_arrived + self.arrived, self.past_expected + self._expected()
         return min(arrived, expected), expected
 
+    def gaps(self) -> int:
+        """Runs of datagrams numbered for us that did not arrive in order, all sessions."""
+        return self.past_gaps + self.window.gaps
+
     def state(self) -> tuple[int, int]:
         """(session, highest) to persist: a session on probation is not, the one before is.
         Highest is the highest authentic number that arrived, kept or only noted, so that no
@@ -294,6 +315,11 @@ class Links(dict[int, PeerLink]):
             arrived += a
             expected += e
         return arrived, expected
+
+    def gaps(self) -> int:
+        """Runs of lost datagrams over every link (sequence gaps): what was lost over this is
+        the mean burst this receiver observed."""
+        return sum(link.gaps() for link in list(self.values()))
 
     def by_link(self) -> dict[int, float | None]:
         """Observed loss on each link (None before anything was numbered)."""

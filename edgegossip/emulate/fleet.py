@@ -25,6 +25,7 @@ from edgegossip.dataplane import payload
 from edgegossip.emulate import device, netns
 from edgegossip.metrics import read as read_metrics
 from edgegossip.models import NAMED, make_model
+from edgegossip.transport.lossmodel import LossModel
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,13 @@ class FleetSpec:
     checkpoint_every: int = agent_config.default("checkpoint_every")
     checkpoint_every_s: float = agent_config.default("checkpoint_every_s")
     metrics_port: int = 0  # each agent's /metrics on this port (loopback: port + id); 0: none
+    # how links lose packets (transport/lossmodel.py): independently, in bursts, or a trace
+    loss_model: str = "bernoulli"
+    burst: float = 1.0  # gilbert-elliott: mean burst, in packets of one link
+    trace: str = ""  # trace: the file of outcomes
+
+    def links(self) -> LossModel:
+        return LossModel(self.loss_model, self.loss, self.burst, trace=self.trace)
 
 
 class EmulatedFleet:
@@ -122,6 +130,7 @@ class EmulatedFleet:
             deadline=s.deadline,
             payload=s.payload,
             inject_loss=s.loss if s.backend == "loopback" else 0.0,
+            inject_burst=s.burst if s.loss_model == "gilbert-elliott" else 1.0,
             gso=True,  # the netns links cut GSO buffers before the loss rule (netns.Lan)
             metrics_endpoint=self.metrics_target(i, addrs) if s.metrics_port else "",
         )
@@ -135,7 +144,9 @@ class EmulatedFleet:
         s = self.spec
         s.out.mkdir(parents=True, exist_ok=True)
         if s.backend == "netns":
-            self.lan = netns.Lan(s.nodes, loss=s.loss, rate=s.rate, rates=dict(s.slow)).up()
+            self.lan = netns.Lan(
+                s.nodes, loss=s.loss, rate=s.rate, rates=dict(s.slow), model=s.links(), seed=s.seed
+            ).up()
             self.cache = self._shared_cache()  # before the configs: they name the model's copy
         addrs = self.addresses()
         self.configs = [self._config(i, addrs) for i in range(s.nodes)]

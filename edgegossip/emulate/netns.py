@@ -20,8 +20,11 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from edgegossip import tools
 from edgegossip.errors import EdgegossipError
+from edgegossip.transport.lossmodel import LossModel
 from edgegossip.transport.pacing import BURST_S, EARLY_S
 
 log = logging.getLogger(__name__)
@@ -131,8 +134,11 @@ def node_link_up(ns: str, dev: str) -> None:
     _run("ip", "-n", ns, "link", "set", dev, "gso_max_segs", "1", "up")
 
 
-def loss_rules(loss: float, exempt: str | None = None) -> str:
-    """nftables ruleset for a node: drop `loss` of IPv4 packets arriving from the other nodes.
+def loss_rules(loss: float, exempt: str | None = None, links: tuple = ()) -> str:
+    """nftables ruleset for a node: drop `loss` of IPv4 packets arriving from the other nodes,
+    each independently; or, with links ((source address, pattern), ...), drop the packets of
+    each source whose count on that link falls on a lost outcome of its pattern
+    (transport/lossmodel.py), replayed over and over.
 
     Loss applies to UDP and TCP alike (the all-reduce baseline must pay for it too); ICMP and ARP
     are left alone so the LAN itself stays up, and so is traffic from `exempt` (an address: the
@@ -140,14 +146,19 @@ def loss_rules(loss: float, exempt: str | None = None) -> str:
     pct = round(loss * 10000)
     if not 0 <= pct <= 10000:
         raise ValueError("loss must be a fraction in [0, 1]")
-    if pct == 10000:  # numgen's range is 0..9999: a cut link is a plain drop
-        rule = "meta l4proto { udp, tcp } counter drop"
+    if links:
+        rule = "\n    ".join(r for r in (_replay_rule(a, p) for a, p in links) if r)
+    elif pct == 10000:  # numgen's range is 0..9999: a cut link is a plain drop
+        rule = "meta l4proto { udp, tcp } goto lost"
     elif pct:
-        rule = f"meta l4proto {{ udp, tcp }} numgen random mod 10000 < {pct} counter drop"
+        rule = f"meta l4proto {{ udp, tcp }} numgen random mod 10000 < {pct} goto lost"
     else:
         rule = ""
     spare = f"ip saddr {exempt} accept" if exempt else ""
     return f"""table inet edgegossip {{
+  chain lost {{
+    counter drop
+  }}
   chain input {{
     type filter hook input priority 0; policy accept;
     iifname "lo" accept
@@ -158,6 +169,26 @@ def loss_rules(loss: float, exempt: str | None = None) -> str:
 """
 
 
+def install_rules(ns: str, rules: str) -> None:
+    """Replace namespace ns's edgegossip table with these rules (loss_rules())."""
+    _run("ip", "netns", "exec", ns, "nft", "delete", "table", "inet", "edgegossip", check=False)
+    _run("ip", "netns", "exec", ns, "nft", "-f", "-", input=rules)
+
+
+def _replay_rule(source: str, pattern: np.ndarray) -> str:
+    """The rule that replays one link's pattern: numgen inc counts the link's packets, and the
+    verdict map sends those on a lost run to `lost` (one interval a run: a burst is one entry)."""
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], pattern.astype(np.int8), [0]))))
+    spans = [(int(a), int(b) - 1) for a, b in zip(edges[::2], edges[1::2])]
+    if not spans:
+        return ""
+    verdicts = ", ".join(f"{a}-{b} : goto lost" if b > a else f"{a} : goto lost" for a, b in spans)
+    return (
+        f"ip saddr {source} meta l4proto {{ udp, tcp }} "
+        f"numgen inc mod {len(pattern)} vmap {{ {verdicts} }}"
+    )
+
+
 @dataclass
 class Lan:
     n_nodes: int
@@ -166,6 +197,9 @@ class Lan:
     rates: dict[int, str] = field(default_factory=dict)  # nodes whose link has a rate of its own
     run_id: int = field(default_factory=lambda: os.getpid() % 250)
     created: list[str] = field(default_factory=list)
+    # how each link loses packets (transport/lossmodel.py); None: `loss`, independently
+    model: LossModel | None = None
+    seed: int = 0  # of the links' patterns
 
     @property
     def switch(self) -> str:
@@ -235,10 +269,21 @@ class Lan:
         self.set_loss(i, self.loss)
 
     def set_loss(self, i: int, loss: float) -> None:
-        """(Re)install node i's loss rule; 1.0 cuts it off, 0.0 heals it."""
-        ns = self.ns(i)
-        _run("ip", "netns", "exec", ns, "nft", "delete", "table", "inet", "edgegossip", check=False)
-        _run("ip", "netns", "exec", ns, "nft", "-f", "-", input=loss_rules(loss))
+        """(Re)install node i's loss rule; 1.0 cuts it off, 0.0 heals it, the Lan's own loss
+        brings its loss model back."""
+        install_rules(self.ns(i), loss_rules(loss, links=self.links(i, loss)))
+
+    def links(self, i: int, loss: float) -> tuple:
+        """(source address, pattern) of each link into node i, where its loss model replays a
+        pattern; () for independent loss."""
+        if self.model is None or self.model.kind == "bernoulli" or loss != self.loss:
+            return ()
+        return tuple((self.address(j), self.pattern(j, i)) for j in range(self.n_nodes) if j != i)
+
+    def pattern(self, sender: int, receiver: int) -> np.ndarray:
+        """The link sender -> receiver's outcomes, as the kernel replays them."""
+        assert self.model is not None
+        return self.model.pattern([self.seed, sender, receiver])
 
     def dropped_packets(self, i: int) -> int:
         """Packets node i's loss rule has dropped so far."""

@@ -14,6 +14,7 @@ import re
 from edgegossip.emulate.netns import (
     EmulationError,
     _run,
+    install_rules,
     kill_namespace_processes,
     loss_rules,
     node_link_up,
@@ -108,18 +109,7 @@ def up(lab: int, n: int, loss: float, rate: str | None) -> None:
 
 
 def set_loss(lab: int, i: int, loss: float) -> None:
-    ns = device_ns(lab, i)
-    _run("ip", "netns", "exec", ns, "nft", "delete", "table", "inet", "edgegossip", check=False)
-    _run(
-        "ip",
-        "netns",
-        "exec",
-        ns,
-        "nft",
-        "-f",
-        "-",
-        input=loss_rules(loss, exempt=host_address(lab)),
-    )
+    install_rules(device_ns(lab, i), loss_rules(loss, exempt=host_address(lab)))
 
 
 def down(lab: int) -> list[str]:

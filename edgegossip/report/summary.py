@@ -51,6 +51,8 @@ def summarize(
     arrived = sum(a["link_arrived"] for a in agents)
     expected = sum(a["link_expected"] for a in agents)
     observed = round(1 - arrived / expected, 4) if expected else None
+    gaps = sum(a["link_gaps"] for a in agents)
+    burst = round((expected - arrived) / gaps, 2) if gaps else None
     alarm = loss_alarm(configured_loss, observed, expected) if configured_loss is not None else None
     t0 = min((r["time"] for h in histories.values() for r in h[:1]), default=None)
     plots = _plots(out, histories, agents, avg_acc)
@@ -58,6 +60,7 @@ def summarize(
         "time_to_accuracy_s": {str(t): time_to(histories, t, t0) for t in (0.95, 0.97)},
         "configured_loss": configured_loss,
         "observed_loss": observed,
+        "observed_burst_mean": burst,
         "loss_kind": loss_kind,
         "loss_alarm": alarm,
         "average_model_accuracy": avg_acc,
