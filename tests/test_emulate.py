@@ -15,7 +15,6 @@ from edgegossip.emulate.fleet import EmulatedFleet, FleetSpec
 from edgegossip.metrics import read
 from edgegossip.report.summary import summarize
 from tests.helpers.loss import assert_observed_loss
-from tests.helpers.waiting import until
 
 
 def _no_leftovers(run_ids=None):
@@ -167,28 +166,6 @@ def _converged(fleet, floor: float = 0.85) -> None:
     last = [_settled(fleet, i) for i in range(fleet.spec.nodes)]
     assert statistics.median([a for one in last for a in one]) > floor, last
     assert all(one[(3 * (len(one) - 1)) // 4] > floor for one in last), last
-
-
-def test_killed_agent_resumes_while_others_train(fleet_factory, mnist_data):
-    fleet = fleet_factory(duration_s=25)
-    time.sleep(8)
-    # what is under test is resuming from a checkpoint, so one must be on record before the kill
-    until(lambda: (fleet.latest()[1] or {}).get("checkpoint_step"), 15, "agent 1's checkpoint")
-    fleet.kill_agent(1)  # SIGKILL mid-run
-    steps_then = [r["step"] if r else 0 for r in fleet.latest()]
-    time.sleep(3)
-    steps_later = [r["step"] if r else 0 for r in fleet.latest()]
-    assert steps_later[0] > steps_then[0] and steps_later[2] > steps_then[2]  # others go on
-    fleet.start_agent(1)
-    _wait_done(fleet)
-    recs = read(fleet.spec.out / "agent1" / "metrics.jsonl")
-    starts = [k for k, r in enumerate(recs) if r.get("event") == "start"]
-    assert len(starts) == 2 and recs[starts[1]]["resumed"] and recs[starts[1]]["step"] > 0
-    after = [r for r in recs[starts[1] :] if "exchanges" in r]
-    assert after[-1]["exchanges"].get("completed", 0) >= 1  # its peers took its new session
-    s = summarize(fleet.spec.out, 3, "logreg", 0.0, "kernel", 0, None, mnist_data)
-    _converged(fleet)
-    assert s["average_model_accuracy"] > AVERAGE_MODEL_FLOOR, s["average_model_accuracy"]
 
 
 def test_cut_link_then_heal_still_converges(fleet_factory, mnist_data):

@@ -232,7 +232,7 @@ def test_the_kernel_replays_a_gilbert_elliott_pattern_per_link(lan_factory, burs
     from edgegossip.transport.lossmodel import LossModel, runs
 
     if burst == "trace":
-        model, burst, run_id = LossModel("trace", trace=str(TRACE16)), 16, 230
+        model, burst, run_id = LossModel("trace", trace=str(TRACE16)), 16, 231
     else:
         model, run_id = LossModel("gilbert-elliott", 0.1, float(burst)), 210 + burst
     lan = netns.Lan(2, loss=0.1, run_id=run_id, model=model, seed=7).up()

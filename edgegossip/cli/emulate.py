@@ -68,6 +68,13 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
     help="trace: a file of per-packet outcomes, 1 lost and 0 arrived (docs/usage.md).",
 )
 @click.option(
+    "--schedule",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="Events at given times: a link's rate or loss changes or it is cut, a device goes "
+    "off, comes back, joins or leaves (format: edgegossip/emulate/schedule.py, docs/usage.md).",
+)
+@click.option(
     "--rate", default="20mbit", show_default=True, help="Link cap per node (tbf), or 'none'."
 )
 @click.option(
@@ -100,6 +107,11 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
 )
 @options.dataset("What each agent's shard is cut from (edgegossip data fetch NAME).")
 @options.setting("--p", "p")
+@options.setting(
+    "--checkpoint-every-s",
+    "checkpoint_every_s",
+    help="Seconds between each agent's checkpoints: what a device that loses power loses.",
+)
 @options.setting("--alpha", "alpha")
 @click.option(
     "--train-backend",
@@ -193,6 +205,7 @@ def _spec(settings: dict, backend: str, out: Path | None, check_plots: bool):
 
     try:
         settings.update(
+            schedule=_schedule(settings["schedule"], settings["nodes"], backend),
             trace=settings["trace"] or "",
             rate=link_cap(settings["rate"]),
             slow=_slow_links(settings["slow"], settings["nodes"]),
@@ -258,6 +271,9 @@ def _run(spec, as_json: bool) -> dict:
         kernel,
         mnist.load(name=spec.data),
     )
+    from edgegossip.emulate import churn
+
+    summary["events"] = churn.measure(out, nodes)
     summary.update(
         algorithm=algorithm,
         transport=spec.transport,
@@ -279,9 +295,15 @@ def _run(spec, as_json: bool) -> dict:
 
 def _watch(fleet, out: Path, as_json: bool, t0: float) -> None:
     """Until every agent has stopped, or the fleet is overdue (then stopped); an agent that
-    crashed or exited with an error ends the run."""
+    crashed or exited with an error ends the run. The schedule's events, as they come due."""
+    from edgegossip.emulate.schedule import Timeline
+
+    timeline = Timeline(list(fleet.spec.schedule), out)
     last_print = 0.0
-    while any(fleet.running()):
+    while any(fleet.running()) or timeline.pending:
+        for e in timeline.due(fleet, time.monotonic() - t0):
+            if not as_json:
+                click.echo(f"[{time.monotonic() - t0:6.0f} s] node {e.node}: {e.action} {e.value}")
         if fleet.failed():
             raise RuntimeError(
                 f"agent {fleet.failed()[0]} crashed; see {out}/agent{fleet.failed()[0]}.log"
@@ -319,6 +341,18 @@ def _show(summary: dict, loss: float) -> None:
                 f"silent peers {a['silent_peers'] or 'none'} at the end"
             )
     click.echo(f"report: {summary['report']}")
+
+
+def _schedule(path: Path | None, nodes: int, backend: str) -> tuple:
+    """The schedule's events; ValueError (one line, naming its line) for a bad one."""
+    from edgegossip.emulate import schedule
+
+    if path is None:
+        return ()
+    events = schedule.parse(path.read_text(), nodes, str(path))
+    if backend != "netns" and any(e.action in schedule.LINK for e in events):
+        raise ValueError(f"{path}: link events (rate, loss, cut, heal) need --backend netns")
+    return tuple(events)
 
 
 def _model(name: str) -> str:

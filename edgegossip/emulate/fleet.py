@@ -23,6 +23,7 @@ from edgegossip.config import AgentConfig, Peer
 from edgegossip.data import mnist
 from edgegossip.dataplane import payload
 from edgegossip.emulate import device, netns
+from edgegossip.emulate.schedule import late
 from edgegossip.metrics import read as read_metrics
 from edgegossip.models import NAMED, make_model
 from edgegossip.transport.lossmodel import LossModel
@@ -65,6 +66,7 @@ class FleetSpec:
     loss_model: str = "bernoulli"
     burst: float = 1.0  # gilbert-elliott: mean burst, in packets of one link
     trace: str = ""  # trace: the file of outcomes
+    schedule: tuple = ()  # emulate/schedule.py's events: links changing, devices coming and going
 
     def links(self) -> LossModel:
         return LossModel(self.loss_model, self.loss, self.burst, trace=self.trace)
@@ -151,7 +153,8 @@ class EmulatedFleet:
         addrs = self.addresses()
         self.configs = [self._config(i, addrs) for i in range(s.nodes)]
         for i in range(s.nodes):
-            self.start_agent(i)
+            if i not in late(list(s.schedule)):  # a node the schedule joins later starts then
+                self.start_agent(i)
         self.t0 = time.monotonic()
 
     def start_agent(self, i: int) -> None:
@@ -212,6 +215,11 @@ class EmulatedFleet:
         if self.lan is None:
             raise RuntimeError("changing a link's loss needs the netns backend")
         self.lan.set_loss(i, loss)
+
+    def set_rate(self, i: int, rate: str | None) -> None:
+        if self.lan is None:
+            raise RuntimeError("changing a link's rate needs the netns backend")
+        self.lan.set_rate(i, rate)
 
     def latest(self) -> list[dict | None]:
         out = []

@@ -268,6 +268,13 @@ class Lan:
             )
         self.set_loss(i, self.loss)
 
+    def set_rate(self, i: int, rate: str | None) -> None:
+        """Node i's link capped at rate from now on (None: uncapped)."""
+        ns, dev = self.ns(i), f"{PREFIX}{self.run_id}v{i}"
+        _run("ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", dev, "root", check=False)
+        if rate:
+            _run("ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", *tbf(rate))
+
     def set_loss(self, i: int, loss: float) -> None:
         """(Re)install node i's loss rule; 1.0 cuts it off, 0.0 heals it, the Lan's own loss
         brings its loss model back."""
