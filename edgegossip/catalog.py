@@ -37,8 +37,9 @@ class Metric:
     summary: str | None = None
     summary_key: str = ""  # its key in the summary's agent rows, if not key
     empty: object = None  # the summary's value for an agent that never reported it
-    column: str = ""  # its heading in `fleet status`, emulate's table and the report page
+    column: str = ""  # its heading in emulate's table and the report page (summary rows)
     scale: float = 1.0  # the value times this is what the column shows
+    status: str = ""  # its heading in `fleet status` (live rows, as the agent reports it)
 
 
 METRICS: tuple[Metric, ...] = (
@@ -50,14 +51,21 @@ METRICS: tuple[Metric, ...] = (
         summary_key="steps",
         empty=0,
         column="steps",
+        status="step",
     ),
-    Metric("epoch", "epochs over this device's shard", prometheus="epoch"),
-    Metric("loss", "mean training loss over the last record's steps", prometheus="training_loss"),
+    Metric("epoch", "epochs over this device's shard", prometheus="epoch", status="epoch"),
+    Metric(
+        "loss",
+        "mean training loss over the last record's steps",
+        prometheus="training_loss",
+        status="loss",
+    ),
     Metric(
         "accuracy",
         "accuracy on the held-out slice",
         unit="ratio",
         prometheus="heldout_accuracy_ratio",
+        status="accuracy",
     ),
     Metric(
         "exchanges_initiated_per_step",
@@ -112,6 +120,7 @@ METRICS: tuple[Metric, ...] = (
         summary="last",
         empty=0,
         column="lost",
+        status="lost",
     ),
     Metric(
         "datagrams_late",
@@ -121,6 +130,7 @@ METRICS: tuple[Metric, ...] = (
         summary="last",
         empty=0,
         column="late",
+        status="late",
     ),
     Metric(
         "datagrams_refused",
@@ -130,6 +140,7 @@ METRICS: tuple[Metric, ...] = (
         summary="last",
         empty=0,
         column="refused",
+        status="refused",
     ),
     Metric(
         "drops",
@@ -213,6 +224,7 @@ METRICS: tuple[Metric, ...] = (
         factor=1e6,
         summary="max",
         column="peak RSS MB",
+        status="rss_mb",
     ),
     Metric(
         "disk_written_mb",
@@ -229,6 +241,7 @@ METRICS: tuple[Metric, ...] = (
         unit="MB",
         summary="last",
         column="disk MB/h",
+        status="written_mb_h",
     ),
     Metric(
         "disk_free_mb",
@@ -238,12 +251,14 @@ METRICS: tuple[Metric, ...] = (
         factor=1e6,
         summary="last",
         column="disk free MB",
+        status="free_mb",
     ),
     Metric(
         "checkpoint_age_s",
         "time since the last checkpoint",
         unit="s",
         prometheus="checkpoint_age_seconds",
+        status="ckpt_age_s",
     ),
     Metric(
         "checkpoint_stall_ms", "the longest a checkpoint held training", unit="ms", summary="max"
@@ -251,7 +266,13 @@ METRICS: tuple[Metric, ...] = (
     Metric(
         "step_ms", "a training step's time (median of the last record's)", unit="ms", summary="last"
     ),
-    Metric("uptime_s", "time since the agent started", unit="s", prometheus="uptime_seconds"),
+    Metric(
+        "uptime_s",
+        "time since the agent started",
+        unit="s",
+        prometheus="uptime_seconds",
+        status="uptime_s",
+    ),
     Metric(
         "silent_peers",
         "peers silent now: weight goes only to peers heard",
@@ -286,6 +307,7 @@ METRICS: tuple[Metric, ...] = (
         shape="state",
         label="clock",
         values=clock.STATES,
+        status="clock",
     ),
 )
 BY_KEY = {m.key: m for m in METRICS}
@@ -314,3 +336,8 @@ def series(key: str) -> str:
     if name is None:
         raise KeyError(f"{key} has no Prometheus series")
     return PREFIX + name
+
+
+def status_columns() -> dict[str, str]:
+    """{heading: key} of the metrics `fleet status` shows, in table order."""
+    return {m.status: m.key for m in METRICS if m.status}

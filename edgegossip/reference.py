@@ -73,14 +73,14 @@ def metrics() -> str:
         "What an agent reports, each declared once in `edgegossip/catalog.py`: the key it has "
         "in each record of `metrics.jsonl` and in the control endpoint's `status` (`fleet "
         "status --json`), its Prometheus series on the agent's `/metrics` (`[metrics] "
-        "metrics_endpoint`), and its column in `fleet status`, `emulate`'s table and the "
-        "report page. Counters count from the agent process's start (a series' `_total`); "
+        "metrics_endpoint`), its column in `emulate`'s table and the report page, and in "
+        "`fleet status`. Counters count from the agent process's start (a series' `_total`); "
         "gauges hold the present value.",
         "",
         "## Metrics",
         "",
-        "| key | kind | unit | series | labels | column | meaning |",
-        "|---|---|---|---|---|---|---|",
+        "| key | kind | unit | series | labels | column | fleet status | meaning |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for m in METRICS:
         series = f"`{p}{m.prometheus}`" if m.prometheus else ""
@@ -89,7 +89,7 @@ def metrics() -> str:
             labels += ": " + ", ".join(f"`{v}`" for v in m.values)
         unit = m.unit + (f" (series x{m.factor:g})" if m.factor != 1 else "")
         out.append(
-            f"| `{m.key}` | {m.kind} | {unit} | {series} | {labels} | {m.column} "
+            f"| `{m.key}` | {m.kind} | {unit} | {series} | {labels} | {m.column} | {m.status} "
             f"| {_cell(m.help)} |"
         )
     out += [

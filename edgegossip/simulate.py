@@ -27,6 +27,7 @@ from edgegossip.dataplane import payload, wire
 from edgegossip.dataplane.chunking import ChunkPlan
 from edgegossip.models import make_model, resolved
 from edgegossip.models.optim import NesterovSGD
+from edgegossip.transport.lossmodel import LossModel
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class SimConfig:
     seed: int = agent_config.default("seed")
     chunk_bytes: int = agent_config.default("chunk_bytes")
     partition: str = agent_config.default("partition")
+    burst: float = 1.0  # mean burst of lost datagrams (Gilbert-Elliott); 1: independent
     beta: float = 0.5  # Dirichlet concentration (partition=dirichlet)
     classes_per_worker: int = 2  # partition=classes
     payload: str = agent_config.default("payload")
@@ -80,6 +82,7 @@ class _Net:
     ):
         self.plan, self.loss, self.rng, self.codec = plan, loss, rng, codec
         self.overhead = wire.framing_overhead() + codec.prefix
+        self.bursts: list[list] = []  # per sender: [its loss pattern, datagrams sent so far]
         self.bytes_sent = np.zeros(workers)
         self.datagrams_sent = 0
         self.datagrams_lost = 0
@@ -88,13 +91,27 @@ class _Net:
         """Mask over the whole model's chunks: 1 where a datagram of `chunks` arrived."""
         n = len(chunks)
         mask = np.zeros(self.plan.n_chunks, np.uint8)
-        arrived = self.rng.random(n) >= self.loss if self.loss else np.ones(n, bool)
+        if self.bursts:
+            arrived = ~self._burst(sender, n)
+        else:
+            arrived = self.rng.random(n) >= self.loss if self.loss else np.ones(n, bool)
         mask[chunks.start : chunks.stop] = arrived
         a, b = self.plan.elem_range(chunks)
         self.bytes_sent[sender] += self.codec.itemsize * (b - a) + n * self.overhead
         self.datagrams_sent += n
         self.datagrams_lost += n - int(arrived.sum())
         return mask
+
+    def bursty(self, burst: float, seed: int, workers: int) -> None:
+        """Lose in bursts of `burst` datagrams on average instead: each sender's datagrams
+        follow a Gilbert-Elliott pattern of its own (transport/lossmodel.py)."""
+        model = LossModel("gilbert-elliott", self.loss, burst)
+        self.bursts = [[model.pattern([seed, 30_000, w]), 0] for w in range(workers)]
+
+    def _burst(self, sender: int, n: int) -> np.ndarray:
+        pattern, pos = self.bursts[sender]
+        self.bursts[sender][1] = pos + n
+        return np.take(pattern, np.arange(pos, pos + n), mode="wrap")
 
     def request(self, sender: int) -> None:
         """A payload-less REQUEST datagram (Gossiping SGD pull); its loss is not modelled."""
@@ -152,6 +169,8 @@ def _world(cfg: SimConfig, model) -> tuple:
     avg_grad = np.zeros(model.n_params, np.float32)
     rngs = [np.random.default_rng([cfg.seed, w]) for w in range(W)]
     net = _Net(plan, cfg.loss, W, np.random.default_rng([cfg.seed, 10_000]), codec)
+    if cfg.burst > 1:
+        net.bursty(cfg.burst, cfg.seed, W)
     world = algorithms.World(
         xs,
         opts,
@@ -179,6 +198,7 @@ def _result(cfg: SimConfig, model, world, data: Mnist, steps: int, epochs: float
     avg = np.asarray(np.mean(xs, axis=0, dtype=np.float64)).astype(np.float32)
     return {
         **{k: v for k, v in asdict(cfg).items() if k in (*_ROW_SETTINGS, "payload")},
+        **({"burst": cfg.burst} if cfg.burst > 1 else {}),
         **({"beta": cfg.beta} if cfg.partition == "dirichlet" else {}),
         **({"classes_per_worker": cfg.classes_per_worker} if cfg.partition == "classes" else {}),
         "epochs": round(epochs, 4),

@@ -93,3 +93,21 @@ def test_trace_send_and_record_make_a_trace_of_a_link(tmp_path, free_udp_port):
     assert len(trace) == 2000 and not trace.any()  # loopback loses nothing at this pace
     bad = subprocess.run([*eg, "send", "nowhere", "--count", "1"], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("edgegossip: error:")
+
+
+def test_simulate_loses_each_senders_datagrams_in_its_bursts():
+    """simulate --burst: the same Gilbert-Elliott patterns, one per sender, in the order its
+    datagrams go out."""
+    from edgegossip.dataplane import payload
+    from edgegossip.simulate import _Net
+
+    codec = payload.codec("float32")
+    plan = codec.plan(40_000, 1024)
+    net = _Net(plan, 0.1, 2, np.random.default_rng(0), codec)
+    net.bursty(16.0, 5, 2)
+    got = np.concatenate(
+        [net.send(0, range(0, plan.n_chunks))[: plan.n_chunks] == 0 for _ in range(300)]
+    )
+    want = LossModel("gilbert-elliott", 0.1, 16.0).pattern([5, 30_000, 0])
+    assert np.array_equal(got, np.resize(want, len(got)))
+    assert net.datagrams_lost == int(got.sum())

@@ -14,7 +14,8 @@ from edgegossip.algorithms import DEFAULT as DEFAULT_ALGORITHM
 from edgegossip.algorithms import NAMES as ALGORITHMS
 from edgegossip.cli import options
 from edgegossip.cli.render import fail, table
-from edgegossip.transport.lossmodel import KINDS
+from edgegossip.dataplane.drops import KINDS
+from edgegossip.transport.lossmodel import KINDS as LOSS_MODELS
 
 # the table printed at the end (without --json)
 COLUMNS = ("agent", "accuracy", *(key for key, _ in catalog.columns().values()))
@@ -27,8 +28,8 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
     return (
         f"  agent {i}: step {r['step']:>6}  loss {r.get('loss') or 0:.3f}  acc {r['accuracy']:.4f}"
         f"  exchanges {sum(ex.values()):>4} ({ex.get('partial', 0)} partial, "
-        f"{ex.get('timed_out', 0)} timed out)  datagrams lost {r.get('datagrams_lost', 0)}, "
-        f"late {r.get('datagrams_late', 0)}, refused {r.get('datagrams_refused', 0)}"
+        f"{ex.get('timed_out', 0)} timed out)  datagrams "
+        + ", ".join(f"{k} {r.get(f'datagrams_{k}', 0)}" for k in KINDS)
         + (f"  alarm: {', '.join(r['alarms'])}" if r.get("alarms") else "")
         + ("" if alive else "  [stopped]")
     )
@@ -48,7 +49,7 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
 )
 @click.option(
     "--loss-model",
-    type=click.Choice(KINDS),
+    type=click.Choice(LOSS_MODELS),
     default="bernoulli",
     show_default=True,
     help="How each link loses --loss of its packets: independently, in bursts of --burst "

@@ -29,6 +29,13 @@ from edgegossip.errors import UsageError
     help="Probability that a datagram is lost (fraction).",
 )
 @click.option(
+    "--burst",
+    type=click.FloatRange(min=1),
+    default=1.0,
+    show_default=True,
+    help="Lose datagrams in bursts of this many on average (Gilbert-Elliott); 1: independently.",
+)
+@click.option(
     "--epochs", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True
 )
 @options.setting("--batch", "batch", default=128, help="Examples per step, summed over workers.")
@@ -79,7 +86,7 @@ def simulate(eval_every, history, plot, as_json, **settings) -> None:
     """Train W workers in one process; every datagram is lost with probability LOSS.
 
     --json prints one object: the settings (algorithm, model, workers, p, alpha, loss, seed,
-    partition [, beta | classes_per_worker], payload), then epochs, steps, acc_worker0,
+    partition [, burst] [, beta | classes_per_worker], payload), then epochs, steps, acc_worker0,
     acc_average (the average of all workers' parameters), val_acc_worker0,
     bytes_sent_per_worker (datagrams as they go on the wire, framing included; a float32 ring
     for allreduce), datagrams_sent, datagrams_lost, elapsed_s [, push_weight_sum,

@@ -6,31 +6,20 @@ import time
 
 import click
 
-from edgegossip import exit_codes
+from edgegossip import catalog, exit_codes
 from edgegossip.cli.fleet import fleet_options, open_fleet, select
 from edgegossip.cli.render import emit, fail, table
 
+# the agent's own metrics as catalog.py heads them, then what this view makes of the rest
 COLUMNS = [
     "name",
     "state",
-    "step",
-    "epoch",
-    "loss",
-    "accuracy",
+    *catalog.status_columns(),
     "completed",
     "partial",
     "timed_out",
     "link_loss",
-    "lost",
-    "late",
-    "refused",
     "silent",
-    "rss_mb",
-    "written_mb_h",
-    "free_mb",
-    "ckpt_age_s",
-    "uptime_s",
-    "clock",
     "model",
     "source",
     "note",
@@ -62,18 +51,12 @@ def _flat(r: dict) -> dict:
     )
     return {
         **r,
+        **{heading: r.get(key) for heading, key in catalog.status_columns().items()},
         "completed": ex.get("completed"),
         "partial": ex.get("partial"),
         "timed_out": ex.get("timed_out"),
-        "lost": r.get("datagrams_lost"),
-        "late": r.get("datagrams_late"),
-        "refused": r.get("datagrams_refused"),
         "silent": ",".join(str(j) for j in r.get("silent_peers") or ()) or None,
         "link_loss": round(sum(losses) / len(losses), 3) if losses else None,
-        "rss_mb": r.get("peak_rss_mb"),
-        "written_mb_h": r.get("disk_written_mb_per_h"),
-        "free_mb": r.get("disk_free_mb"),
-        "ckpt_age_s": r.get("checkpoint_age_s"),
         "model": (r.get("model_digest") or "")[:12] or None,
         "note": note[:80],
     }
