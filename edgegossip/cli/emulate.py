@@ -55,13 +55,7 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
     help="How each link loses --loss of its packets: independently, in bursts of --burst "
     "packets on average (gilbert-elliott), or as --trace replays them (netns only).",
 )
-@click.option(
-    "--burst",
-    type=click.FloatRange(min=1),
-    default=1.0,
-    show_default=True,
-    help="gilbert-elliott: the mean burst length, in packets of one link.",
-)
+@options.burst("gilbert-elliott: the mean burst length, in packets of one link.")
 @click.option(
     "--trace",
     type=click.Path(dir_okay=False, exists=True),

@@ -65,6 +65,13 @@ def number_range(name: str) -> Number:
 PROBABILITY = Number(config.FRACTION)  # 0.03125 or 1/32
 
 
+def burst(help: str):
+    """--burst: a Gilbert-Elliott loss's mean burst length (transport/lossmodel.py)."""
+    return click.option(
+        "--burst", type=click.FloatRange(min=1), default=1.0, show_default=True, help=help
+    )
+
+
 # where `emulate` and `exchange` run their processes: namespaces with the kernel dropping packets
 # (root), or loopback with the loss injected in the receive path; auto picks by the user
 NETWORK_BACKENDS = ("auto", "netns", "loopback")

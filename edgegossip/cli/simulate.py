@@ -28,12 +28,8 @@ from edgegossip.errors import UsageError
     show_default=True,
     help="Probability that a datagram is lost (fraction).",
 )
-@click.option(
-    "--burst",
-    type=click.FloatRange(min=1),
-    default=1.0,
-    show_default=True,
-    help="Lose datagrams in bursts of this many on average (Gilbert-Elliott); 1: independently.",
+@options.burst(
+    "Lose datagrams in bursts of this many on average (Gilbert-Elliott); 1: independently."
 )
 @click.option(
     "--epochs", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True
