@@ -549,7 +549,7 @@ def test_overhead_rounds_alternate_the_variants_between_local_runs():
 def test_bench_overhead_json(root_only, tmp_path):
     """The overhead benchmark's JSON shape, from a short real run: local first (its ratio is 1 by
     definition with --reference before), then the gossip variant, each agent with the CPU of its
-    own threads."""
+    own threads; the links lose packets in bursts (Gilbert-Elliott, mean 4)."""
     res = CliRunner().invoke(
         cli,
         [
@@ -569,6 +569,10 @@ def test_bench_overhead_json(root_only, tmp_path):
             "0.8",
             "--reference",
             "before",
+            "--loss-model",
+            "gilbert-elliott",
+            "--burst",
+            "4",
             "--out",
             str(tmp_path),
             "--json",
@@ -576,6 +580,7 @@ def test_bench_overhead_json(root_only, tmp_path):
     )
     assert res.exit_code == 0, res.output
     out = json.loads(res.output.strip().splitlines()[-1])
+    assert (out["loss_model"], out["burst"]) == ("gilbert-elliott", 4.0)  # issue 45: bursts
     assert [(r["algorithm"], r["payload"], r["rate"]) for r in out["runs"]] == [
         ("local", "int8", "20mbit"),  # local sends nothing: the default payload labels it
         ("elastic-gossip", "int8", None),  # a cap of its own: uncapped

@@ -8,6 +8,7 @@ import click
 
 from edgegossip import exit_codes
 from edgegossip.bench import transport as transport_bench
+from edgegossip.cli import options
 from edgegossip.cli.render import emit, fail
 from edgegossip.models import MODELS
 
@@ -266,6 +267,8 @@ def metrics(as_json: bool, seconds: float, every_s: float, models: tuple[str, ..
 )
 @click.option("--model", type=click.Choice(["mlp", "logreg"]), default="mlp", show_default=True)
 @click.option("--loss", type=click.FloatRange(0, 0.9), default=0.1, show_default=True)
+@options.loss_model(("bernoulli", "gilbert-elliott"))
+@options.burst("gilbert-elliott: the mean burst length, in packets of one link.")
 @click.option("--rate", default="20mbit", show_default=True, help="Link cap per node, or 'none'.")
 @click.option(
     "--variant",
@@ -307,7 +310,8 @@ def overhead(as_json, rate, variants, **plan) -> None:
     and their share of the reference's, CPU seconds of the training, receive and send threads,
     and time to the held-out TARGET accuracy.
 
-    JSON: {"benchmark": "overhead", "nodes", "seconds", "model", "loss", "rate", "target",
+    JSON: {"benchmark": "overhead", "nodes", "seconds", "model", "loss", "loss_model", "burst",
+    "rate", "target",
     "rounds", "output", "reference": {"steps_per_s" (the mean of the local runs),
     "local_steps_per_s" (each local run's, in order), "drift" (last against first, a
     fraction)}, "variants": [{"algorithm", "payload", "rate", "of_local_here" and

@@ -15,7 +15,6 @@ from edgegossip.algorithms import NAMES as ALGORITHMS
 from edgegossip.cli import options
 from edgegossip.cli.render import fail, table
 from edgegossip.dataplane.drops import KINDS
-from edgegossip.transport.lossmodel import KINDS as LOSS_MODELS
 
 # the table printed at the end (without --json)
 COLUMNS = ("agent", "accuracy", *(key for key, _ in catalog.columns().values()))
@@ -47,14 +46,7 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
     show_default=True,
     help="Fraction of packets from other agents the kernel drops at each node.",
 )
-@click.option(
-    "--loss-model",
-    type=click.Choice(LOSS_MODELS),
-    default="bernoulli",
-    show_default=True,
-    help="How each link loses --loss of its packets: independently, in bursts of --burst "
-    "packets on average (gilbert-elliott), or as --trace replays them (netns only).",
-)
+@options.loss_model()
 @options.burst("gilbert-elliott: the mean burst length, in packets of one link.")
 @click.option(
     "--trace",

@@ -65,6 +65,20 @@ def number_range(name: str) -> Number:
 PROBABILITY = Number(config.FRACTION)  # 0.03125 or 1/32
 
 
+def loss_model(kinds: tuple[str, ...] | None = None):
+    """--loss-model: how each link loses its packets (transport/lossmodel.py)."""
+    from edgegossip.transport.lossmodel import KINDS
+
+    return click.option(
+        "--loss-model",
+        type=click.Choice(kinds or KINDS),
+        default="bernoulli",
+        show_default=True,
+        help="How each link loses --loss of its packets: independently, in bursts of --burst "
+        "packets on average (gilbert-elliott), or as --trace replays them (netns only).",
+    )
+
+
 def burst(help: str):
     """--burst: a Gilbert-Elliott loss's mean burst length (transport/lossmodel.py)."""
     return click.option(

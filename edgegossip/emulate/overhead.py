@@ -291,6 +291,8 @@ class Plan:
     seconds: float = 150.0
     model: str = "mlp"
     loss: float = 0.1
+    loss_model: str = "bernoulli"  # or gilbert-elliott (transport/lossmodel.py)
+    burst: float = 1.0
     rate: str | None = "20mbit"
     variants: tuple[tuple, ...] = ((DEFAULT, "float32"), (DEFAULT, "int8"))
     target: float = 0.95
@@ -316,7 +318,7 @@ def run(plan: Plan = Plan(), progress=print) -> dict:
         r["of_local_here"] = round(r["steps_per_s"] / local_at(local_rates, i), 3)
         for a in r["agents"]:
             a["of_local"] = round(a["steps_per_s"] / ref["steps_per_s"], 3)
-    keys = ("nodes", "seconds", "model", "loss", "rate", "target", "rounds")
+    keys = ("nodes", "seconds", "model", "loss", "loss_model", "burst", "rate", "target", "rounds")
     return {
         "benchmark": "overhead",
         **{k: getattr(plan, k) for k in keys},
@@ -336,6 +338,8 @@ def _one(plan: Plan, folder: Path, step: tuple, sent: dict, data, progress) -> d
         nodes=plan.nodes,
         algorithm=Local.name if loads else algorithm,
         loss=plan.loss,
+        loss_model=plan.loss_model,
+        burst=plan.burst,
         rate=cap,
         backend="netns",
         out=folder,
