@@ -16,16 +16,16 @@ from edgegossip.metrics import read
 pytestmark = pytest.mark.timeout(300)
 
 SCHEDULE = """# node 1 loses power and comes back; node 3 joins late; node 2 leaves for good
-7 1 off
-12 1 on
+8 1 off
+14 1 on
 9 3 join
-18 2 leave
+11 2 leave
 """
 
 
 def test_a_schedule_is_read_in_time_order_and_a_bad_line_is_named():
     events = parse(SCHEDULE, 4)
-    assert [(e.at_s, e.node, e.action) for e in events][:2] == [(7, 1, "off"), (9, 3, "join")]
+    assert [(e.at_s, e.node, e.action) for e in events][:2] == [(8, 1, "off"), (9, 3, "join")]
     for bad, where in (
         ("5 9 off", "s:1"),
         ("5 1 rate", "s:1"),
@@ -80,9 +80,12 @@ def test_devices_come_and_go_and_the_fleet_heals(tmp_path, mnist_data):
     assert ev[(1, "on")]["merging_after_s"] is not None and ev[(1, "on")]["merging_after_s"] < 15
     assert ev[(3, "join")]["merging_after_s"] is not None
     assert ev[(3, "join")]["caught_up_after_s"] is not None
-    assert (
-        ev[(2, "leave")]["silent_after_s"] is not None and ev[(2, "leave")]["silent_after_s"] < 15
-    )
+    # a peer is silent after max(6 of its usual gaps, 2 exchange deadlines) (protocol/liveness.py):
+    # here the deadline's floor, 5 s, rules, so 10 s and the records' second; the run's last 29 s
+    # leave room for that and for agents that started a few seconds apart. Node 1 goes off at
+    # 8 s, once its first checkpoint (every 2 s) is surely written: it must resume from one
+    left = ev[(2, "leave")]["silent_after_s"]
+    assert left is not None and 10 <= left < 20, left
     agents = {a["agent"]: a for a in s["agents"]}
     assert agents[1]["restarts"] == 1 and all(a["steps"] > 0 for a in agents.values())
     assert s["average_model_accuracy"] > 0.8

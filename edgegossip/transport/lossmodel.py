@@ -28,13 +28,15 @@ from pathlib import Path
 
 import numpy as np
 
+from edgegossip.errors import UsageError
+
 KINDS = ("bernoulli", "gilbert-elliott", "trace")
 PERIOD = 1 << 17  # outcomes in a generated pattern: a link's packets of a 150 s run, or more
 MAX_TRACE = 1 << 22  # outcomes a trace may hold
 
 
-class LossModelError(ValueError):
-    pass
+class LossModelError(UsageError, ValueError):
+    """A loss model or trace that cannot be used (exit 2)."""
 
 
 @dataclass(frozen=True)
