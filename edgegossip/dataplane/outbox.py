@@ -11,6 +11,7 @@ one-at-a-time path.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import NamedTuple
 
 import numpy as np
 
@@ -25,6 +26,19 @@ from edgegossip.transport.pacing import WIRE_OVERHEAD
 _wire_c = extensions.load("_wire_c")  # built without OpenSSL headers: frame in Python
 
 BATCH = 32  # datagrams framed per batch, sent with one syscall; 32 rows of 8 KB stay in L2
+
+
+class Framing(NamedTuple):
+    """What a message carries beyond its type and round: the chunks (None: all), the RPS
+    block, the flags and the push-sum running sum (wire.py)."""
+
+    chunks: range | None = None
+    block: int = 0
+    flags: int = 0
+    weight: int = 0
+
+
+WHOLE = Framing()  # every chunk, no block, flags or weight
 
 
 class Encoder:
@@ -195,17 +209,15 @@ class Encoder:
         vec: np.ndarray,
         msg_type: int,
         round: int,
-        chunks: Iterable[int] | None = None,
-        block: int = 0,
-        flags: int = 0,
+        framing: Framing = WHOLE,
         receiver: int = 0,
         batch: int = BATCH,
-        weight: int = 0,
     ) -> bool:
         """Frame the datagrams batches() would and send them through link, paced, `batch` at a
         time, in one compiled call (edgegossip._wire_c.send_paced). False, with nothing sent,
         where that call does not apply (then frame with batches()). Raises OSError as a failed
         send does, after counting what left."""
+        chunks, block, flags, weight = framing
         plan = self.plan
         span = range(plan.n_chunks) if chunks is None else chunks
         if not self._compiled(vec, span):

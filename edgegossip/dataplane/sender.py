@@ -15,29 +15,15 @@ import logging
 import queue
 import threading
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import numpy as np
 
 from edgegossip.dataplane import wire
-from edgegossip.dataplane.outbox import Encoder
+from edgegossip.dataplane.outbox import WHOLE, Encoder, Framing
 from edgegossip.transport.base import Endpoint, Transport
 from edgegossip.transport.peers import PeerBook
 
 log = logging.getLogger(__name__)
-
-
-class Framing(NamedTuple):
-    """What a message carries beyond its type and round: the chunks (None: all), the RPS
-    block, the flags and the push-sum running sum (wire.py)."""
-
-    chunks: range | None = None
-    block: int = 0
-    flags: int = 0
-    weight: int = 0
-
-
-WHOLE = Framing()  # every chunk, no block, flags or weight
 
 
 def send_vector(
@@ -63,9 +49,7 @@ def send_vector(
     link = transport.paced_link(endpoint)
     if link is not None:
         try:
-            if encoder.send_paced(
-                link, vec, msg_type, round, chunks, block, flags, receiver, batch, weight
-            ):
+            if encoder.send_paced(link, vec, msg_type, round, framing, receiver, batch):
                 return
         finally:
             transport.settle(link)
