@@ -87,12 +87,11 @@ def _write(m, name: str, params, output: Path, d) -> None:
     from edgegossip.models import EXPORTABLE
 
     if m.digest is not None:
-        import numpy as np
-
         from edgegossip.compiler import writeback
+        from edgegossip.models.compiled import calibration
 
-        calibration = [d.batch(np.arange(i, i + 256)) for i in range(0, 2048, 256)]
-        writeback.write(m, params, output, writeback.running_statistics(m, params, calibration))
+        batches = calibration(d.batch, len(d.y_train))
+        writeback.write(m, params, output, writeback.running_statistics(m, params, batches))
     elif name in EXPORTABLE:
         from edgegossip.models.onnx_backend import export as write
 

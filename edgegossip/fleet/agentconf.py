@@ -5,6 +5,7 @@ once."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from edgegossip import config, models
@@ -66,7 +67,7 @@ def model_digest(fleet) -> str | None:
     folder = model_folder(fleet)
     if folder is None:
         return None
-    from edgegossip.models.compiled import ArtifactError, is_artifact, read_manifest
+    from edgegossip.models.compiled import ArtifactError, is_artifact
 
     if not is_artifact(str(folder)):
         raise config.ConfigError(
@@ -74,9 +75,28 @@ def model_digest(fleet) -> str | None:
             f"{folder} holds none"
         )
     try:
-        return read_manifest(folder)[1]
+        return _digest(str(folder), _stamp(folder))
     except ArtifactError as e:
         raise config.ConfigError(f"train.model: {e}") from None
+
+
+def _stamp(folder: Path) -> tuple:
+    """What the folder's files are now (name, size, modification time): a changed file is a
+    new stamp, so the digest is read (and every file hashed) again."""
+    return tuple(
+        (p.name, st.st_size, st.st_mtime_ns)
+        for p in sorted(folder.iterdir())
+        if p.is_file() and (st := p.stat())
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _digest(folder: str, stamp: tuple) -> str:
+    """The artifact's digest, its files checked: once per stamp, not once per device that a
+    fleet's validation, deploy or status renders."""
+    from edgegossip.models.compiled import read_manifest
+
+    return read_manifest(folder)[1]
 
 
 def render(fleet, device) -> config.AgentConfig:

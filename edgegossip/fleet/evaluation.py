@@ -11,10 +11,7 @@ import numpy as np
 from edgegossip.data import device as device_data
 from edgegossip.data import mnist
 from edgegossip.fleet import agentconf
-
-CALIBRATION_BATCH = 256  # examples per batch whose statistics are averaged (writeback.py)
-CALIBRATION_BATCHES = 8
-
+from edgegossip.models.compiled import BATCHES, calibration
 
 TESTS = ("held-out", *mnist.DATASETS)
 
@@ -32,12 +29,12 @@ def load(
         raise mnist.DataError("--test held-out: no device of the fleet has a data file")
     if not own:
         data = mnist.load(name=test)
-        return data, _batches(data.batch, len(data.y_train))
+        return data, calibration(data.batch, len(data.y_train))
     files = [_file(fleet, d) for d in own]
     batches = []
     for f in files:
-        batches += _batches(f.batch, len(f.y))
-    batches = batches[:CALIBRATION_BATCHES]
+        batches += calibration(f.batch, len(f.y))
+    batches = batches[:BATCHES]
     if test != "held-out":
         return mnist.load(name=test), batches
     x_test = np.concatenate([device_data.ready(f.x_eval) for f in files])
@@ -54,11 +51,3 @@ def _source(fleet, devices: list) -> str:
 def _file(fleet, d) -> device_data.DeviceData:
     cfg = agentconf.render(fleet, d)
     return device_data.from_file(fleet.root / d.data, cfg.eval_fraction, cfg.label_column, cfg.seed)
-
-
-def _batches(batch, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    n = min(n, CALIBRATION_BATCH * CALIBRATION_BATCHES)
-    return [
-        batch(np.arange(a, a + CALIBRATION_BATCH))
-        for a in range(0, n - CALIBRATION_BATCH + 1, CALIBRATION_BATCH)
-    ]

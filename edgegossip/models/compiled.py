@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,17 @@ from edgegossip.paths import sha256_of
 
 FORMAT = "edgegossip-model/1"
 MANIFEST = "manifest.json"
+
+
+BATCH = 256  # examples per batch whose BatchNorm statistics are averaged (compiler/writeback.py)
+BATCHES = 8  # batches at the most
+
+
+def calibration(batch: Callable, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Up to BATCHES equal batches of the first n training examples, batch(indices) giving
+    each (x, y)."""
+    n = min(n, BATCH * BATCHES)
+    return [batch(np.arange(a, a + BATCH)) for a in range(0, n - BATCH + 1, BATCH)]
 
 
 class ArtifactError(UsageError, ValueError):
@@ -117,6 +129,12 @@ class CompiledModel(Model):
             str(self.folder / name), opts, providers=["CPUExecutionProvider"]
         )
 
+    def _training(self) -> None:
+        """The training graph's session and its IO binding, opened at first use."""
+        if self._train is None:
+            self._train = self._session("train.onnx")
+            self._io = self._train.io_binding()
+
     def shapes(self, inputs: int, classes: int) -> tuple[int, int]:
         """The manifest's, whatever the settings say."""
         return self.inputs, self.classes
@@ -134,9 +152,7 @@ class CompiledModel(Model):
     def loss_grad(self, params, grad, x, y, rng) -> float:
         """Mean loss on (x, y); writes d loss / d params into grad. Dropout, if the model has
         it, draws its masks in onnxruntime (rng is not used)."""
-        if self._train is None:
-            self._train = self._session("train.onnx")
-            self._io = self._train.io_binding()
+        self._training()
         io = self._io
         io.bind_input("params", "cpu", 0, np.float32, [self.n_params], params.ctypes.data)
         io.bind_cpu_input(self.input_name, self._batch(x))
@@ -154,9 +170,7 @@ class CompiledModel(Model):
         state = self.manifest.get("state", [])
         if not state:
             return {}
-        if self._train is None:
-            self._train = self._session("train.onnx")
-            self._io = self._train.io_binding()
+        self._training()
         feed = {
             "params": np.ascontiguousarray(params, np.float32),
             self.input_name: self._batch(x),

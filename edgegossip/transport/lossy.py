@@ -26,7 +26,8 @@ def injected_loss(
         sender = int.from_bytes(body[_SENDER : _SENDER + 2], "little") if len(body) > 9 else -1
         entry = patterns.get(sender)
         if entry is None:
-            entry = patterns[sender] = [model.pattern([seed, sender & 0xFFFF]), 0]
+            # bytes, not an array: indexing one per datagram is the receive path's cost
+            entry = patterns[sender] = [model.pattern([seed, sender & 0xFFFF]).tobytes(), 0]
         pattern, n = entry
         entry[1] = n + 1
         if pattern[n % len(pattern)]:
