@@ -5,8 +5,11 @@
 # seen by `fleet status`, and the collected average model scoring at least 0.85. Prints each
 # step's time. Tens of minutes under emulation the first time (the lab root, the compile), so
 # not in `make test`: tests/test_lab_arm64.py runs the boot and the refusal of a foreign
-# wheelhouse there. As root, from a checkout with `make venv` done:
-#   bash scripts/check-arm64-lab.sh [trixie-arm64|bookworm-arm64] [seconds of training]
+# wheelhouse there. With MODEL (an inference ONNX file, e.g. tests/fixtures/onnx/fashion_cnn.onnx)
+# the devices train it compiled (`model compile`), from a wheelhouse with the onnx extra, and one
+# device runs `bench train` on it: its step time and peak RSS under emulation. As root, from a
+# checkout with `make venv` done:
+#   bash scripts/check-arm64-lab.sh [trixie-arm64|bookworm-arm64] [seconds of training] [MODEL]
 set -euo pipefail
 # shellcheck source=steps.sh
 . "$(dirname "$0")/steps.sh"
@@ -14,12 +17,18 @@ target=${1:-trixie-arm64}
 train_s=${2:-120}
 release=${target%-*}
 arch=${target##*-}
+source_model=${3:-}
+model=logreg extras=()
+if [ -n "$source_model" ]; then
+  model=$out/model extras=(--extras onnx)
+  "$eg" model compile "$source_model" --loss cross-entropy --out "$model" >/dev/null
+fi
 cleanup() { "$eg" lab down "$out/lab" >/dev/null 2>&1 || true; }
 [ -f "$("$py" -c 'from edgegossip.data import mnist; print(mnist.cache_path())')" ] ||
   "$eg" data fetch mnist >/dev/null
-step lab-up "$eg" lab up --devices 2 --arch "$arch" --os "$release" --model logreg \
+step lab-up "$eg" lab up --devices 2 --arch "$arch" --os "$release" --model "$model" \
   --out "$out/lab" --json
-step wheelhouse "$eg" fleet wheelhouse --for "$target" --out "$out/wh" --json
+step wheelhouse "$eg" fleet wheelhouse --for "$target" --out "$out/wh" "${extras[@]}" --json
 step deploy "$eg" fleet deploy --fleet "$out/lab" --wheelhouse "$out/wh" --json
 training() {  # until fleet status shows every device training with steps taken
   local deadline=$((SECONDS + 600))
@@ -39,6 +48,14 @@ sys.exit(0 if rows and all(r["state"] == "training" and r["step"] for r in rows)
 step training training
 sleep "$train_s"
 step status "$eg" fleet status --fleet "$out/lab"
+cat "$out/status.log"
+if [ -n "$source_model" ]; then  # the step as the device's agent runs it, no compiler there
+  device=$("$py" -c 'import json, sys; print(json.load(open(sys.argv[1]))["devices"][0]["name"])' \
+    "$out/status.json")
+  ON_DEVICE_TIMEOUT=1800 step bench-train on_device \
+    "/opt/edgegossip/venv/bin/edgegossip bench train --model /var/lib/edgegossip/model --steps 3"
+  cat "$out/bench-train.log"
+fi
 step collect "$eg" fleet collect --fleet "$out/lab" --out "$out/collected" --live --json
 "$py" - "$out/collected/summary.json" "$out/status.json" <<'PY'
 import json, sys

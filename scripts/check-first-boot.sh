@@ -17,18 +17,6 @@ os=${1:-trixie}
 case $os in trixie | bookworm) ;; *) echo "usage: $0 [trixie|bookworm]" >&2; exit 2 ;; esac
 target=$os-arm64
 cleanup() { "$eg" lab down "$out/lab" >/dev/null 2>&1 || true; }
-on_device() {  # on_device COMMAND: as root on the device over the fleet's SSH, stdin passed on
-  "$py" -c '
-import sys
-from edgegossip.fleet import inventory
-from edgegossip.fleet.ssh import Ssh
-f = inventory.load(sys.argv[1])
-r = Ssh(f, f.device(sys.argv[2])).run(sys.argv[3], input=sys.stdin.buffer.read(), check=False, timeout=120)
-sys.stdout.write(r.stdout.decode())
-sys.stderr.write(r.stderr.decode())
-sys.exit(r.returncode)
-' "$out/lab" "$device" "$@"
-}
 until_state() {  # until_state STATE CLOCK [SINCE]: fleet status shows the device so, with
   # steps taken (by an agent started after SECONDS was SINCE, when given: the rebooted one)
   local deadline=$((SECONDS + 900)) since=${3:-}

@@ -24,3 +24,18 @@ step() {
     echo "FAIL  $name  $((SECONDS - t0)) s"; tail -n 30 "$out/$name.log" "$out/$name.err" >&2; exit 1
   fi
 }
+# on_device COMMAND: as root on lab device $device of the fleet folder $out/lab, over the fleet's
+# SSH, stdin passed on
+on_device() {
+  "$py" -c '
+import sys
+from edgegossip.fleet import inventory
+from edgegossip.fleet.ssh import Ssh
+f = inventory.load(sys.argv[1])
+r = Ssh(f, f.device(sys.argv[2])).run(sys.argv[3], input=sys.stdin.buffer.read(), check=False,
+                             timeout=float(sys.argv[4]))
+sys.stdout.write(r.stdout.decode())
+sys.stderr.write(r.stderr.decode())
+sys.exit(r.returncode)
+' "$out/lab" "$device" "$1" "${ON_DEVICE_TIMEOUT:-120}"
+}

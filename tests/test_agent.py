@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 from edgegossip import config
 from edgegossip.config import AgentConfig, Peer
@@ -106,6 +107,37 @@ def test_sigusr1_prints_every_threads_stack_and_the_agent_goes_on(
     assert p.returncode == 0, err
     # the training thread's stack, and the receive thread's beside it
     assert "Thread 0x" in err and "agent.py" in err and "udp.py" in err, err[-3000:]
+
+
+def test_sighup_takes_new_peers_keeps_a_bad_config_and_restarts_for_other_settings(
+    tmp_path, free_udp_port, mnist_data, procs
+):
+    """Issue 45: agent.toml read again on SIGHUP. Another peer list: taken while training (a
+    `peers` record). A file that does not load: logged, the
+    running config kept. Another setting (lr): a final checkpoint and exit 75, to be restarted
+    (the fleet lab checks the config hash a deploy waits for)."""
+    cfg = _cfg(tmp_path, free_udp_port)
+    p = _start(cfg, tmp_path)
+    procs.append(p)
+    path = tmp_path / "agent.toml"
+    first = _wait_for_step(tmp_path / "out", 50)["step"]
+    more = replace(cfg, peers=(*cfg.peers, Peer(2, "127.0.0.1", free_udp_port())), workers=3)
+    path.write_text(config.to_toml(more))
+    p.send_signal(signal.SIGHUP)
+    _wait_for_step(tmp_path / "out", first + 200)
+    recs = read(tmp_path / "out" / "metrics.jsonl")
+    assert [r["peers"] for r in recs if r.get("event") == "peers"] == [[1, 2]]
+    path.write_text("[agent\n")  # half a file
+    p.send_signal(signal.SIGHUP)
+    step = _wait_for_step(tmp_path / "out", first + 400)["step"]
+    path.write_text(config.to_toml(replace(more, lr=0.002)))
+    p.send_signal(signal.SIGHUP)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 75, err
+    assert "the running config is kept" in err and "lr changed" in err
+    assert err.strip().splitlines()[-1].startswith("edgegossip: error: agent.toml changed")
+    stop = [r for r in read(tmp_path / "out" / "metrics.jsonl") if r.get("event") == "stop"]
+    assert stop and stop[-1]["step"] >= step  # the final checkpoint's record
 
 
 def test_zmq_agent_survives_stray_high_byte_datagrams(tmp_path, free_udp_port, mnist_data, procs):

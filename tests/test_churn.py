@@ -15,16 +15,18 @@ from edgegossip.metrics import read
 
 pytestmark = pytest.mark.timeout(300)
 
-SCHEDULE = """# node 1 loses power and comes back; node 3 joins late; node 2 leaves for good
+SCHEDULE = """# node 1 loses power and comes back; node 3 joins late; node 2 leaves for good, unannounced;
+# the operator removes node 4
 8 1 off
 14 1 on
 9 3 join
 11 2 leave
+12 4 remove
 """
 
 
 def test_a_schedule_is_read_in_time_order_and_a_bad_line_is_named():
-    events = parse(SCHEDULE, 4)
+    events = parse(SCHEDULE, 5)
     assert [(e.at_s, e.node, e.action) for e in events][:2] == [(8, 1, "off"), (9, 3, "join")]
     for bad, where in (
         ("5 9 off", "s:1"),
@@ -49,7 +51,7 @@ def test_devices_come_and_go_and_the_fleet_heals(tmp_path, mnist_data):
             "edgegossip.cli.app",
             "emulate",
             "--nodes",
-            "4",
+            "5",
             "--backend",
             "loopback",
             "--model",
@@ -75,7 +77,14 @@ def test_devices_come_and_go_and_the_fleet_heals(tmp_path, mnist_data):
     assert p.returncode == 0, p.stderr[-2000:]
     s = json.loads(p.stdout)
     ev = {(e["node"], e["action"]): e for e in s["events"]}
-    assert set(ev) == {(1, "off"), (1, "on"), (3, "join"), (2, "leave")}
+    assert set(ev) == {(1, "off"), (1, "on"), (3, "join"), (2, "leave"), (4, "remove")}
+    # the peers learnt of the one that joined, and forgot the one removed, without a restart:
+    # at the join, 0, 2 and 4 ran (1 was off: it came back with 3 in its config); at the
+    # removal, 0 and 3 (1 was still off, 2 gone)
+    assert ev[(3, "join")]["told"] == 3 and ev[(3, "join")]["told_after_s"] < 5
+    assert ev[(4, "remove")]["told"] == 2 and ev[(4, "remove")]["told_after_s"] < 5
+    configs = {i: (tmp_path / "run" / f"agent{i}.toml").read_text() for i in range(5)}
+    assert "3@" in configs[0] and "4@" not in configs[0] and "4@" not in configs[1]
     # bounds: an exchange every ~8 steps of a few ms, so seconds are generous
     assert ev[(1, "on")]["merging_after_s"] is not None and ev[(1, "on")]["merging_after_s"] < 15
     assert ev[(3, "join")]["merging_after_s"] is not None
@@ -88,6 +97,7 @@ def test_devices_come_and_go_and_the_fleet_heals(tmp_path, mnist_data):
     assert left is not None and left >= 10, left
     agents = {a["agent"]: a for a in s["agents"]}
     assert agents[1]["restarts"] == 1 and all(a["steps"] > 0 for a in agents.values())
+    assert agents[0]["restarts"] == 0 and agents[3]["restarts"] == 0  # reloads, not restarts
     assert s["average_model_accuracy"] > 0.8
     # the device that lost power resumed from its checkpoint, and its peers took its new session
     recs = read(tmp_path / "run" / "agent1" / "metrics.jsonl")

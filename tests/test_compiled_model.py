@@ -95,6 +95,23 @@ def test_bench_train_measures_a_compiled_model(tmp_path):
     assert all(r["ms_per_step"] > 0 and r["peak_rss_mb"] > 10 for r in rows)
 
 
+def test_bench_train_reference_refusals_are_one_line(tmp_path):
+    """--reference names the model's PyTorch class; without --model, without such a file, or
+    with a Python that has no torch (this venv: torch is never a dependency), one line."""
+    net = tmp_path / "net.py"
+    net.write_text("class Net:\n    pass\n")
+    folder = compiled(tmp_path, "head")
+    cases = [
+        (["--reference", f"{net}:Net"], 2, "give --model DIR"),
+        (["--model", folder, "--reference", f"{tmp_path}/none.py:Net"], 2, "expected FILE.py"),
+        (["--model", folder, "--reference", f"{net}:Net", "--steps", "1"], 1, "torch"),
+    ]
+    for args, code, words in cases:
+        p = eg("bench", "train", *args)
+        assert p.returncode == code, p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1 and words in p.stderr, p.stderr
+
+
 def test_an_unsupported_op_and_a_file_that_is_no_model_are_one_line(tmp_path):
     g = helper.make_graph(
         [

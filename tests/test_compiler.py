@@ -246,6 +246,56 @@ def test_pooling(op, attrs):
     _check(m, [2, 5, 5])
 
 
+def test_maxpool_1d_tiling_windows_with_a_remainder():
+    m = _model(
+        [n("Mul", ["x", "W"], ["h"]), n("MaxPool", ["h"], ["z"], kernel_shape=[3], strides=[3])],
+        {"W": w(2, 8)},
+        [2, 8],
+        "z",
+    )
+    _check(m, [2, 8])
+
+
+def _first_max_grad(h: np.ndarray, g: np.ndarray, k: int) -> np.ndarray:
+    """dz/dh of 2-D max pooling by k x k tiles, g at each window's first maximum."""
+    out = np.zeros_like(h)
+    for b, c, i, j in np.ndindex(*g.shape):
+        window = h[b, c, i * k : i * k + k, j * k : j * k + k]
+        a, d = np.unravel_index(np.argmax(window), window.shape)  # argmax: the first
+        out[b, c, i * k + a, j * k + d] = g[b, c, i, j]
+    return out
+
+
+def test_maxpool_ties_go_to_each_windows_first_maximum_as_its_indices_say():
+    """Integer inputs tie in most windows (and ReLU's zeros do in real models): the tiled rule
+    and the rule over MaxPool's indices give each window's gradient to the same element."""
+    import onnxruntime as ort
+
+    x = RNG.integers(0, 3, (4, 2, 6, 7)).astype(np.float32)
+    grads = []
+    for outputs in (["z"], ["z", "i"]):  # asking for the indices takes the scatter rule
+        m = _model(
+            [
+                n("Mul", ["x", "W"], ["h"]),
+                n("MaxPool", ["h"], outputs, kernel_shape=[2, 2], strides=[2, 2]),
+            ],
+            {"W": np.ones((2, 6, 7))},
+            [2, 6, 7],
+            "z",
+            dtype=np.float32,
+        )
+        c = compile_model(m, "mse")
+        assert ("ScatterElements" in {k.op_type for k in c.train.graph.node}) == (len(outputs) > 1)
+        sess = ort.InferenceSession(c.train.SerializeToString(), providers=["CPUExecutionProvider"])
+        y = np.zeros((4, 2, 3, 3), np.float32)
+        (grad,) = sess.run(["grad"], {"params": c.initial.astype(np.float32), "x": x, "y": y})
+        grads.append(grad)
+    z = x[:, :, :6, :6].reshape(4, 2, 3, 2, 3, 2).max(axis=(3, 5))
+    expected = (x * _first_max_grad(x, 2 * z / z.size, 2)).sum(axis=0)  # mse: dL/dz = 2z/N
+    np.testing.assert_array_equal(grads[0], grads[1])
+    np.testing.assert_allclose(grads[0], expected.ravel(), rtol=1e-6)
+
+
 def test_batchnorm_on_batch_statistics_and_its_state():
     m = _model(
         [

@@ -136,6 +136,8 @@ def test_fleet_end_to_end(lab, tmp_path):
     digest = read_manifest(lab / "model")[1]
     assert all(r["model_digest"] == digest and not r["model_mismatch"] for r in st.values()), st
 
+    peers_change_without_restart(lab)
+
     res = js("fleet", "set", "p=1/16", "--fleet", str(lab), timeout=600)
     assert all(r["ok"] for r in res["devices"]) and res["changes"] == {"p": 0.0625}
     assert "p = 0.0625" in (lab / "fleet.toml").read_text()
@@ -215,6 +217,36 @@ def test_fleet_end_to_end(lab, tmp_path):
 
     logs = eg("fleet", "logs", victim, "--fleet", str(lab), "--lines", "20").stdout
     assert "edgegossip" in logs
+
+
+def peers_change_without_restart(lab: Path) -> None:
+    """Issue 45: `fleet remove` and a deploy, then the device back and a deploy: the others
+    get their new configs and link keys and reload them (systemctl reload, SIGHUP), taking the
+    change of peers while they train: no restart (uptime goes on), a `peers` record each."""
+    inventory = (lab / "fleet.toml").read_text()
+    names = sorted(status(lab))
+    gone, kept = names[-1], names[:-1]
+    before = status(lab)
+    t0 = time.monotonic()
+    try:
+        eg("fleet", "remove", gone, "--fleet", str(lab))
+        dep = js("fleet", "deploy", "--fleet", str(lab), timeout=600)
+        assert [(r["name"], r["changed"], r["state"]) for r in dep["devices"]] == [
+            (n, True, "training") for n in kept
+        ], dep
+    finally:
+        (lab / "fleet.toml").write_text(inventory)  # the device back, as `fleet add` would
+    dep = js("fleet", "deploy", "--fleet", str(lab), timeout=600)
+    changed = {r["name"]: r["changed"] for r in dep["devices"]}
+    assert changed == {**dict.fromkeys(kept, True), gone: False}, dep
+    after = status(lab)
+    for n in kept:
+        assert after[n]["uptime_s"] >= before[n]["uptime_s"] + time.monotonic() - t0 - 5, n
+        peers = on_device(
+            lab, n, 'grep -h \'"event": "peers"\' /var/lib/edgegossip/out/metrics.jsonl'
+        ).stdout.decode()
+        seen = [json.loads(line)["peers"] for line in peers.splitlines()][-2:]
+        assert len(seen) == 2 and len(seen[0]) == 1 and len(seen[1]) == 2, (n, seen)
 
 
 def test_a_real_prometheus_scrapes_the_lab_through_file_sd(lab, tmp_path, free_tcp_port):

@@ -5,7 +5,6 @@ sockets closed) and resumes from its last checkpoint after a crash."""
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import signal
 import threading
@@ -20,10 +19,10 @@ if TYPE_CHECKING:
     from edgegossip.models.onnx_backend import OnnxTrainer
 
 from edgegossip import __version__, algorithms, checkpoint, clock
-from edgegossip import config as config_io
 from edgegossip.agent import report
 from edgegossip.agent.checkpoints import Checkpoints
 from edgegossip.agent.keys import link_keys
+from edgegossip.agent.reload import Live, config_hash, reload
 from edgegossip.agent.shard import Shard, load_data
 from edgegossip.config import AgentConfig, ConfigError
 from edgegossip.control.server import Controls
@@ -62,6 +61,10 @@ class Agent:
         cfg = self.cfg = replace(cfg, inputs=inputs, classes=classes)
         self.out = Path(cfg.output)
         self.stop_event = threading.Event()
+        self.reload_event = threading.Event()  # SIGHUP: read the config again (reload.py)
+        self.config_path: str | None = None  # where the CLI read cfg from; reload reads it
+        self.restart = False  # stopped to restart on a changed config
+        self.live: Live | None = None  # what a reload reaches, while run() runs
         self.data = (
             data
             if data is not None
@@ -82,7 +85,7 @@ class Agent:
         self._last: dict | None = None
         self._first_step = 0
         self._t0 = time.monotonic()
-        self.config_hash = hashlib.sha256(config_io.to_toml(cfg).encode()).hexdigest()[:12]
+        self.config_hash = config_hash(cfg)
         self.rng = np.random.default_rng([cfg.seed, cfg.id, 7])
         self.storage: Storage | None = None  # opened by run()
         self._starting = True  # until the clock wait at start is over
@@ -128,6 +131,7 @@ class Agent:
     def install_signal_handlers(self) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: self.stop_event.set())
+        signal.signal(signal.SIGHUP, lambda *_: self.reload_event.set())
 
     def _step_layer(self, lo: int, hi: int, g: np.ndarray) -> None:
         self.opt.step_slice(self.x, g, lo, hi)
@@ -254,6 +258,7 @@ class Agent:
             protocol = make_protocol(ctx)
             stack.callback(protocol.close)
             protocol.restore(self.checkpoints.kept)
+            self.live = Live(peers, plane, protocol, ctx)
             self.checkpoints.protocol = protocol
             controls = Controls(
                 lambda: self.status(ctx, sender, inbox, controls, protocol), self.stop_event
@@ -323,6 +328,9 @@ class Agent:
                 break
             if cfg.duration_s and time.monotonic() - t0 >= cfg.duration_s:
                 break
+            if self.reload_event.is_set() and self.config_path is not None:
+                reload(self)
+                continue  # a restart stops the loop at its top
             controls.wait_while_paused(self._checkpoint_now)
             controls.serve_checkpoint(self._checkpoint_now)
             self._steps.start()  # a step's time: not the pause, not the evaluation

@@ -3,7 +3,11 @@
 Each (model, backend) pair runs in a fresh process so its peak RSS is its own. The step is the
 whole thing a device does per batch: forward, backward and the Nesterov update. A compiled
 model's folder (`edgegossip model compile`) is measured as its agent runs it: backend
-"compiled", onnxruntime on one thread, random inputs of its manifest's shape."""
+"compiled", onnxruntime on one thread, random inputs of its manifest's shape. Beside it, with
+`reference` (the model's own PyTorch class, FILE.py:CLASS), the same step of the same model in
+PyTorch on one thread, timed alike in the same run: backend "pytorch", and each compiled row's
+`vs_reference` is its time over PyTorch's at that batch. PyTorch runs in its own interpreter
+(`python`, default this one), so it need not share an environment with edgegossip."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ import json
 import subprocess
 import sys
 
+from edgegossip.errors import EdgegossipError
 from edgegossip.models import NAMED
 
 CASES = [
@@ -21,8 +26,23 @@ CASES = [
 ]
 BATCHES = (32, 128)
 
-_CHILD = r"""
-import json, sys, time
+# Both children's timing: 3 steps to warm up, then the best of 3 runs of `steps` steps, in ms.
+_BEST_MS = r"""
+import time
+def best_ms(step, steps):
+    for _ in range(3):
+        step()
+    best = float("inf")
+    for _ in range(3):
+        t = time.perf_counter()
+        for _ in range(steps):
+            step()
+        best = min(best, (time.perf_counter() - t) / steps)
+    return round(best * 1e3, 3)
+"""
+
+_CHILD = _BEST_MS + r"""
+import json, sys
 import numpy as np
 from edgegossip.models import make_model
 from edgegossip.metrics import peak_rss_mb
@@ -39,18 +59,62 @@ if backend == "onnx":
     grad = OnnxTrainer(m)
 def step():
     grad.loss_grad(p, g, x, y, rng); opt.step(p, g)
-for _ in range(3):
-    step()
-best = float("inf")
-for _ in range(3):
-    t = time.perf_counter()
-    for _ in range(steps):
-        step()
-    best = min(best, (time.perf_counter() - t) / steps)
 print(json.dumps({"model": name, "backend": backend, "batch": batch, "params": m.n_params,
-                  "ms_per_step": round(best * 1e3, 3),
+                  "ms_per_step": best_ms(step, steps),
                   "peak_rss_mb": peak_rss_mb()}))
 """
+
+
+# Self-contained (torch and numpy only): it may run in the user's PyTorch environment.
+_REFERENCE_CHILD = _BEST_MS + r"""
+import importlib.util, json, resource, sys
+import numpy as np, torch
+path, cls, folder = sys.argv[1:4]
+batch, steps = int(sys.argv[4]), int(sys.argv[5])
+spec = importlib.util.spec_from_file_location("reference_model", path)
+mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
+m = getattr(mod, cls)()
+manifest = json.load(open(f"{folder}/manifest.json"))
+n = sum(p.numel() for p in m.parameters())
+if n != manifest["params"]["count"]:
+    sys.exit(f"{path}:{cls} has {n} parameters, the compiled model {manifest['params']['count']}")
+torch.set_num_threads(1); torch.manual_seed(0)
+x = torch.randn(batch, *manifest["input"]["shape"])
+if manifest["loss"] == "cross-entropy":
+    y, loss = torch.randint(0, manifest["classes"], (batch,)), torch.nn.functional.cross_entropy
+else:
+    y, loss = torch.randn(batch, *manifest["output"]["shape"]), torch.nn.functional.mse_loss
+m.train()
+opt = torch.optim.SGD(m.parameters(), lr=0.001, momentum=0.99, nesterov=True)
+def step():
+    opt.zero_grad(); loss(m(x), y).backward(); opt.step()
+ms = best_ms(step, steps)
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB
+print(json.dumps({"model": folder, "backend": "pytorch", "batch": batch, "params": n,
+                  "ms_per_step": ms,
+                  "peak_rss_mb": round(rss / 1024, 1)}))
+"""
+
+
+def _child(argv: list[str], what: str) -> dict:
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
+    if p.returncode != 0:
+        lines = p.stderr.strip().splitlines() or ["exit status " + str(p.returncode)]
+        raise EdgegossipError(f"{what}: {lines[-1]}")
+    return json.loads(p.stdout)
+
+
+def against(result: dict, folder: str, reference: str, python: str, steps: int) -> dict:
+    """Add PyTorch's rows for the compiled model in `folder` and each compiled row's ratio."""
+    path, _, cls = reference.rpartition(":")
+    ref = {}
+    for batch in BATCHES:
+        argv = [python, "-c", _REFERENCE_CHILD, path, cls, folder, str(batch), str(steps)]
+        ref[batch] = _child(argv, f"the reference {reference}")
+    for row in result["results"]:
+        row["vs_reference"] = round(row["ms_per_step"] / ref[row["batch"]]["ms_per_step"], 3)
+    result["results"] += list(ref.values())
+    return result
 
 
 def run(cases=CASES, batches=BATCHES, steps: int = 60) -> dict:
@@ -62,13 +126,6 @@ def run(cases=CASES, batches=BATCHES, steps: int = 60) -> dict:
     for model, backend in cases:
         for batch in batches:
             n = steps * (10 if model == "logreg" else 1)
-            p = subprocess.run(
-                [sys.executable, "-c", _CHILD, model, backend, str(batch), str(n)],
-                capture_output=True,
-                text=True,
-                timeout=600,
-            )
-            if p.returncode != 0:
-                raise RuntimeError(f"{model}/{backend}: {p.stderr.strip().splitlines()[-1]}")
-            rows.append(json.loads(p.stdout))
+            argv = [sys.executable, "-c", _CHILD, model, backend, str(batch), str(n)]
+            rows.append(_child(argv, f"{model}/{backend}"))
     return {"benchmark": "train", "results": rows}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import faulthandler
 import json
 import signal
+import threading
 
 import click
 
@@ -29,6 +30,10 @@ def agent(config_path: str, as_json: bool) -> None:
         faulthandler.register(signal.SIGUSR1, all_threads=True)
     except (RuntimeError, ValueError):  # no stderr file to print to (an in-process runner)
         pass
+    # a SIGHUP while the agent starts (a peer added meanwhile) is kept for its first step, not
+    # the default's end of the process
+    hup = threading.Event()
+    signal.signal(signal.SIGHUP, lambda *_: hup.set())
     from edgegossip import config
     from edgegossip.agent import Agent
     from edgegossip.data.mnist import DataError
@@ -43,6 +48,7 @@ def agent(config_path: str, as_json: bool) -> None:
         fail(str(e), exit_codes.MISSING_DATA)
     except ValueError as e:
         fail(str(e), exit_codes.USAGE)
+    a.config_path, a.reload_event = config_path, hup
     a.install_signal_handlers()
     try:
         final = a.run()
@@ -52,6 +58,8 @@ def agent(config_path: str, as_json: bool) -> None:
         fail(f"network: {e.strerror or e} (listen {cfg.listen})", exit_codes.FAILURE)
     except RingStalled as e:
         fail(str(e), exit_codes.FAILURE)
+    if a.restart:
+        fail("agent.toml changed beyond its peers: stopped to restart on it", exit_codes.RESTART)
     if as_json:
         click.echo(json.dumps(final))
     else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
@@ -10,6 +11,7 @@ from edgegossip import exit_codes
 from edgegossip.bench import transport as transport_bench
 from edgegossip.cli import options
 from edgegossip.cli.render import emit, fail
+from edgegossip.errors import UsageError
 from edgegossip.models import MODELS
 
 # the options of the benchmarks that run whole agents
@@ -159,20 +161,52 @@ def shard(as_json: bool, workers: int) -> None:
     default=None,
     help="A compiled model's folder (edgegossip model compile): measure it instead.",
 )
-def train(as_json: bool, steps: int, folder: str | None) -> None:
+@click.option(
+    "--reference",
+    default=None,
+    metavar="FILE.py:CLASS",
+    help="With --model: the model's own PyTorch class (built with no arguments), timed alike "
+    "in the same run; each compiled row gets vs_reference, its time over PyTorch's.",
+)
+@click.option(
+    "--reference-python",
+    default=sys.executable,
+    show_default="this Python",
+    help="The Python that has torch (e.g. your training venv's); it needs nothing of ours.",
+)
+def train(
+    as_json: bool, steps: int, folder: str | None, reference: str | None, reference_python: str
+) -> None:
     """ms per training step and peak RSS per model and backend, at batch 32 and 128.
 
     JSON: {"benchmark": "train", "results": [{"model", "backend", "batch", "params",
-    "ms_per_step", "peak_rss_mb"}]}"""
+    "ms_per_step", "peak_rss_mb"}]}; with --reference, rows of backend "pytorch" too, and
+    compiled rows carry "vs_reference"."""
     from edgegossip.bench import train as t
 
+    compiled = _reference_file(reference, folder) if reference is not None else None
     cases = [(folder, "compiled")] if folder else t.CASES
+    result = t.run(cases=cases, steps=steps)
+    columns = ["model", "backend", "batch", "params", "ms_per_step", "peak_rss_mb"]
+    if reference is not None and compiled is not None:
+        result = t.against(result, compiled, reference, reference_python, steps)
+        columns.append("vs_reference")
     emit(
-        t.run(cases=cases, steps=steps),
+        result,
         as_json,
-        ["model", "backend", "batch", "params", "ms_per_step", "peak_rss_mb"],
+        columns,
         title="train (forward + backward + Nesterov update, one process per row)",
     )
+
+
+def _reference_file(reference: str, folder: str | None) -> str:
+    """The compiled model's folder --reference is timed beside, or a one-line refusal."""
+    path, _, cls = reference.rpartition(":")
+    if folder is None:
+        raise UsageError("--reference times the model of --model: give --model DIR")
+    if not path.endswith(".py") or not cls.isidentifier() or not Path(path).is_file():
+        raise UsageError(f"--reference {reference}: expected FILE.py:CLASS, FILE.py a file")
+    return folder
 
 
 @bench.command()

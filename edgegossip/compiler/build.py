@@ -365,6 +365,17 @@ def _dims(shape: list[int | None] | None) -> list[int | str]:
     return [d if d is not None else ("batch" if i == 0 else f"d{i}") for i, d in enumerate(shape)]
 
 
+def _live(nodes, inits, outputs: list[str]):
+    """Only the nodes (and constants) an output depends on: a rule gives every input's
+    gradient, and onnxruntime runs the ones nobody reads (the data input's, for one)."""
+    needed, kept = set(outputs), []
+    for node in reversed(nodes):
+        if needed & set(node.output):
+            kept.append(node)
+            needed.update(node.input)
+    return kept[::-1], [i for i in inits if i.name in needed]
+
+
 def _model(e, graph, x_info, logits, loss, params, state, opsets) -> onnx.ModelProto:
     t = _type(e)
     total = sum(p.size for p in params)
@@ -382,7 +393,8 @@ def _model(e, graph, x_info, logits, loss, params, state, opsets) -> onnx.ModelP
     for name, _, shape in state:
         outputs.append(helper.make_tensor_value_info(name, t, list(shape)))
     keep = [i for i in graph.initializer if i.name not in {p.name for p in params}]
-    g = helper.make_graph(e.nodes, "edgegossip_train", inputs, outputs, keep + e.inits)
+    nodes, inits = _live(e.nodes, keep + e.inits, [o.name for o in outputs])
+    g = helper.make_graph(nodes, "edgegossip_train", inputs, outputs, inits)
     m = helper.make_model(g, opset_imports=list(opsets), producer_name="edgegossip")
     m.ir_version = min(m.ir_version, 9)
     try:

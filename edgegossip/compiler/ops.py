@@ -78,9 +78,13 @@ def _div(e, n, g, s):
 
 
 def _relu(e, n, g, s):
-    """y = max(x, 0):  gx = g where x > 0, else 0, i.e. g sign(y) (y is 0 or positive;
-    onnxruntime's Where costs several times these two elementwise ops)."""
-    return [e.op("Mul", g[0], e.op("Sign", n.output[0]))]
+    """y = max(x, 0):  gx = g where y > 0, else 0, as g * float(y > 0) (onnxruntime's Where
+    and Sign each cost about twice these three elementwise ops)."""
+    return [
+        e.op(
+            "Mul", g[0], e.op("Cast", e.op("Greater", n.output[0], e.const(0.0)), to=_onnx_type(e))
+        )
+    ]
 
 
 def _leaky_relu(e, n, g, s):
@@ -294,8 +298,31 @@ def _groups(e: Emit, t: str, size: int, groups: int, axis: int = 1) -> list[str]
     return e.op_n("Split", t, e.const([size // groups] * groups), axis=axis, n_out=groups)
 
 
+def _tiles(e: Emit, node: NodeProto) -> tuple[list[int], list[int]] | None:
+    """(x's dims, the window) when MaxPool's windows tile x: window = strides, no padding or
+    dilation, floor mode; else None (the general rule then scatters to MaxPool's indices)."""
+    dims = e.shape(node.input[0])
+    if not dims or any(d is None for d in dims[1:]) or len(node.output) > 1:
+        return None
+    nd = len(dims) - 2
+    kernel = list(attr(node, "kernel_shape", []))
+    tiled = (
+        list(attr(node, "strides", [1] * nd)) == kernel
+        and not any(attr(node, "pads", [0]))
+        and set(attr(node, "dilations", [1] * nd)) == {1}
+        and not attr(node, "ceil_mode", 0)
+        and attr(node, "auto_pad", b"NOTSET") in (b"NOTSET", "NOTSET")
+        and attr(node, "storage_order", 0) == 0
+    )
+    return ([int(d or 0) for d in dims[1:]], kernel) if tiled else None  # known: checked above
+
+
 def _maxpool_forward(e: Emit, node: NodeProto) -> dict:
-    """MaxPool also gives the flat indices of its maxima, which its gradient scatters to."""
+    """Tiling windows: MaxPool as it is (its gradient compares x with y). Otherwise MaxPool also
+    gives the flat indices of its maxima, which its gradient scatters to (several times slower
+    in onnxruntime than MaxPool alone)."""
+    if _tiles(e, node):
+        return copy_node(e, node)
     idx = node.output[1] if len(node.output) > 1 and node.output[1] else e.fresh("argmax")
     e.nodes.append(
         helper.make_node(
@@ -306,8 +333,15 @@ def _maxpool_forward(e: Emit, node: NodeProto) -> dict:
 
 
 def _maxpool(e, n, g, s):
-    """y = max of x over each window:  gx = g added at each window's argmax (ScatterElements,
-    reduction add, over x flattened; windows that overlap add up)."""
+    """y = max of x over each window:  gx = g at each window's first maximum (in row-major
+    order, as MaxPool's indices and PyTorch choose), 0 elsewhere. Windows that tile x, with
+    up(t) a window's value spread over the window (Resize, nearest): hit = [x = up(y)];
+    ranked = hit * rank, rank falling from K to 1 along each window; gx = up(g) where
+    ranked = up(maxpool(ranked)), zero-padded over rows no window reaches. Other windows: g
+    added at MaxPool's argmax (ScatterElements, reduction add, over x flattened; windows that
+    overlap add up)."""
+    if "indices" not in s:
+        return [_tiled_pool_grad(e, n, g[0])]
     x = n.input[0]
     flat = e.op("Reshape", x, e.const([-1]))
     zeros = e.op("Mul", flat, e.const(0.0))
@@ -316,6 +350,48 @@ def _maxpool(e, n, g, s):
         "ScatterElements", zeros, idx, e.op("Reshape", g[0], e.const([-1])), reduction="add"
     )
     return [e.op("Reshape", scattered, e.op("Shape", x))]
+
+
+def _tiled_pool_grad(e: Emit, n: NodeProto, g: str) -> str:
+    tiles = _tiles(e, n)
+    assert tiles is not None
+    (_, *space), kernel = tiles
+    nd = len(kernel)
+    covered = [size // k * k for size, k in zip(space, kernel)]
+    x = n.input[0]
+    if covered != space:  # rows and columns no window reaches
+        x = e.op("Slice", x, e.const([0] * nd), e.const(covered), e.const(list(range(2, 2 + nd))))
+    scales = e.const([1.0, 1.0] + [float(k) for k in kernel], np.float32)  # always float
+
+    def up(t: str) -> str:  # each window's value over the whole window
+        return e.op(
+            "Resize",
+            t,
+            "",
+            scales,
+            mode="nearest",
+            coordinate_transformation_mode="asymmetric",
+            nearest_mode="floor",
+        )
+
+    cast = _onnx_type(e)
+    hit = e.op("Cast", e.op("Equal", x, up(n.output[0])), to=cast)
+    ranked = e.op("Mul", hit, e.const(_window_rank(kernel, covered)))
+    best = e.op("MaxPool", ranked, kernel_shape=kernel, strides=kernel)
+    first = e.op("Cast", e.op("Equal", ranked, up(best)), to=cast)
+    gx = e.op("Mul", first, up(g))
+    if covered != space:
+        rest = [size - c for size, c in zip(space, covered)]
+        gx = e.op("Pad", gx, e.const([0] * (2 + nd) + [0, 0] + rest))
+    return gx
+
+
+def _window_rank(kernel: list[int], covered: list[int]) -> np.ndarray:
+    """[1, 1, *covered]: K at each window's first element in row-major order, down to 1 at
+    its last, so the largest rank among a window's maxima marks the first of them."""
+    inside = np.arange(int(np.prod(kernel)), 0, -1, dtype=np.float64).reshape(kernel)
+    reps = [c // k for c, k in zip(covered, kernel)]
+    return np.tile(inside, reps)[None, None]
 
 
 def _avgpool(e, n, g, s):

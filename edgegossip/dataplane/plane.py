@@ -106,6 +106,14 @@ class DataPlane:
             self._stack.close()
             raise
 
+    def use_keys(self, keys: LinkKeys, senders: frozenset[int]) -> None:
+        """Another set of peers (agent/reload.py): the keys of every link now, and whom the
+        inbox admits. Each is one attribute swap, which the receive and send threads see whole
+        at their next datagram."""
+        self.inbox.gate.keys = keys
+        self.inbox.gate.peers = senders
+        self.encoder.keys = keys
+
     def threads(self) -> dict:
         """The data plane's threads by role, for their CPU time (metrics.thread_cpu_s)."""
         out = {"receive": self.receiver._thread}

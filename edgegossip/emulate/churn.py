@@ -6,7 +6,10 @@ and the agents' metrics records:
   exchange is a merge since it came back); and, for a join, `caught_up_after_s`, until its held-out
   accuracy was within CAUGHT_UP of the median of the others' latest;
 - a device that went off or left: `silent_after_s`, until every other running agent's record
-  named it a silent peer (it stopped waiting for it: protocol/liveness.py).
+  named it a silent peer (it stopped waiting for it: protocol/liveness.py);
+- a device that joined or was removed: `told_after_s`, until the last of the running agents
+  that reloaded their config (agent/reload.py) had it among its peers (joined) or no longer
+  (removed), and `told`, how many agents did so without a restart.
 
 None where it never happened before the run ended."""
 
@@ -16,6 +19,7 @@ import json
 import statistics
 from pathlib import Path
 
+from edgegossip.emulate.schedule import GONE
 from edgegossip.metrics import read
 
 CAUGHT_UP = 0.01  # accuracy points from the others' median that count as caught up
@@ -27,6 +31,7 @@ def measure(out: Path, nodes: int) -> list[dict]:
         return []
     events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     records = {i: _records(out, i) for i in range(nodes)}
+    gone = {e["node"] for e in events if e["action"] in GONE}  # they name nobody silent
     rows = []
     for e in events:
         row = {"at_s": e["at_s"], "node": e["node"], "action": e["action"], "value": e["value"]}
@@ -37,7 +42,9 @@ def measure(out: Path, nodes: int) -> list[dict]:
         if e["action"] == "join":
             row["caught_up_after_s"] = _since(e, _caught_up(after, records, e["node"]))
         if e["action"] in ("off", "leave"):
-            row["silent_after_s"] = _silent_after(e, records, nodes)
+            row["silent_after_s"] = _silent_after(e, records, nodes, gone)
+        if e["action"] in ("join", "remove"):
+            row["told"], row["told_after_s"] = _told(e, records)
         rows.append(row)
     return rows
 
@@ -74,11 +81,33 @@ def _latest(recs: list[dict], t: float) -> dict | None:
     return before[-1] if before else None
 
 
-def _silent_after(e: dict, records: dict, nodes: int) -> float | None:
-    """When every other agent still recording after the event had named the node silent."""
+def _told(e: dict, records: dict) -> tuple[int, float | None]:
+    """(agents whose peers changed for the event, seconds until the last of them did)."""
+    joined = e["action"] == "join"
+    times = []
+    for j, recs in records.items():
+        hit = next(
+            (
+                r
+                for r in recs
+                if j != e["node"]
+                and r["time"] >= e["time"]
+                and r.get("event") == "peers"
+                and (e["node"] in r["peers"]) == joined
+            ),
+            None,
+        )
+        if hit is not None:
+            times.append(hit["time"] - e["time"])
+    return len(times), round(max(times), 1) if times else None
+
+
+def _silent_after(e: dict, records: dict, nodes: int, gone: set[int]) -> float | None:
+    """When every other agent still recording after the event, and not to leave, had named
+    the node silent."""
     times = []
     for j in range(nodes):
-        if j == e["node"]:
+        if j == e["node"] or j in gone:
             continue
         after = [r for r in records[j] if r["time"] >= e["time"]]
         if not after:

@@ -5,7 +5,10 @@ compose DIR` writes
     Containerfile    the agent image: a Debian base, the wheelhouse installed, the entrypoint
     entrypoint.sh    inside each container: the loss and rate rules, then the agent without
                      NET_ADMIN (it cannot lift its own loss)
-    loss.nft         the nftables rules `emulate` uses (where the kernel has no netem)
+    loss/nodeI.nft   node I's nftables rules, as `emulate` installs them: independent loss
+                     (netem instead where the kernel has it), or each link's burst or trace
+                     pattern replayed (transport/lossmodel.py), the senders named @nodeJ@ until
+                     the entrypoint puts in the addresses the network gave them
     wheels/          edgegossip and its dependencies for this machine's platform
     data/mnist.npz   the data every node trains its shard of (read-only in each container)
     config/agentI.toml  each node's agent config (read-only in its container)
@@ -22,7 +25,7 @@ from pathlib import Path
 from edgegossip import config
 from edgegossip.data import mnist
 from edgegossip.emulate.fleet import PORT, EmulatedFleet, FleetSpec
-from edgegossip.emulate.netns import loss_rules, rate_to_mbps, tbf
+from edgegossip.emulate.netns import loss_rules, rate_to_mbps, replayed_links, tbf
 from edgegossip.fleet import bundle
 
 IMAGE = "localhost/edgegossip-agent:latest"
@@ -46,21 +49,35 @@ COPY wheels /tmp/wheels
 RUN python3 -m venv /opt/edgegossip/venv \\
     && /opt/edgegossip/venv/bin/pip install --quiet --no-index --find-links /tmp/wheels edgegossip \\
     && rm -rf /tmp/wheels
-COPY entrypoint.sh loss.nft /usr/local/lib/edgegossip/
+COPY entrypoint.sh /usr/local/lib/edgegossip/
 ENV EDGEGOSSIP_CACHE=/data OPENBLAS_NUM_THREADS=1
 ENTRYPOINT ["/bin/sh", "/usr/local/lib/edgegossip/entrypoint.sh"]
 """
 
 ENTRYPOINT = """#!/bin/sh
-# the link as `emulate` makes it: netem where the kernel has it, else nftables loss and tbf
+# the link as `emulate` makes it: independent loss by netem where the kernel has it, else (and
+# for bursts and traces, whose patterns are per link) nftables at ingress; tbf caps the rate
 set -eu
 dev=eth0
+rules=/etc/edgegossip/loss.nft
+if grep -q '@node' $rules; then  # per-link rules name each sender: its address, once it has one
+  cp $rules /tmp/loss.nft; rules=/tmp/loss.nft
+  for name in $(grep -o '@node[0-9]*@' $rules | sort -u | tr -d @); do
+    waited=0
+    until addr=$(getent ahostsv4 "$name" | awk 'NR == 1 {print $1}') && [ -n "$addr" ]; do
+      [ $waited -lt "${EG_PEER_WAIT_S}" ] || { echo "$name has no address: no loss rule" >&2; exit 1; }
+      sleep 1; waited=$((waited + 1))
+    done
+    sed -i "s/@$name@/$addr/g" $rules
+  done
+fi
 if [ -n "${EG_LOSS_PERCENT:-}" ] && [ "$EG_LOSS_PERCENT" != 0 ]; then
-  if tc qdisc add dev $dev root handle 1: netem loss "${EG_LOSS_PERCENT}%" 2>/dev/null; then
+  if [ "${EG_LOSS_MODEL:-bernoulli}" = bernoulli ] &&
+    tc qdisc add dev $dev root handle 1: netem loss "${EG_LOSS_PERCENT}%" 2>/dev/null; then
     echo "loss ${EG_LOSS_PERCENT}% by netem (egress)"
     [ -n "${EG_TBF:-}" ] && tc qdisc add dev $dev parent 1: handle 2: $EG_TBF
   else
-    nft -f /usr/local/lib/edgegossip/loss.nft && echo "loss ${EG_LOSS_PERCENT}% by nftables (ingress)"
+    nft -f $rules && echo "loss ${EG_LOSS_PERCENT}% by nftables (ingress, ${EG_LOSS_MODEL:-bernoulli})"
     [ -n "${EG_TBF:-}" ] && tc qdisc add dev $dev root $EG_TBF
   fi
 elif [ -n "${EG_TBF:-}" ]; then
@@ -89,7 +106,11 @@ def _yaml(value, indent: int = 0) -> str:
 
 def _service(spec: FleetSpec, i: int, name: str, base: str) -> dict:
     """Node i's service: its image, loss and link cap, and its folders."""
-    env = {"EG_LOSS_PERCENT": f"{spec.loss * 100:g}"}
+    env = {
+        "EG_LOSS_PERCENT": f"{spec.loss * 100:g}",
+        "EG_LOSS_MODEL": spec.loss_model,
+        "EG_PEER_WAIT_S": f"{PEER_WAIT_S:g}",
+    }
     rate = dict(spec.slow).get(i, spec.rate)
     if rate and rate_to_mbps(rate):
         env["EG_TBF"] = " ".join(tbf(rate))  # the words of netns.tbf: one link model
@@ -102,10 +123,21 @@ def _service(spec: FleetSpec, i: int, name: str, base: str) -> dict:
         "environment": env,
         "volumes": [
             f"./agent{i}:{STATE}/out:Z",
+            f"./loss/{name}.nft:/etc/edgegossip/loss.nft:ro,Z",
             "./data:/data:ro,Z",
             f"./config/agent{i}.toml:/etc/edgegossip/agent.toml:ro,Z",
         ],
     }
+
+
+def _loss_files(spec: FleetSpec, out: Path, names: list[str]) -> None:
+    """Each node's rules: the same links, patterns and seeds as `emulate` gives its namespaces,
+    each sender @nodeJ@ (its address is the compose network's to give)."""
+    (out / "loss").mkdir(exist_ok=True)
+    addrs = [f"@{name}@" for name in names]
+    for i, name in enumerate(names):
+        links = replayed_links(spec.links(), spec.seed, addrs, i)
+        (out / "loss" / f"{name}.nft").write_text(loss_rules(spec.loss, links=links))
 
 
 def export(spec: FleetSpec, out: Path, base: str = DEFAULT_BASE, progress=print) -> dict:
@@ -139,7 +171,7 @@ def export(spec: FleetSpec, out: Path, base: str = DEFAULT_BASE, progress=print)
     )
     (out / "Containerfile").write_text(CONTAINERFILE.format(base=base))
     (out / "entrypoint.sh").write_text(ENTRYPOINT)
-    (out / "loss.nft").write_text(loss_rules(spec.loss))
+    _loss_files(spec, out, names)
     data = out / "data"
     data.mkdir(exist_ok=True)
     shutil.copyfile(mnist.cache_path(), data / mnist.cache_path().name)

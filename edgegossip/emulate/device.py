@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 UID_BASE = 61000
@@ -36,6 +37,32 @@ mount --bind -o ro "$cache" {CACHE}
 cp "$conf" {CONFIG}
 exec "$@"
 """
+
+
+def agent_pid(group: int) -> int | None:
+    """The agent process in process group `group` (a device's wrappers share it: a signal
+    meant for the agent alone must not reach them), or None once it has gone."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmdline = (stat.parent / "cmdline").read_bytes().split(b"\0")
+        except OSError:  # it ended meanwhile
+            continue
+        if int(fields[2]) == group and b"edgegossip.cli.app" in cmdline and b"agent" in cmdline:
+            return int(stat.parent.name)
+    return None
+
+
+def replace_config(pid: int, text: str) -> None:
+    """Swap the config the device of agent `pid` reads (CONFIG, in its own mount namespace)
+    for `text`, whole: written beside it, then renamed over it."""
+    script = 'cat > "$1.new" && chmod 0644 "$1.new" && mv -f "$1.new" "$1"'
+    subprocess.run(
+        ["nsenter", f"--target={pid}", "--mount", "--", "sh", "-c", script, "sh", CONFIG],
+        input=text.encode(),
+        check=True,
+        timeout=10,
+    )
 
 
 def prepare(state: Path, i: int) -> dict:

@@ -82,6 +82,9 @@ class EmulatedFleet:
         self.secret = secrets.token_hex(16)  # this run's own: no two emulations share link keys
         self.model_path = spec.model  # a compiled model's: its shared copy under netns
         self.cache = spec.out / "shared-cache"  # what devices read: _shared_cache()
+        # the devices each agent's config lists: all but those the schedule joins later
+        self.members = set(range(spec.nodes)) - late(list(spec.schedule))
+        self.addrs: list[tuple[str, int]] = []
 
     def addresses(self) -> list[tuple[str, int]]:
         if self.lan is not None:
@@ -108,7 +111,7 @@ class EmulatedFleet:
         return AgentConfig(
             id=i,
             listen=f"{addrs[i][0]}:{addrs[i][1]}",
-            peers=tuple(Peer(j, h, p) for j, (h, p) in enumerate(addrs) if j != i),
+            peers=self._peers_of(i, addrs),
             fleet=4242,
             key=self.secret,
             output=str(s.out / f"agent{i}"),
@@ -137,6 +140,48 @@ class EmulatedFleet:
             metrics_endpoint=self.metrics_target(i, addrs) if s.metrics_port else "",
         )
 
+    def _peers_of(self, i: int, addrs: list[tuple[str, int]]) -> tuple[Peer, ...]:
+        return tuple(Peer(j, *addrs[j]) for j in sorted(self.members - {i}))
+
+    def join(self, i: int) -> None:
+        """Device i starts, and every running agent's config gains it (reloaded, no restart)."""
+        self.members.add(i)
+        self._tell_members()
+        self.start_agent(i)
+
+    def remove(self, i: int) -> None:
+        """Device i dies, and every running agent's config loses it (reloaded, no restart)."""
+        self.kill_agent(i)
+        self.members.discard(i)
+        self._tell_members()
+
+    def _tell_members(self) -> None:
+        for j in sorted(self.members):
+            self.configs[j] = replace(self.configs[j], peers=self._peers_of(j, self.addrs))
+            self.reload_agent(j)
+
+    def reload_agent(self, i: int) -> None:
+        """Agent i's config as it is now, swapped in whole where the agent reads it, then
+        SIGHUP to the agent itself (agent/reload.py); nothing to a device that is off."""
+        p = self.procs[i]
+        pid = device.agent_pid(p.pid) if p is not None and p.poll() is None else None
+        if pid is None:
+            return
+        text = self._config_text(i)
+        if self.lan is not None:
+            device.replace_config(pid, text)
+        else:
+            path = self.spec.out / f"agent{i}.toml"
+            path.with_suffix(".new").write_text(text)
+            path.with_suffix(".new").replace(path)
+        os.kill(pid, signal.SIGHUP)
+
+    def _config_text(self, i: int) -> str:
+        cfg = self.configs[i]
+        if self.lan is not None:  # a device of its own reads its state folder as STATE
+            cfg = replace(cfg, output=device.STATE)
+        return agent_config.to_toml(cfg)
+
     def metrics_target(self, i: int, addrs) -> str:
         """Agent i's /metrics: its namespace's address, or a port of its own on loopback."""
         port = self.spec.metrics_port + (0 if self.spec.backend == "netns" else i)
@@ -150,10 +195,10 @@ class EmulatedFleet:
                 s.nodes, loss=s.loss, rate=s.rate, rates=dict(s.slow), model=s.links(), seed=s.seed
             ).up()
             self.cache = self._shared_cache()  # before the configs: they name the model's copy
-        addrs = self.addresses()
+        addrs = self.addrs = self.addresses()
         self.configs = [self._config(i, addrs) for i in range(s.nodes)]
         for i in range(s.nodes):
-            if i not in late(list(s.schedule)):  # a node the schedule joins later starts then
+            if i in self.members:  # a node the schedule joins later starts then
                 self.start_agent(i)
         self.t0 = time.monotonic()
 
@@ -161,8 +206,8 @@ class EmulatedFleet:
         cfg = self.configs[i]
         path = self.spec.out / f"agent{i}.toml"
         env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+        path.write_text(self._config_text(i))
         if self.lan is not None:  # a device of its own: namespaces, its own unprivileged user
-            path.write_text(agent_config.to_toml(replace(cfg, output=device.STATE)))
             env.update(device.prepare(Path(cfg.output), i))
             command = device.argv(
                 self.lan.ns(i),
@@ -173,7 +218,6 @@ class EmulatedFleet:
                 self._agent_command(device.CONFIG),
             )
         else:
-            path.write_text(agent_config.to_toml(cfg))
             command = self._agent_command(str(path))
         log_f = open(self.spec.out / f"agent{i}.log", "a")
         self.procs[i] = subprocess.Popen(

@@ -169,6 +169,25 @@ def loss_rules(loss: float, exempt: str | None = None, links: tuple = ()) -> str
 """
 
 
+def link_pattern(model: LossModel, seed: int, sender: int, receiver: int) -> np.ndarray:
+    """The outcomes of the link sender -> receiver: one stream of the run's seed per link."""
+    return model.pattern([seed, sender, receiver])
+
+
+def replayed_links(
+    model: LossModel | None, seed: int, addresses: list[str], receiver: int
+) -> tuple:
+    """((source address, pattern), ...) of each link into `receiver` whose loss model replays a
+    pattern, for loss_rules(); () for independent loss (numgen random does that)."""
+    if model is None or model.kind == "bernoulli":
+        return ()
+    return tuple(
+        (a, link_pattern(model, seed, j, receiver))
+        for j, a in enumerate(addresses)
+        if j != receiver
+    )
+
+
 def install_rules(ns: str, rules: str) -> None:
     """Replace namespace ns's edgegossip table with these rules (loss_rules())."""
     _run("ip", "netns", "exec", ns, "nft", "delete", "table", "inet", "edgegossip", check=False)
@@ -281,16 +300,18 @@ class Lan:
         install_rules(self.ns(i), loss_rules(loss, links=self.links(i, loss)))
 
     def links(self, i: int, loss: float) -> tuple:
-        """(source address, pattern) of each link into node i, where its loss model replays a
-        pattern; () for independent loss."""
-        if self.model is None or self.model.kind == "bernoulli" or loss != self.loss:
+        """replayed_links() into node i while it has the run's loss; () once a schedule set
+        another (that loss is independent)."""
+        if loss != self.loss:
             return ()
-        return tuple((self.address(j), self.pattern(j, i)) for j in range(self.n_nodes) if j != i)
+        return replayed_links(
+            self.model, self.seed, [self.address(j) for j in range(self.n_nodes)], i
+        )
 
     def pattern(self, sender: int, receiver: int) -> np.ndarray:
         """The link sender -> receiver's outcomes, as the kernel replays them."""
         assert self.model is not None
-        return self.model.pattern([self.seed, sender, receiver])
+        return link_pattern(self.model, self.seed, sender, receiver)
 
     def dropped_packets(self, i: int) -> int:
         """Packets node i's loss rule has dropped so far."""

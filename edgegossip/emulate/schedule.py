@@ -7,8 +7,13 @@ device goes off, comes back, joins or leaves for good. One event a line, `#` a c
     SECONDS NODE heal          its link back to the run's loss model
     SECONDS NODE off           the device loses power (kill -9)
     SECONDS NODE on            it comes back: restarted from its last checkpoint
-    SECONDS NODE join          it starts for the first time (not started with the others)
-    SECONDS NODE leave         it is removed for good (kill -9, never back)
+    SECONDS NODE join          it starts for the first time, and its peers learn of it then
+                               (as after `fleet add` and deploy: each running agent's config
+                               gains it and the agent reloads it, without a restart)
+    SECONDS NODE leave         it dies for good, unannounced (kill -9, never back): its peers
+                               name it silent once it has been quiet long enough
+    SECONDS NODE remove        the operator removes it (kill -9, and as `fleet remove` and
+                               deploy: each running agent's config loses it, reloaded)
 
 Seconds count from the fleet's start. Link events need namespaces (netns). What each event did
 and when is written to OUT/events.jsonl, and churn.py measures what followed."""
@@ -23,7 +28,8 @@ from pathlib import Path
 from edgegossip.errors import UsageError
 
 LINK = ("rate", "loss", "cut", "heal")
-DEVICE = ("off", "on", "join", "leave")
+DEVICE = ("off", "on", "join", "leave", "remove")
+GONE = ("leave", "remove")  # nothing of a node follows these
 WITH_VALUE = ("rate", "loss")
 
 
@@ -89,7 +95,7 @@ def _check_order(events: list[Event], source: str) -> None:
         kinds = [e.action for e in mine if e.action in DEVICE]
         if "join" in kinds and kinds[0] != "join":
             raise ScheduleError(f"{source}: node {node} joins after it was switched")
-        if "leave" in kinds and mine[-1].action != "leave":
+        if set(GONE) & set(kinds) and mine[-1].action not in GONE:
             raise ScheduleError(f"{source}: node {node} has events after it left")
 
 
@@ -122,8 +128,12 @@ class Timeline:
 def _apply(fleet, e: Event) -> None:
     if e.action in ("off", "leave"):
         fleet.kill_agent(e.node)
-    elif e.action in ("on", "join"):
+    elif e.action == "on":
         fleet.start_agent(e.node)
+    elif e.action == "join":
+        fleet.join(e.node)
+    elif e.action == "remove":
+        fleet.remove(e.node)
     elif e.action == "rate":
         fleet.set_rate(e.node, None if e.value == "none" else e.value)
     elif e.action == "loss":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from pathlib import Path
@@ -106,7 +107,11 @@ def deploy_one(
         "shipped_mb": round(shipped / 1e6, 1),
         "state": None,
     }
-    row["state"] = wait_training(fleet, device, min(wait_s, max(0.0, deadline - time.monotonic())))
+    # the agent's config hash tells a running agent that reloaded (new peers) or restarted on
+    # the new config from one still on the old
+    want = hashlib.sha256(files["agent.toml"]).hexdigest()[:12]
+    left = min(wait_s, max(0.0, deadline - time.monotonic()))
+    row["state"] = wait_training(fleet, device, left, want)
     return row
 
 

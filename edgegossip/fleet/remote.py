@@ -46,7 +46,7 @@ PY
 INSTALL = r"""
 set -euo pipefail
 stage=$1; rel=$2; extras=$3; b=/opt/edgegossip; r=$b/releases/$rel
-changed=0
+changed=0 reread=0  # reread: only the config or the link keys changed; the agent reloads them
 if [ ! -f "$r/.complete" ]; then
   rm -rf "$r"; mkdir -p "$r"
   python3 -m venv "$r/venv"
@@ -56,9 +56,10 @@ fi
 getent group edgegossip >/dev/null || groupadd --system edgegossip
 getent passwd edgegossip >/dev/null || useradd --system --gid edgegossip --no-create-home \
   --home-dir /var/lib/edgegossip --shell /usr/sbin/nologin edgegossip
-put() {  # put SRC DEST MODE OWNER: replace only when different, and say so
+put() {  # put SRC DEST MODE OWNER [FLAG]: replace only when different, and set FLAG (changed)
   if ! cmp -s "$1" "$2"; then
-    rm -f "$2.new"; install -m "$3" -o "${4%%:*}" -g "${4##*:}" "$1" "$2.new"; mv -f "$2.new" "$2"; changed=1
+    rm -f "$2.new"; install -m "$3" -o "${4%%:*}" -g "${4##*:}" "$1" "$2.new"; mv -f "$2.new" "$2"
+    printf -v "${5:-changed}" 1
   fi
 }
 real_dir() {  # real_dir DIR MODE OWNER: a directory, never a link (root would follow it)
@@ -74,8 +75,8 @@ real_dir /var/lib/edgegossip 0755 root:root
 real_dir /var/lib/edgegossip/data 0750 root:edgegossip
 real_dir /var/lib/edgegossip/cache 0750 root:edgegossip
 real_dir /var/lib/edgegossip/out 0750 edgegossip:edgegossip
-put "$stage/agent.toml" /etc/edgegossip/agent.toml 0640 root:edgegossip
-put "$stage/link.keys" /etc/edgegossip/link.keys 0640 root:edgegossip
+put "$stage/agent.toml" /etc/edgegossip/agent.toml 0640 root:edgegossip reread
+put "$stage/link.keys" /etc/edgegossip/link.keys 0640 root:edgegossip reread
 put "$stage/server.key_secret" /etc/edgegossip/control/server.key_secret 0640 root:edgegossip
 put "$stage/client.key" /etc/edgegossip/control/clients/client.key 0644 root:root
 [ -f "$stage/device.npz" ] && put "$stage/device.npz" /var/lib/edgegossip/data/device.npz 0640 root:edgegossip
@@ -100,7 +101,11 @@ rm -rf "$stage"
 systemctl daemon-reload
 systemctl enable --quiet edgegossip-agent
 if [ "${EG_NO_START:-0}" = 1 ]; then :  # first boot: the agent waits for the clock
-elif [ $changed = 1 ]; then systemctl restart edgegossip-agent; else systemctl start edgegossip-agent; fi
+elif [ $changed = 1 ]; then systemctl restart edgegossip-agent
+# a running agent takes new peers without a restart, and restarts itself for anything else
+elif [ $reread = 1 ] && systemctl is-active --quiet edgegossip-agent; then systemctl reload edgegossip-agent
+else systemctl start edgegossip-agent; fi
+[ $reread = 1 ] && changed=1
 echo "{\"changed\": $( [ $changed = 1 ] && echo true || echo false ), \"version\": \"$($b/venv/bin/edgegossip --version | awk '{print $NF}')\"}"
 """
 

@@ -37,8 +37,13 @@ class Stopped(Exception):
 class Protocol:
     """The local-only protocol; the others override the hooks they need."""
 
+    live_peers = False  # takes a change of peers without a restart (agent/reload.py)
+
     def __init__(self, ctx: Context):
         self.ctx = ctx
+
+    def peers_changed(self) -> None:
+        """ctx.peers and ctx.cfg now name another set of peers (only if live_peers)."""
 
     # the data plane's parts, for the protocols of algorithms that have one (Algorithm.datagrams)
     @property

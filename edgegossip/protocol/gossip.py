@@ -73,6 +73,14 @@ class GossipProtocol(Protocol):
         )
         self.liveness = Liveness(self.ids, cfg.workers, cfg.p, self.deadlines.for_peer)
 
+    live_peers = True  # a draw is among whoever the peers are now
+
+    def peers_changed(self) -> None:
+        """An exchange in flight with a removed peer ends at its deadline, as with one gone
+        quiet; its rounds are not merged meanwhile (_on_event admits ctx.peers only)."""
+        self.ids = sorted(self.ctx.peers)
+        self.liveness.set_peers(self.ids, self.ctx.cfg.workers, time.monotonic())
+
     def _pending(self, peer: int, pre: Snapshot | None, now: float, rnd: int | None = None) -> None:
         self.pending[peer] = Pending(peer, pre, now + self.deadlines.for_peer(peer), rnd, now)
 

@@ -45,6 +45,7 @@ class Liveness:
         self, peers: list[int], workers: int, p: float, deadline_s: Callable[[int], float]
     ):
         self.peers = list(peers)
+        self.p = p
         self.draw_gap_steps = max(1, workers - 1) / max(p, 1e-9)
         self.deadline_s = deadline_s
         self.t0: float | None = None
@@ -56,6 +57,19 @@ class Liveness:
         self.silent: set[int] = set()
         self.alarms: set[str] = set()
         self.last_check = float("-inf")
+        self.added: dict[int, float] = {}  # peers added while running: when
+
+    def set_peers(self, peers: list[int], workers: int, now: float) -> None:
+        """Another set of peers: a new one's silence counts from now, a removed one's record
+        goes."""
+        for j in set(self.peers) - set(peers):
+            for record in (self.last_heard, self.gap_s, self.added):
+                record.pop(j, None)
+            self.silent.discard(j)
+        for j in set(peers) - set(self.peers):
+            self.added[j] = now
+        self.peers = list(peers)
+        self.draw_gap_steps = max(1, workers - 1) / max(self.p, 1e-9)
 
     def step(self, now: float) -> None:
         """Called at every training step: our step time, which scales the expected gaps."""
@@ -101,7 +115,7 @@ class Liveness:
     def check(self, now: float, own_alarms: set[str]) -> None:
         """Update the silent peers and the alarms; log what began and what ended."""
         for j in self.peers:
-            quiet = now - self.last_heard.get(j, self._t0())
+            quiet = now - self.last_heard.get(j, self.added.get(j, self._t0()))
             if j not in self.silent and quiet > self.silent_after(j):
                 self.silent.add(j)
                 log.warning(

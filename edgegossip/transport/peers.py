@@ -92,6 +92,22 @@ class PeerBook(dict):
             self._thread.start()
         return left
 
+    def replace(self, peers: dict[int, Endpoint]) -> None:
+        """The peers as they are now (agent/reload.py): the removed forgotten, the new looked
+        up in the background like any name not resolved yet."""
+        for peer in set(self) - set(peers):
+            del self[peer]
+            self._resolved.pop(peer, None)
+        for peer, (host, port) in peers.items():
+            if self.get(peer) != (host, port):
+                self[peer] = (host, port)
+                self._resolved.pop(peer, None)
+                if _is_ipv4(host):
+                    self._resolved[peer] = (host, port)
+        if self.unresolved and (self._thread is None or not self._thread.is_alive()):
+            self._thread = threading.Thread(target=self._retry, name="resolve", daemon=True)
+            self._thread.start()
+
     def _names(self, ids: list[int]) -> str:
         return ", ".join(f"{p} ({self[p][0]})" for p in ids)
 
