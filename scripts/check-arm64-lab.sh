@@ -49,13 +49,6 @@ step training training
 sleep "$train_s"
 step status "$eg" fleet status --fleet "$out/lab"
 cat "$out/status.log"
-if [ -n "$source_model" ]; then  # the step as the device's agent runs it, no compiler there
-  device=$("$py" -c 'import json, sys; print(json.load(open(sys.argv[1]))["devices"][0]["name"])' \
-    "$out/status.json")
-  ON_DEVICE_TIMEOUT=1800 step bench-train on_device \
-    "/opt/edgegossip/venv/bin/edgegossip bench train --model /var/lib/edgegossip/model --steps 3"
-  cat "$out/bench-train.log"
-fi
 step collect "$eg" fleet collect --fleet "$out/lab" --out "$out/collected" --live --json
 "$py" - "$out/collected/summary.json" "$out/status.json" <<'PY'
 import json, sys
@@ -66,3 +59,12 @@ print("devices:", ", ".join(f"{r['name']} {r['state']} step {r['step']}" for r i
 print(f"average model: test accuracy {acc:.4f}")
 sys.exit(0 if acc is not None and acc >= 0.85 else "the average model scored below 0.85")
 PY
+if [ -n "$source_model" ]; then  # the step as the device's agent runs it, no compiler there,
+  # the agents stopped so that the emulated cores are the benchmark's
+  step stop "$eg" fleet stop --fleet "$out/lab"
+  device=$("$py" -c 'import json, sys; print(json.load(open(sys.argv[1]))["devices"][0]["name"])' \
+    "$out/status.json")
+  ON_DEVICE_TIMEOUT=1800 step bench-train on_device \
+    "/opt/edgegossip/venv/bin/edgegossip bench train --model /var/lib/edgegossip/model --steps 3"
+  cat "$out/bench-train.log"
+fi

@@ -42,7 +42,10 @@ def test_a_schedule_is_read_in_time_order_and_a_bad_line_is_named():
         parse("5 1 leave\n9 1 on", 4)
 
 
-def test_devices_come_and_go_and_the_fleet_heals(tmp_path, mnist_data):
+@pytest.mark.root
+def test_devices_come_and_go_and_the_fleet_heals(tmp_path, mnist_data, root_only):
+    """In namespaces: the kernel drops the packets, and a join or removal reaches each running
+    agent's config inside its own mount namespace."""
     (tmp_path / "s.txt").write_text(SCHEDULE)
     p = subprocess.run(
         [
@@ -53,7 +56,7 @@ def test_devices_come_and_go_and_the_fleet_heals(tmp_path, mnist_data):
             "--nodes",
             "5",
             "--backend",
-            "loopback",
+            "netns",
             "--model",
             "logreg",
             "--duration",

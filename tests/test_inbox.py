@@ -223,3 +223,21 @@ def test_every_drop_is_lost_late_or_refused_as_declared():
     # a bad datagram of the cases above is refused; an authentic one that came too late is late
     assert all(DROPS[r][0] == "refused" for r in EXPECTED.values() if r)
     assert DROPS["collected"][0] == DROPS["no_buffer"][0] == "late"
+
+
+def test_a_reload_refuses_a_removed_peer_and_admits_an_added_one(free_udp_port):
+    """DataPlane.use_keys, as an agent's reload calls it (agent/reload.py): from then on the
+    removed sender's authentic datagrams are unknown_sender, the added one's let in."""
+    from edgegossip.dataplane.keys import LinkKeys
+    from edgegossip.dataplane.plane import DataPlane, PlaneSpec
+
+    spec = PlaneSpec("udp", ("127.0.0.1", free_udp_port()), 1, 0, senders=frozenset({2}))
+    with DataPlane(spec, PLAN, LinkKeys.of(KEY)) as plane:
+        x = np.ones(1000, np.float32)
+        plane.inbox.ingest(memoryview(_datagrams(x, sender=2)[0]))
+        assert plane.inbox.counter.accepted == 1
+        plane.use_keys(LinkKeys.of(KEY), frozenset({3}))
+        plane.inbox.ingest(memoryview(_datagrams(x, sender=2)[1]))
+        plane.inbox.ingest(memoryview(_datagrams(x, sender=3)[0]))
+        assert plane.inbox.counter.drops["unknown_sender"] == 1
+        assert plane.inbox.counter.accepted == 2

@@ -41,7 +41,9 @@ def best_ms(step, steps):
     return round(best * 1e3, 3)
 """
 
-_CHILD = _BEST_MS + r"""
+_CHILD = (
+    _BEST_MS
+    + r"""
 import json, sys
 import numpy as np
 from edgegossip.models import make_model
@@ -63,10 +65,13 @@ print(json.dumps({"model": name, "backend": backend, "batch": batch, "params": m
                   "ms_per_step": best_ms(step, steps),
                   "peak_rss_mb": peak_rss_mb()}))
 """
+)
 
 
 # Self-contained (torch and numpy only): it may run in the user's PyTorch environment.
-_REFERENCE_CHILD = _BEST_MS + r"""
+_REFERENCE_CHILD = (
+    _BEST_MS
+    + r"""
 import importlib.util, json, resource, sys
 import numpy as np, torch
 path, cls, folder = sys.argv[1:4]
@@ -94,6 +99,7 @@ print(json.dumps({"model": folder, "backend": "pytorch", "batch": batch, "params
                   "ms_per_step": ms,
                   "peak_rss_mb": round(rss / 1024, 1)}))
 """
+)
 
 
 def _child(argv: list[str], what: str) -> dict:

@@ -48,7 +48,8 @@ def agent_pid(group: int) -> int | None:
             cmdline = (stat.parent / "cmdline").read_bytes().split(b"\0")
         except OSError:  # it ended meanwhile
             continue
-        if int(fields[2]) == group and b"edgegossip.cli.app" in cmdline and b"agent" in cmdline:
+        # the agent's own command line, not a wrapper's that holds it as arguments
+        if int(fields[2]) == group and cmdline[1:4] == [b"-m", b"edgegossip.cli.app", b"agent"]:
             return int(stat.parent.name)
     return None
 

@@ -168,12 +168,11 @@ class EmulatedFleet:
         if pid is None:
             return
         text = self._config_text(i)
-        if self.lan is not None:
+        path = self.spec.out / f"agent{i}.toml"  # what the loopback agent reads; the run's record
+        path.with_suffix(".new").write_text(text)
+        path.with_suffix(".new").replace(path)
+        if self.lan is not None:  # a device reads its own copy, in its own mount namespace
             device.replace_config(pid, text)
-        else:
-            path = self.spec.out / f"agent{i}.toml"
-            path.with_suffix(".new").write_text(text)
-            path.with_suffix(".new").replace(path)
         os.kill(pid, signal.SIGHUP)
 
     def _config_text(self, i: int) -> str:
