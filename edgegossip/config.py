@@ -329,7 +329,7 @@ APPLIES_WHEN = {
     "path": ("source", ("file",)),
     "label_column": ("source", ("file",)),
     "eval_fraction": ("source", ("file",)),
-    "partition": ("source", ("mnist",)),
+    "partition": ("source", tuple(s for s in SOURCES if s != "file")),
     **{
         k: ("algorithm", algorithms.acting(k))
         for a in algorithms.REGISTRY.values()

@@ -109,6 +109,13 @@ def test_sigusr1_prints_every_threads_stack_and_the_agent_goes_on(
     assert "Thread 0x" in err and "agent.py" in err and "udp.py" in err, err[-3000:]
 
 
+def _swap(path, text: str) -> None:
+    """Replace a config whole, as deploy and the emulator do: an agent reloading meanwhile
+    reads the old file or the new one, never a half-written one."""
+    path.with_suffix(".new").write_text(text)
+    path.with_suffix(".new").replace(path)
+
+
 def test_sighup_takes_new_peers_keeps_a_bad_config_and_restarts_for_other_settings(
     tmp_path, free_udp_port, mnist_data, procs
 ):
@@ -122,15 +129,15 @@ def test_sighup_takes_new_peers_keeps_a_bad_config_and_restarts_for_other_settin
     path = tmp_path / "agent.toml"
     first = _wait_for_step(tmp_path / "out", 50)["step"]
     more = replace(cfg, peers=(*cfg.peers, Peer(2, "127.0.0.1", free_udp_port())), workers=3)
-    path.write_text(config.to_toml(more))
+    _swap(path, config.to_toml(more))
     p.send_signal(signal.SIGHUP)
     _wait_for_step(tmp_path / "out", first + 200)
     recs = read(tmp_path / "out" / "metrics.jsonl")
     assert [r["peers"] for r in recs if r.get("event") == "peers"] == [[1, 2]]
-    path.write_text("[agent\n")  # half a file
+    _swap(path, "[agent\n")  # half a file
     p.send_signal(signal.SIGHUP)
     step = _wait_for_step(tmp_path / "out", first + 400)["step"]
-    path.write_text(config.to_toml(replace(more, lr=0.002)))
+    _swap(path, config.to_toml(replace(more, lr=0.002)))
     p.send_signal(signal.SIGHUP)
     _, err = p.communicate(timeout=60)
     assert p.returncode == 75, err

@@ -158,3 +158,25 @@ def test_a_model_with_a_light_step_keeps_its_shard_plain(mnist_data):
     assert isinstance(packed.x, PackedRows) and isinstance(plain.x, np.ndarray)
     np.testing.assert_array_equal(np.asarray(packed.x), plain.x)
     np.testing.assert_array_equal(np.asarray(packed.x_eval), plain.x_eval)
+
+
+def test_a_split_file_is_read_deflated_when_packed(tmp_path):
+    """A file as `data split` writes it (2-D uint8 x and x_eval): packed, both are PackedRows
+    read a block at a time, row for row what the plain read gives; a file of another layout
+    (3-D x, no x_eval) is read plain either way."""
+    from edgegossip.data.packed import PackedRows
+
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 256, (5000, 784), dtype=np.uint8)
+    x_eval = rng.integers(0, 256, (300, 784), dtype=np.uint8)
+    y, y_eval = rng.integers(0, 10, 5000), rng.integers(0, 10, 300)
+    np.savez(tmp_path / "a.npz", x=x, y=y, x_eval=x_eval, y_eval=y_eval)
+    plain = device.from_file(tmp_path / "a.npz")
+    small = device.from_file(tmp_path / "a.npz", packed=True)
+    assert isinstance(small.x, PackedRows) and isinstance(small.x_eval, PackedRows)
+    np.testing.assert_array_equal(np.asarray(small.x), plain.x)
+    np.testing.assert_array_equal(np.asarray(small.x_eval), plain.x_eval)
+    np.testing.assert_array_equal(small.y, plain.y)
+    np.savez(tmp_path / "b.npz", x=x.reshape(-1, 28, 28), y=y)
+    other = device.from_file(tmp_path / "b.npz", packed=True)
+    assert isinstance(other.x, np.ndarray) and other.row_shape == (28, 28)

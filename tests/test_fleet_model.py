@@ -191,3 +191,44 @@ def test_export_writes_a_checkpoint_of_a_compiled_model_into_its_own_file(tmp_pa
     assert got["same_class"] > 0.95, got
     p = eg("export", tmp_path / "ckpt", tmp_path / "x.onnx", "--model", "cnn")
     assert p.returncode == 2 and "not a cnn" in p.stderr
+
+
+def test_a_fleet_on_fashion_mnist_ships_that_data_set_or_cuts_its_files_from_it(tmp_path):
+    """`fleet init --data fashion-mnist`: every device's config says so and deploy ships the
+    operator's cached copy (as cache/fashion-mnist.npz) to a device that does not hold it;
+    with --split, each device's file is cut from Fashion-MNIST, not MNIST."""
+    from edgegossip import paths
+    from edgegossip.data import mnist
+
+    p = eg("fleet", "init", tmp_path / "f", "--devices", "2", "--data", "fashion-mnist")
+    assert p.returncode == 0, p.stderr
+    fleet = inventory.load(tmp_path / "f")
+    d = fleet.devices[0]
+    assert agentconf.render(fleet, d).source == "fashion-mnist"
+    cache = mnist.cache_path("fashion-mnist")
+    files = deploy.device_files(fleet, d, {}, False, tmp_path, {"wheels": []})
+    assert files["cache/fashion-mnist.npz"] == cache and "cache/mnist.npz" not in files
+    held = {"dataset_sha": {"fashion-mnist": paths.sha256_of(cache)}}
+    assert not [
+        n
+        for n in deploy.device_files(fleet, d, held, False, tmp_path, {"wheels": []})
+        if n.startswith("cache/")
+    ]
+    p = eg(
+        "fleet",
+        "init",
+        tmp_path / "g",
+        "--devices",
+        "2",
+        "--data",
+        "fashion-mnist",
+        "--split",
+        "iid",
+    )
+    assert p.returncode == 0, p.stderr
+    with np.load(tmp_path / "g" / "data" / "device-0.npz") as z:
+        rows = {r.reshape(-1).tobytes() for r in z["x"][:50]}
+    fashion, digits = mnist.load(name="fashion-mnist"), mnist.load()
+    assert rows <= {r.tobytes() for r in fashion.x_train} and not rows & {
+        r.tobytes() for r in digits.x_train
+    }

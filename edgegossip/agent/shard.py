@@ -36,7 +36,7 @@ def load_data(
     shard of MNIST or Fashion-MNIST (cached as the source's name), pixel rows held deflated
     (data/packed.py) when packed."""
     if cfg.source == "file":
-        data = device.from_file(cfg.path, cfg.eval_fraction, cfg.label_column, cfg.seed)
+        data = device.from_file(cfg.path, cfg.eval_fraction, cfg.label_column, cfg.seed, packed)
     else:
         data = device.from_mnist(
             cfg.id,

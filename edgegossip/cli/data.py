@@ -87,7 +87,7 @@ def _read(name: str, source: Path | None, tmp: Path) -> tuple[str, dict]:
 
 
 @data.command()
-@click.argument("name", type=click.Choice(["mnist"]))
+@click.argument("name", type=click.Choice(["mnist", "fashion-mnist"]))
 @click.option(
     "--workers", type=click.IntRange(1, 4096), required=True, help="Devices to split for."
 )
@@ -131,7 +131,7 @@ def split(
     rows = []
     try:
         with click.progressbar(
-            split_mnist(out, workers, partition, seed, beta, k),
+            split_mnist(out, workers, partition, seed, beta, k, dataset=name),
             length=workers,
             label="split",
             file=sys.stderr,

@@ -4,6 +4,7 @@ commands against."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import click
 
@@ -40,8 +41,9 @@ def lab() -> None:
     type=options.choice("partition", ("none",)),
     default="iid",
     show_default=True,
-    help="Each device's own MNIST file, or none (ship MNIST whole).",
+    help="Each device's own file cut from --data, or none (ship the data set whole).",
 )
+@options.dataset("The data set the devices train on, from this machine's cache.")
 @click.option(
     "--os",
     "os_name",
@@ -76,22 +78,23 @@ def lab() -> None:
     is_flag=True,
     help='Print {"lab", "os", "arch", "fleet", "devices": [{"name", "address"}]}.',
 )
-def up(n, loss, rate, model, algorithm, split, os_name, arch, out, as_json) -> None:
+def up(n, out, as_json, **opts) -> None:
     """Boot N devices and write OUT/fleet.toml pointing at them."""
     from edgegossip.errors import EdgegossipError
     from edgegossip.lab import machines
 
-    settings = {"train": {"algorithm": algorithm, "model": model}}
+    o = SimpleNamespace(**opts)
+    settings = {"train": {"algorithm": o.algorithm, "model": o.model}, "data": {"source": o.data}}
     try:
         result = machines.up(
             n,
             out,
-            loss,
-            rate,
+            o.loss,
+            o.rate,
             settings,
-            None if split == "none" else split,
+            None if o.split == "none" else o.split,
             progress=lambda m: click.echo(m, err=True),
-            spec=lab_root.Spec(os_name, arch or ""),
+            spec=lab_root.Spec(o.os_name, o.arch or ""),
         )
     except machines.LabError as e:
         fail(str(e), exit_codes.NEEDS_ROOT if "root" in str(e) else exit_codes.FAILURE)

@@ -80,11 +80,8 @@ def _div(e, n, g, s):
 def _relu(e, n, g, s):
     """y = max(x, 0):  gx = g where y > 0, else 0, as g * float(y > 0) (onnxruntime's Where
     and Sign each cost about twice these three elementwise ops)."""
-    return [
-        e.op(
-            "Mul", g[0], e.op("Cast", e.op("Greater", n.output[0], e.const(0.0)), to=_onnx_type(e))
-        )
-    ]
+    positive = e.op("Cast", e.op("Greater", n.output[0], e.const(0.0)), to=_onnx_type(e))
+    return [e.op("Mul", g[0], positive)]
 
 
 def _leaky_relu(e, n, g, s):

@@ -17,13 +17,20 @@ from edgegossip.data import device, mnist
 
 
 def split_mnist(
-    out: str | Path, workers: int, partition: str, seed: int = 0, beta: float = 0.5, k: int = 2
+    out: str | Path,
+    workers: int,
+    partition: str,
+    seed: int = 0,
+    beta: float = 0.5,
+    k: int = 2,
+    dataset: str = "mnist",
 ) -> Iterator[dict]:
-    """Write device-0.npz .. device-(workers-1).npz into out; yields one row per file."""
-    path = mnist.cache_path()
+    """Write device-0.npz .. device-(workers-1).npz into out from `dataset` (MNIST or
+    Fashion-MNIST); yields one row per file."""
+    path = mnist.cache_path(dataset)
     if not path.is_file():
         raise mnist.DataError(
-            f"MNIST is not in the cache ({path}); run `edgegossip data fetch mnist`"
+            f"{dataset} is not in the cache ({path}); run `edgegossip data fetch {dataset}`"
         )
     with np.load(path) as z:
         x, y = z["x_train"], z["y_train"]

@@ -76,10 +76,10 @@ def create(
     if split:
         from edgegossip.data.split import split_mnist
 
-        progress(f"splitting MNIST {split} into {len(devices)} device files in {root / 'data'}")
-        for _ in split_mnist(
-            root / "data", len(devices), split, seed=settings.get("train", {}).get("seed", 0)
-        ):
+        dataset = settings.get("data", {}).get("source", "mnist")
+        progress(f"splitting {dataset} {split} into {len(devices)} device files in {root / 'data'}")
+        seed = settings.get("train", {}).get("seed", 0)
+        for _ in split_mnist(root / "data", len(devices), split, seed=seed, dataset=dataset):
             pass
     if source is not None:  # the fleet folder holds its own copy, shipped by deploy
         from edgegossip.models.compiled import copy

@@ -39,15 +39,15 @@ def device_files(
             raise ValueError(f"devices.{device.name}.data: {data} does not exist")
         if paths.sha256_of(data) != info.get("data_sha"):
             files["device.npz"] = data
-    elif agentconf.render(fleet, device).source == "mnist":
-        cache = mnist.cache_path()
+    elif (name := agentconf.render(fleet, device).source) in mnist.DATASETS:
+        cache = mnist.cache_path(name)
         if not cache.is_file():
             raise ValueError(
-                f"MNIST is not in this machine's cache ({cache}): "
-                "run `edgegossip data fetch mnist` (the devices get it from here)"
+                f"{name} is not in this machine's cache ({cache}): "
+                f"run `edgegossip data fetch {name}` (the devices get it from here)"
             )
-        if paths.sha256_of(cache) != info.get("mnist_sha"):
-            files["mnist.npz"] = cache
+        if paths.sha256_of(cache) != (info.get("dataset_sha") or {}).get(name):
+            files[f"cache/{name}.npz"] = cache
     folder = agentconf.model_folder(fleet)
     if folder is not None and agentconf.model_digest(fleet) != info.get("model_sha"):
         for name in ("manifest.json", *json.loads((folder / "manifest.json").read_text())["files"]):

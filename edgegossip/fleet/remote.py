@@ -10,6 +10,7 @@ import shlex
 import tarfile
 from pathlib import Path
 
+from edgegossip.data.mnist import DATASETS
 from edgegossip.fleet import agentconf as paths
 from edgegossip.fleet.ssh import Ssh, SshError, last_line
 
@@ -31,17 +32,20 @@ rel=""; [ -L $b/venv ] && rel=$(basename "$(dirname "$(readlink $b/venv)")")
 ver=""; [ -x $b/venv/bin/edgegossip ] && ver=$($b/venv/bin/edgegossip --version 2>/dev/null | awk '{print $NF}')
 sha() { [ -f "$1" ] && sha256sum "$1" | cut -c1-64 || echo ""; }
 python3 - "$free" "$rel" "$ver" "$(sha /var/lib/edgegossip/data/device.npz)" \
-  "$(sha /var/lib/edgegossip/cache/mnist.npz)" "$(systemctl is-active edgegossip-agent 2>/dev/null)" \
-  "$(ls $b/releases 2>/dev/null | tr '\n' ' ')" "$(sha /var/lib/edgegossip/model/manifest.json)" <<'PY'
+  "$(systemctl is-active edgegossip-agent 2>/dev/null)" \
+  "$(ls $b/releases 2>/dev/null | tr '\n' ' ')" "$(sha /var/lib/edgegossip/model/manifest.json)" \
+  DATASET_SHAS <<'PY'
 import json, platform, sys
 a = sys.argv[1:]
 print(json.dumps({"machine": platform.machine(), "python": "%d.%d" % sys.version_info[:2],
                   "glibc": platform.libc_ver()[1],
                   "free_mb": int(a[0] or 0), "release": a[1], "version": a[2], "data_sha": a[3],
-                  "mnist_sha": a[4], "service": a[5], "releases": a[6].split(),
-                  "model_sha": a[7]}))
+                  "service": a[4], "releases": a[5].split(), "model_sha": a[6],
+                  "dataset_sha": dict(zip(DATASET_NAMES, a[7:]))}))
 PY
-"""
+""".replace(  # the SHA-256 of each data set's copy in the device's cache, by name
+    "DATASET_SHAS", " ".join(f'"$(sha /var/lib/edgegossip/cache/{n}.npz)"' for n in DATASETS)
+).replace("DATASET_NAMES", repr(list(DATASETS)))
 
 INSTALL = r"""
 set -euo pipefail
@@ -80,7 +84,9 @@ put "$stage/link.keys" /etc/edgegossip/link.keys 0640 root:edgegossip reread
 put "$stage/server.key_secret" /etc/edgegossip/control/server.key_secret 0640 root:edgegossip
 put "$stage/client.key" /etc/edgegossip/control/clients/client.key 0644 root:root
 [ -f "$stage/device.npz" ] && put "$stage/device.npz" /var/lib/edgegossip/data/device.npz 0640 root:edgegossip
-[ -f "$stage/mnist.npz" ] && put "$stage/mnist.npz" /var/lib/edgegossip/cache/mnist.npz 0640 root:edgegossip
+for f in "$stage"/cache/*.npz; do  # the fleet's data set, as its name in the operator's cache
+  [ -f "$f" ] && put "$f" "/var/lib/edgegossip/cache/$(basename "$f")" 0640 root:edgegossip
+done
 if [ -d "$stage/model" ]; then  # a compiled model: swapped whole, never half of one
   rm -rf /var/lib/edgegossip/model.new /var/lib/edgegossip/model.old
   install -d -m 0750 -o root -g edgegossip /var/lib/edgegossip/model.new

@@ -125,6 +125,10 @@ class CompiledModel(Model):
         opts.log_severity_level = 3
         opts.intra_op_num_threads = self._threads
         opts.inter_op_num_threads = 1
+        # no preplanned block for every intermediate tensor of the graph at once: the CNN's
+        # training session held 42 MB at batch 32 with it, 31 without (110 and 66 at 128), for
+        # 1-3% of step time (`bench train`, docs/own-model.md): memory is what a Pi lacks
+        opts.enable_mem_pattern = False
         return ort.InferenceSession(
             str(self.folder / name), opts, providers=["CPUExecutionProvider"]
         )

@@ -68,8 +68,12 @@ from edgegossip.cli.render import emit, fail
     "--split",
     type=options.choice("partition"),
     default=None,
-    help="Give each device its own file split from MNIST (data/device-ID.npz); "
-    "without it every device is shipped MNIST and trains on its id's shard.",
+    help="Give each device its own file split from --data (data/device-ID.npz); "
+    "without it every device is shipped the data set and trains on its id's shard.",
+)
+@options.dataset(
+    "The data set the devices train on (their shards, or --split's files), from this "
+    "machine's cache: `edgegossip data fetch NAME` first."
 )
 @click.option(
     "--json",
@@ -94,7 +98,7 @@ def init(directory: Path, count, hosts_file, ansible_file, as_json, **opts) -> N
             directory,
             o.name or directory.resolve().name,
             _hosts(count, hosts_file, ansible_file, o.user),
-            {"train": {"algorithm": o.algorithm, "model": o.model}},
+            {"train": {"algorithm": o.algorithm, "model": o.model}, "data": {"source": o.data}},
             o.ssh_key,
             o.profile,
             o.split,
