@@ -1,7 +1,8 @@
 """`emulate --export compose` run for real with Debian's podman and podman-compose (root, CI):
-3 logreg agents, 10% loss in bursts of 4 datagrams (each link its own pattern) applied inside each
-container, one minute. The agents must learn and the receivers must observe the configured loss
-within 4 standard errors, in bursts. No registry: the base image is
+3 agents training the user's own model (a softmax regression as an exporter writes it, compiled
+by `model compile`) on Fashion-MNIST, 10% loss in bursts of 4 datagrams (each link its own
+pattern) applied inside each container, 30 s. The agents must learn and the receivers must
+observe the configured loss within 4 standard errors, in bursts. No registry: the base image is
 the lab's Debian root, imported locally."""
 
 import json
@@ -13,11 +14,28 @@ import time
 
 import pytest
 
+from edgegossip.data import mnist
+from edgegossip.fleet.bundle import MANIFEST
 from edgegossip.report.summary import summarize
 from tests.helpers.loss import assert_observed_loss
+from tests.helpers.onnx_models import compile_to, softmax_regression
 
-pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(900)]
 BASE = "localhost/edgegossip-test-base:latest"
+
+
+def test_export_without_pyyaml_is_one_line_and_writes_nothing(tmp_path, monkeypatch, mnist_data):
+    from click.testing import CliRunner
+
+    from edgegossip.cli.app import cli
+
+    monkeypatch.setitem(sys.modules, "yaml", None)  # as if the fleet extra were not installed
+    out = tmp_path / "compose"
+    res = CliRunner().invoke(
+        cli, ["emulate", "--export", "compose", "--out", str(out), "--duration", "10"]
+    )
+    assert res.exit_code == 2
+    assert "PyYAML, which is not installed" in res.output and len(res.output.splitlines()) == 1
+    assert not out.exists()
 
 
 @pytest.fixture
@@ -56,8 +74,13 @@ def podman_env(tmp_path, root_only):
     )
 
 
-def test_compose_fleet_learns_under_loss_in_podman(tmp_path, podman_env, mnist_data):
+@pytest.mark.root
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_compose_fleet_learns_its_own_model_under_loss_in_podman(tmp_path, podman_env):
     out = tmp_path / "compose"
+    model = compile_to(softmax_regression(tmp_path / "softmax.onnx"), tmp_path / "compiled")
+    fashion = mnist.load(name="fashion-mnist")  # `make test` fetches it
     p = subprocess.run(
         [
             sys.executable,
@@ -71,7 +94,9 @@ def test_compose_fleet_learns_under_loss_in_podman(tmp_path, podman_env, mnist_d
             "--nodes",
             "3",
             "--model",
-            "logreg",
+            str(model),
+            "--data",
+            "fashion-mnist",
             "--loss",
             "0.1",
             "--loss-model",  # bursts: per-link patterns, by the links' fixed addresses
@@ -94,6 +119,10 @@ def test_compose_fleet_learns_under_loss_in_podman(tmp_path, podman_env, mnist_d
     )
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["services"] == ["node0", "node1", "node2"]
+    # the containers get the data set and the model named, and onnxruntime to train it in
+    assert (out / "data" / "fashion-mnist.npz").is_file()
+    assert (out / "model" / "train.onnx").is_file()
+    assert "onnx" in json.loads((out / "wheels" / MANIFEST).read_text())["extras"]
     compose = ["podman-compose", "-p", f"egtest{os.getpid()}", "-f", str(out / "compose.yaml")]
     t0 = time.monotonic()
     try:
@@ -171,7 +200,7 @@ def test_compose_fleet_learns_under_loss_in_podman(tmp_path, podman_env, mnist_d
     assert "loss 10% by nftables (ingress, gilbert-elliott)" in logs.stdout + logs.stderr, (
         logs.stdout[-2000:]
     )
-    s = summarize(out, 3, "logreg", 0.1, "compose", 30.0, None, mnist_data)
+    s = summarize(out, 3, str(model), 0.1, "compose", 30.0, None, fashion)
     print(
         json.dumps(
             {k: s[k] for k in ("observed_loss", "observed_burst_mean", "average_model_accuracy")}
@@ -180,7 +209,8 @@ def test_compose_fleet_learns_under_loss_in_podman(tmp_path, podman_env, mnist_d
     assert all(a["steps"] > 0 and a["datagrams_received"] > 100 for a in s["agents"]), (
         f"{s['agents']}\n{(logs.stdout + logs.stderr)[-12000:]}"
     )
-    assert s["average_model_accuracy"] > 0.85
+    # a softmax regression reaches about 0.84 on Fashion-MNIST when trained to convergence
+    assert s["average_model_accuracy"] > 0.7, s["average_model_accuracy"]
     assert_observed_loss(s, 0.1, burst=4)
     # independent loss would give runs of about 1.1; the patterns' own runs average 4
     assert 2.5 < s["observed_burst_mean"] < 6.5, s["observed_burst_mean"]

@@ -10,14 +10,14 @@ compose DIR` writes
                      pattern replayed (transport/lossmodel.py), the senders named @nodeJ@ until
                      the entrypoint puts in the addresses the network gave them
     wheels/          edgegossip and its dependencies for this machine's platform
-    data/mnist.npz   the data every node trains its shard of (read-only in each container)
+    data/NAME.npz    the data set every node trains its shard of (read-only in each container)
+    model/           a compiled model's files (read-only in each container), when it is one
     config/agentI.toml  each node's agent config (read-only in its container)
     agentI/          each node's checkpoint and metrics once it ran: the layout `emulate` writes,
                      so report/summary.py summarises a compose run as it does an emulated one"""
 
 from __future__ import annotations
 
-import json
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -26,17 +26,25 @@ from edgegossip import config
 from edgegossip.data import mnist
 from edgegossip.emulate.fleet import PORT, EmulatedFleet, FleetSpec
 from edgegossip.emulate.netns import loss_rules, rate_to_mbps, replayed_links, tbf
+from edgegossip.errors import UsageError
 from edgegossip.fleet import bundle
+from edgegossip.models import NAMED, compiled
 
 IMAGE = "localhost/edgegossip-agent:latest"
 DEFAULT_BASE = "docker.io/library/debian:bookworm-slim"
 STATE = "/var/lib/edgegossip"
+MODEL = "/etc/edgegossip/model"  # a compiled model's folder in each container
 # podman-compose starts one container after another: 5 s apart here on a quiet machine, 30 s
 # and more under load (a CI run's agents started 51.3, 59.4 and 81.5 s in, so the last one and
 # the first never trained together). A compose network's DNS knows a service once its container
 # runs, so an agent that waits for every peer's name starts with the last of them, and the
 # fleet trains its --duration together.
 PEER_WAIT_S = 300.0
+
+
+class ComposeError(UsageError, ValueError):
+    """An export this machine cannot write."""
+
 
 CONTAINERFILE = """# the edgegossip agent; built by `podman-compose build` (or docker compose build)
 ARG BASE={base}
@@ -47,7 +55,7 @@ RUN command -v nft >/dev/null && command -v tc >/dev/null && python3 -c "import 
         iproute2 libssl3 && rm -rf /var/lib/apt/lists/*)
 COPY wheels /tmp/wheels
 RUN python3 -m venv /opt/edgegossip/venv \\
-    && /opt/edgegossip/venv/bin/pip install --quiet --no-index --find-links /tmp/wheels edgegossip \\
+    && /opt/edgegossip/venv/bin/pip install --quiet --no-index --find-links /tmp/wheels "edgegossip{extra}" \\
     && rm -rf /tmp/wheels
 COPY entrypoint.sh /usr/local/lib/edgegossip/
 ENV EDGEGOSSIP_CACHE=/data OPENBLAS_NUM_THREADS=1
@@ -90,22 +98,22 @@ exec setpriv --reuid=65532 --regid=65532 --clear-groups --inh-caps=-all --boundi
 """
 
 
-def _yaml(value, indent: int = 0) -> str:
-    """Block YAML for the compose file's plain shapes (dicts, lists, scalars)."""
-    pad = "  " * indent
-    if isinstance(value, dict):
-        lines = []
-        for k, v in value.items():
-            if isinstance(v, (dict, list)) and v:
-                lines.append(f"{pad}{k}:\n{_yaml(v, indent + 1)}")
-            else:
-                lines.append(f"{pad}{k}: {json.dumps(v)}")
-        return "\n".join(lines)
-    return "\n".join(f"{pad}- {json.dumps(v)}" for v in value)
+def _yaml():
+    """PyYAML, which writes the compose file (the fleet extra: the operator's machine); asked
+    for before anything is written."""
+    try:
+        import yaml
+    except ImportError:
+        raise ComposeError(
+            "--export compose writes its compose.yaml with PyYAML, which is not installed: "
+            "pip install 'edgegossip[fleet]'"
+        ) from None
+    return yaml
 
 
-def _service(spec: FleetSpec, i: int, name: str, base: str) -> dict:
-    """Node i's service: its image, loss and link cap, and its folders."""
+def _service(spec: FleetSpec, i: int, name: str, base: str, own_model: bool) -> dict:
+    """Node i's service: its image, loss and link cap, and its folders (a compiled model's
+    too)."""
     env = {
         "EG_LOSS_PERCENT": f"{spec.loss * 100:g}",
         "EG_LOSS_MODEL": spec.loss_model,
@@ -126,6 +134,7 @@ def _service(spec: FleetSpec, i: int, name: str, base: str) -> dict:
             f"./loss/{name}.nft:/etc/edgegossip/loss.nft:ro,Z",
             "./data:/data:ro,Z",
             f"./config/agent{i}.toml:/etc/edgegossip/agent.toml:ro,Z",
+            *([f"./model:{MODEL}:ro,Z"] if own_model else []),
         ],
     }
 
@@ -140,13 +149,42 @@ def _loss_files(spec: FleetSpec, out: Path, names: list[str]) -> None:
         (out / "loss" / f"{name}.nft").write_text(loss_rules(spec.loss, links=links))
 
 
+def _model(spec: FleetSpec, out: Path) -> dict:
+    """A compiled model copied into out/model (mounted read-only at MODEL in each container):
+    the config settings that name it there and its digest, which the agent checks at start;
+    nothing for a named model."""
+    if spec.model in NAMED:
+        return {}
+    if (out / "model").exists():
+        shutil.rmtree(out / "model")
+    return {"model": MODEL, "model_digest": compiled.copy(spec.model, out / "model")}
+
+
+def _image_files(spec: FleetSpec, out: Path, base: str, own_model: bool, progress) -> dict:
+    """The data set, the wheelhouse and the Containerfile that installs it; the wheelhouse's
+    manifest."""
+    data = out / "data"
+    data.mkdir(exist_ok=True)
+    source = mnist.cache_path(spec.data)
+    shutil.copyfile(source, data / source.name)
+    (data / source.name).chmod(0o444)
+    # a compiled model (or the onnx backend) trains in onnxruntime
+    extras = ("onnx",) if own_model or spec.train_backend == "onnx" else ()
+    manifest = bundle.build(out / "wheels", extras=extras, progress=progress)
+    extra = f"[{','.join(extras)}]" if extras else ""
+    (out / "Containerfile").write_text(CONTAINERFILE.format(base=base, extra=extra))
+    return manifest
+
+
 def export(spec: FleetSpec, out: Path, base: str = DEFAULT_BASE, progress=print) -> dict:
+    yaml = _yaml()
     out.mkdir(parents=True, exist_ok=True)
     names = [f"node{i}" for i in range(spec.nodes)]
     fleet = EmulatedFleet(
         replace(spec, backend="netns", out=out)
     )  # the configs emulate would give them
     addrs = [(n, PORT) for n in names]
+    own = _model(spec, out)  # a compiled model's: its folder in each container, and digest
     services = {}
     for i, name in enumerate(names):
         # no GSO: netem's loss, where the kernel has it, sits before any cut and would drop a
@@ -157,26 +195,21 @@ def export(spec: FleetSpec, out: Path, base: str = DEFAULT_BASE, progress=print)
             listen=f"0.0.0.0:{PORT}",
             gso=False,
             peer_wait_s=PEER_WAIT_S,
+            **own,
         )
         (out / f"agent{i}").mkdir(exist_ok=True)
         (out / "config").mkdir(exist_ok=True)
         (out / "config" / f"agent{i}.toml").write_text(config.to_toml(cfg))
-        services[name] = _service(spec, i, name, base)
+        services[name] = _service(spec, i, name, base, bool(own))
     doc = {"services": services, "networks": {"fleet": {"driver": "bridge"}}}
     (out / "compose.yaml").write_text(
         f"# {spec.nodes} edgegossip agents, {spec.algorithm}, {spec.loss:.0%} loss, links "
         f"{spec.rate or 'uncapped'}: `podman-compose up` (or `docker compose up`)\n"
-        + _yaml(doc)
-        + "\n"
+        + yaml.safe_dump(doc, sort_keys=False)
     )
-    (out / "Containerfile").write_text(CONTAINERFILE.format(base=base))
     (out / "entrypoint.sh").write_text(ENTRYPOINT)
     _loss_files(spec, out, names)
-    data = out / "data"
-    data.mkdir(exist_ok=True)
-    shutil.copyfile(mnist.cache_path(), data / mnist.cache_path().name)
-    (data / mnist.cache_path().name).chmod(0o444)
-    manifest = bundle.build(out / "wheels", progress=progress)
+    manifest = _image_files(spec, out, base, bool(own), progress)
     return {
         "out": str(out),
         "compose": str(out / "compose.yaml"),
