@@ -23,7 +23,8 @@ from tests.helpers.onnx_models import compile_to, softmax_regression
 BASE = "localhost/edgegossip-test-base:latest"
 
 
-def test_export_without_pyyaml_is_one_line_and_writes_nothing(tmp_path, monkeypatch, mnist_data):
+@pytest.mark.usefixtures("mnist_data")  # the export checks its data set first
+def test_export_without_pyyaml_is_one_line_and_writes_nothing(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
     from edgegossip.cli.app import cli

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from edgegossip import config
 from edgegossip.data import mnist
+from edgegossip.emulate import device
 from edgegossip.emulate.fleet import PORT, EmulatedFleet, FleetSpec
 from edgegossip.emulate.netns import loss_rules, rate_to_mbps, replayed_links, tbf
 from edgegossip.errors import UsageError
@@ -98,7 +99,7 @@ exec setpriv --reuid=65532 --regid=65532 --clear-groups --inh-caps=-all --boundi
 """
 
 
-def _yaml():
+def _pyyaml():
     """PyYAML, which writes the compose file (the fleet extra: the operator's machine); asked
     for before anything is written."""
     try:
@@ -111,7 +112,7 @@ def _yaml():
     return yaml
 
 
-def _service(spec: FleetSpec, i: int, name: str, base: str, own_model: bool) -> dict:
+def _service(spec: FleetSpec, i: int, name: str, base: str) -> dict:
     """Node i's service: its image, loss and link cap, and its folders (a compiled model's
     too)."""
     env = {
@@ -134,7 +135,7 @@ def _service(spec: FleetSpec, i: int, name: str, base: str, own_model: bool) -> 
             f"./loss/{name}.nft:/etc/edgegossip/loss.nft:ro,Z",
             "./data:/data:ro,Z",
             f"./config/agent{i}.toml:/etc/edgegossip/agent.toml:ro,Z",
-            *([f"./model:{MODEL}:ro,Z"] if own_model else []),
+            *([] if spec.model in NAMED else [f"./model:{MODEL}:ro,Z"]),
         ],
     }
 
@@ -160,16 +161,12 @@ def _model(spec: FleetSpec, out: Path) -> dict:
     return {"model": MODEL, "model_digest": compiled.copy(spec.model, out / "model")}
 
 
-def _image_files(spec: FleetSpec, out: Path, base: str, own_model: bool, progress) -> dict:
+def _image_files(spec: FleetSpec, out: Path, base: str, progress) -> dict:
     """The data set, the wheelhouse and the Containerfile that installs it; the wheelhouse's
     manifest."""
-    data = out / "data"
-    data.mkdir(exist_ok=True)
-    source = mnist.cache_path(spec.data)
-    shutil.copyfile(source, data / source.name)
-    (data / source.name).chmod(0o444)
+    device.share_read_only(mnist.cache_path(spec.data), out / "data")
     # a compiled model (or the onnx backend) trains in onnxruntime
-    extras = ("onnx",) if own_model or spec.train_backend == "onnx" else ()
+    extras = ("onnx",) if spec.model not in NAMED or spec.train_backend == "onnx" else ()
     manifest = bundle.build(out / "wheels", extras=extras, progress=progress)
     extra = f"[{','.join(extras)}]" if extras else ""
     (out / "Containerfile").write_text(CONTAINERFILE.format(base=base, extra=extra))
@@ -177,7 +174,7 @@ def _image_files(spec: FleetSpec, out: Path, base: str, own_model: bool, progres
 
 
 def export(spec: FleetSpec, out: Path, base: str = DEFAULT_BASE, progress=print) -> dict:
-    yaml = _yaml()
+    yaml = _pyyaml()
     out.mkdir(parents=True, exist_ok=True)
     names = [f"node{i}" for i in range(spec.nodes)]
     fleet = EmulatedFleet(
@@ -200,7 +197,7 @@ def export(spec: FleetSpec, out: Path, base: str = DEFAULT_BASE, progress=print)
         (out / f"agent{i}").mkdir(exist_ok=True)
         (out / "config").mkdir(exist_ok=True)
         (out / "config" / f"agent{i}.toml").write_text(config.to_toml(cfg))
-        services[name] = _service(spec, i, name, base, bool(own))
+        services[name] = _service(spec, i, name, base)
     doc = {"services": services, "networks": {"fleet": {"driver": "bridge"}}}
     (out / "compose.yaml").write_text(
         f"# {spec.nodes} edgegossip agents, {spec.algorithm}, {spec.loss:.0%} loss, links "
@@ -209,7 +206,7 @@ def export(spec: FleetSpec, out: Path, base: str = DEFAULT_BASE, progress=print)
     )
     (out / "entrypoint.sh").write_text(ENTRYPOINT)
     _loss_files(spec, out, names)
-    manifest = _image_files(spec, out, base, bool(own), progress)
+    manifest = _image_files(spec, out, base, progress)
     return {
         "out": str(out),
         "compose": str(out / "compose.yaml"),
