@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 
@@ -148,7 +149,7 @@ class Storage:
         self.busy = threading.Event()  # a checkpoint is being written
         out.mkdir(parents=True, exist_ok=True)
         drop_torn_line(self.metrics_path)
-        self._f = open(self.metrics_path, "a", buffering=1)
+        self._f: TextIO | None = open(self.metrics_path, "a", buffering=1)
         self._jobs: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="storage", daemon=True)
         self._thread.start()
@@ -192,7 +193,7 @@ class Storage:
         if self._thread.is_alive():
             self._jobs.put(None)
             self._thread.join()
-        if not self._f.closed:
+        if self._f is not None and not self._f.closed:
             self._f.close()
 
     # -- the storage thread ------------------------------------------------------------------
@@ -249,6 +250,11 @@ class Storage:
             self.metrics_dropped += 1
             self.note = f"disk nearly full: metrics paused ({self.metrics_dropped} not written)"
             return
+        if self._f is None:
+            self._f = self._reopen()
+        if self._f is None:  # _reopen said why in the note
+            self.metrics_dropped += 1
+            return
         try:
             self._f.write(line)
         except OSError as e:
@@ -264,7 +270,8 @@ class Storage:
         """Rewrite metrics.jsonl within its share (atomically: a power cut leaves the old file
         or the new one): events and the newest half of the records whole, every other one of
         the older half."""
-        self._f.close()
+        if self._f is not None:
+            self._f.close()
         try:
             lines = self.metrics_path.read_bytes().splitlines(keepends=True)
             steps = [i for i, ln in enumerate(lines) if b'"event"' not in ln]
@@ -281,4 +288,13 @@ class Storage:
         except OSError as e:
             self.note = f"metrics not compacted: {e.strerror or e}"
         finally:
-            self._f = open(self.metrics_path, "a", buffering=1)
+            self._f = self._reopen()
+
+    def _reopen(self):
+        """metrics.jsonl for appending again, or None (out of descriptors, say: the next
+        record tries again)."""
+        try:
+            return open(self.metrics_path, "a", buffering=1)
+        except OSError as e:
+            self.note = f"metrics not written: {e.strerror or e}"
+            return None

@@ -2,11 +2,13 @@
 disk that fills up under a running agent stops the metrics, keeps the last good checkpoint and
 never stops training."""
 
+import errno
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 from edgegossip import checkpoint, config
@@ -50,6 +52,37 @@ def test_compaction_keeps_events_and_a_thinned_history(tmp_path):
     newest = steps[len(steps) // 2 :]
     assert newest == list(range(newest[0], 40_001))  # the recent half at full rate
     assert len(steps) < 40_000 / 2
+
+
+def test_metrics_that_cannot_be_reopened_are_counted_and_resume(tmp_path, monkeypatch):
+    """Out of descriptors when compaction reopens metrics.jsonl: the records meanwhile are
+    counted as not written, and the file is opened again once descriptors are back."""
+    from edgegossip import storage
+
+    s = Storage(tmp_path, budget_bytes=3 << 20, checkpoint_bytes=1 << 10)
+    full = threading.Event()
+
+    def out_of_descriptors(path, *args, **kw):
+        if full.is_set():
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+        return open(path, *args, **kw)
+
+    monkeypatch.setattr(storage, "open", out_of_descriptors, raising=False)
+    full.set()
+    pad = "x" * 200
+    i = 0
+    while s.metrics_dropped < 5:  # once a compaction closed the file; the thread drains the queue
+        i += 1
+        s.record({"step": i, "pad": pad})
+        if i % 1000 == 0:
+            time.sleep(0.05)
+        assert i < 100_000, "nothing was dropped"
+    assert s.report()["disk_note"] == "metrics not written: Too many open files"
+    assert s._thread.is_alive()
+    full.clear()
+    s.record({"event": "back", "step": i + 1})
+    s.close()
+    assert read(tmp_path / METRICS)[-1]["event"] == "back"
 
 
 def test_an_agent_stays_within_its_budget(tmp_path, free_udp_port, mnist_data, procs):

@@ -263,9 +263,8 @@ class Agent:
             controls = Controls(
                 lambda: self.status(ctx, sender, inbox, controls, protocol), self.stop_event
             )
-            control = self._open_control(controls)
-            if control is not None:
-                stack.callback(control.close)
+            # the files and sockets the agent needs are open before the control port: an
+            # outsider's flood of connections to it can use up the descriptors (EMFILE)
             self.storage = self.checkpoints.storage = metrics = Storage(
                 self.out,
                 int(cfg.budget_mb * 1e6),
@@ -277,6 +276,9 @@ class Agent:
             scrape = self._open_metrics(controls.status)
             if scrape is not None:
                 stack.callback(scrape.close)
+            control = self._open_control(controls)
+            if control is not None:
+                stack.callback(control.close)
             self.checkpoints.pool = snapshots or Snapshots(self.plan.n_params, 1)
             self._first_step = self.step
             losses: list[float] = []
