@@ -14,6 +14,7 @@ summary: how the run's summary takes it from an agent's records: "last" (the las
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from edgegossip import clock
@@ -341,3 +342,49 @@ def series(key: str) -> str:
 def status_columns() -> dict[str, str]:
     """{heading: key} of the metrics `fleet status` shows, in table order."""
     return {m.status: m.key for m in METRICS if m.status}
+
+
+# what every step record (one with an accuracy) carries besides its metrics: the report plots
+# these against each other
+STEP_KEYS = ("time", "step", "exchanges")
+
+
+def _number(v, none_ok: bool = True) -> bool:
+    if v is None:
+        return none_ok
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _fits(m: Metric, v) -> bool:
+    if m.shape == "number":
+        return _number(v)
+    if m.shape == "by":
+        return isinstance(v, dict) and all(isinstance(k, str) and _number(x) for k, x in v.items())
+    if m.shape == "members":
+        return isinstance(v, list)
+    return isinstance(v, str)  # state
+
+
+def invalid(record) -> str | None:
+    """Why a metrics record is not one an agent writes (None if it is): a JSON object with a
+    finite `time`, each metric of this table that it holds of its shape, and a step record
+    holding STEP_KEYS. A device's records are its word: what fails is refused, never read."""
+    if not isinstance(record, dict):
+        return f"a record is {type(record).__name__}, not an object"
+    if not _number(record.get("time"), none_ok=False):
+        return "a record has no time"
+    if "accuracy" in record:
+        missing = [k for k in STEP_KEYS if k not in record]
+        if missing:
+            return f"a step record has no {missing[0]}"
+    for key, v in record.items():
+        m = BY_KEY.get(key)
+        if m is not None and not _fits(m, v):
+            return f"{key} is {json_type(v)}, not a {m.shape}"
+    return None
+
+
+def json_type(v) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(
+        type(v), repr(v)[:20]
+    )

@@ -73,12 +73,14 @@ def drop_torn_line(path: Path) -> None:
         f.truncate(keep)
 
 
-def read(path: str | Path) -> list[dict]:
+def read(path: str | Path) -> list:
+    """The file's records, as JSON gave them; a line that is not JSON (cut by kill -9, or not
+    text at all) is passed over. What a record holds is checked by catalog.invalid."""
     out = []
-    with open(path) as f:
+    with open(path, "rb") as f:
         for line in f:
             try:
                 out.append(json.loads(line))
-            except json.JSONDecodeError:  # a line cut by kill -9
+            except (ValueError, RecursionError):  # undecodable, not JSON, nested too deep
                 continue
     return out

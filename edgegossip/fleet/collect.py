@@ -10,11 +10,12 @@ from pathlib import Path
 
 import numpy as np
 
-from edgegossip import checkpoint
+from edgegossip import catalog, checkpoint
 from edgegossip.errors import EdgegossipError
 from edgegossip.fleet import agentconf, evaluation, parallel, remote
 from edgegossip.fleet.query import ask
 from edgegossip.fleet.ssh import Ssh
+from edgegossip.metrics import read as read_metrics
 from edgegossip.models import EXPORTABLE, ONNX_MISSING, make_model, onnx_available
 from edgegossip.report import page
 from edgegossip.report.summary import average, summarize
@@ -34,6 +35,11 @@ def fetch(fleet, device, deadline: float, out: Path, live: bool, n_params: int) 
     except (checkpoint.CheckpointError, ValueError, KeyError) as e:
         shutil.rmtree(where, ignore_errors=True)  # never averaged, never read again
         raise CollectError(f"the device's checkpoint is refused: {e}") from None
+    try:
+        _check_metrics(where / "metrics.jsonl")
+    except (ValueError, OSError) as e:
+        shutil.rmtree(where, ignore_errors=True)
+        raise CollectError(f"the device's metrics are refused: {e}") from None
     return row
 
 
@@ -54,6 +60,17 @@ def _check(where: Path, n_params: int) -> None:
         raise ValueError("params are not all finite")
     if step.shape != () or step.dtype.kind not in "iu" or int(step) < 0:
         raise ValueError("its step is not a count")
+
+
+def _check_metrics(path: Path) -> None:
+    """Every record the device sent is one an agent writes (catalog.invalid): the summary,
+    the report and the plots read them as such."""
+    if not path.is_file():
+        return
+    for n, record in enumerate(read_metrics(path), 1):
+        why = catalog.invalid(record)
+        if why is not None:
+            raise ValueError(f"metrics.jsonl record {n}: {why}")
 
 
 def model_name(fleet) -> str:

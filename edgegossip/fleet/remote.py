@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import shlex
 import tarfile
+import time
 from pathlib import Path
 
 from edgegossip.data.mnist import DATASETS
@@ -193,11 +195,16 @@ def put_config(ssh: Ssh, toml_text: str) -> None:
 # and the bound on what a compromised device can make the operator hold or write.
 MAX_MEMBER = 256 << 20
 OUTPUT_NAMES = ("checkpoint.npz", "metrics.jsonl")
+# the device's tar writes those two members; a reply holding many more is not its tar. Each
+# header costs the reader a block: this bounds the work the reply causes, not only its bytes
+MAX_MEMBERS = 16
+PARSE_S = 60.0  # reading the archive, when the device's deadline does not say less
 
 
 def fetch_output(ssh: Ssh, dest: Path) -> list[str]:
     """Copy the agent's checkpoint and metrics into dest; the names copied. The archive is
-    the device's word: only regular, non-sparse members with the expected names and sizes
+    the device's word: a plain (uncompressed) tar, read only as far as MAX_MEMBERS headers and
+    the device's deadline; only regular, non-sparse members with the expected names and sizes
     within MAX_MEMBER are taken, and the whole reply is cut off past what those can total."""
     p = ssh.run(
         f"bash -c 'cd {paths.OUTPUT} && tar -c --ignore-failed-read "
@@ -207,10 +214,15 @@ def fetch_output(ssh: Ssh, dest: Path) -> list[str]:
         limit=len(OUTPUT_NAMES) * (MAX_MEMBER + (64 << 10)) + (64 << 10),
     )
     dest.mkdir(parents=True, exist_ok=True)
+    deadline = getattr(ssh, "deadline", None)
+    end = min(math.inf if deadline is None else deadline, time.monotonic() + PARSE_S)
     got: list[str] = []
     try:
-        with tarfile.open(fileobj=io.BytesIO(p.stdout)) as t:
-            for m in t:
+        # "r:": never a compressed stream, which tarfile would otherwise detect and inflate
+        with tarfile.open(fileobj=io.BytesIO(p.stdout), mode="r:") as t:
+            for n, m in enumerate(t, 1):
+                if n > MAX_MEMBERS or time.monotonic() > end:
+                    break
                 if (
                     m.name not in OUTPUT_NAMES
                     or m.name in got

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from edgegossip import checkpoint
-from edgegossip.catalog import summary_row
+from edgegossip.catalog import invalid, summary_row
 from edgegossip.data import mnist
 from edgegossip.metrics import read as read_metrics
 from edgegossip.models import make_model
@@ -29,13 +29,9 @@ def summarize(
     model = make_model(model_name)
     params, agents, histories = [], [], {}
     for i in range(nodes) if isinstance(nodes, int) else nodes:  # ids: a fleet may have gaps
-        recs = (
-            read_metrics(out / f"agent{i}" / "metrics.jsonl")
-            if (out / f"agent{i}" / "metrics.jsonl").is_file()
-            else []
-        )
+        recs = records(out / f"agent{i}" / "metrics.jsonl")
         last = ([r for r in recs if "step" in r] or [{}])[-1]  # a resumed agent's records go on
-        histories[i] = [r for r in recs if "accuracy" in r]
+        histories[i] = [r for r in recs if r.get("accuracy") is not None]
         state = checkpoint.load(out / f"agent{i}")
         acc = None
         if state is not None:
@@ -69,6 +65,12 @@ def summarize(
         "agents": agents,
         "plots": plots,
     }
+
+
+def records(path: Path) -> list[dict]:
+    """An agent's metrics records that are what an agent writes (catalog.invalid); none if
+    there is no file."""
+    return [r for r in read_metrics(path) if invalid(r) is None] if path.is_file() else []
 
 
 def _agent_row(i: int, acc: float | None, last: dict, recs: list[dict]) -> dict:
