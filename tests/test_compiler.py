@@ -446,3 +446,86 @@ def test_models_exported_from_pytorch_train_to_pytorchs_gradients(name):
             atol=1e-6,
             err_msg=p.name,
         )
+
+
+def _constant_of_shape(shape, out: str) -> onnx.NodeProto:
+    one = numpy_helper.from_array(np.array([1.0]), "one")
+    return helper.make_node("ConstantOfShape", [shape], [out], name=out, value=one)
+
+
+def test_constant_folding_is_bounded_in_the_memory_it_takes():
+    """Issue 54, item 5: a 51 KB model took 1.1-2.1 GB to compile, folding a constant nobody
+    used. Only what the output needs is folded, and a folded tensor past the bound is refused
+    in one line before it is computed."""
+    import resource
+
+    huge = {"shape": np.array([1 << 14, 1 << 14], np.int64)}
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    unused = _model(
+        [_constant_of_shape("shape", "big"), n("MatMul", ["x", "W"], ["out"])],
+        {"W": w(4, 3), **huge},
+        [4],
+        "out",
+    )
+    assert compile_model(unused, "mse").initial.size == 12
+    assert (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024 < 500
+    used = _model(
+        [
+            _constant_of_shape("shape", "big"),
+            n("ReduceSum", ["big"], ["s"], keepdims=0),
+            n("MatMul", ["x", "W"], ["h"]),
+            n("Add", ["h", "s"], ["out"]),
+        ],
+        {"W": w(4, 3), **huge},
+        [4],
+        "out",
+    )
+    with pytest.raises(CompileError, match="node big: folding its constant output") as e:
+        compile_model(used, "mse")
+    assert "\n" not in str(e.value)
+    assert (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024 < 500
+
+
+def test_a_custom_op_inside_a_subgraph_is_refused():
+    """Issue 54, item 6: the domain check read the top-level nodes only, so a custom op in an
+    If branch compiled and failed on every device at the first step."""
+    t = helper.np_dtype_to_tensor_dtype(np.dtype(np.float64))
+    then = helper.make_graph(
+        [helper.make_node("Weird", [], ["t"], name="weird", domain="custom")],
+        "then",
+        [],
+        [helper.make_tensor_value_info("t", t, [3])],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Constant", [], ["e"], value=numpy_helper.from_array(np.zeros(3)))],
+        "else",
+        [],
+        [helper.make_tensor_value_info("e", t, [3])],
+    )
+    branch = helper.make_node("If", ["c"], ["shift"], then_branch=then, else_branch=other)
+    model = _model(
+        [branch, n("MatMul", ["x", "W"], ["h"]), n("Add", ["h", "shift"], ["out"])],
+        {"W": w(4, 3), "c": np.array(True)},
+        [4],
+        "out",
+    )
+    model.opset_import.append(helper.make_opsetid("custom", 1))
+    with pytest.raises(CompileError, match="node weird: op custom.Weird is not standard ONNX"):
+        compile_model(model, "mse")
+
+
+@pytest.mark.parametrize(
+    "dims,data,message",
+    [
+        ([4, 1 << 38], [], "1099511627776 elements, more than a device model holds"),
+        ([4, 3], [1.0] * 5, "declares 12 elements and holds 5"),
+    ],
+)
+def test_a_tensor_that_does_not_hold_what_it_declares_is_refused(dims, data, message):
+    """Issue 54, item 7: a tensor declaring 2^40 elements with no data ended in a traceback."""
+    model = _model([n("MatMul", ["x", "W"], ["out"])], {}, [4], "out")
+    model.graph.initializer.append(
+        onnx.TensorProto(name="W", data_type=onnx.TensorProto.DOUBLE, dims=dims, double_data=data)
+    )
+    with pytest.raises(CompileError, match=message):
+        compile_model(model, "mse")

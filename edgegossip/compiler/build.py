@@ -29,6 +29,12 @@ from edgegossip.compiler.errors import CompileError
 from edgegossip.compiler.ops import OPS, copy_node, diff_slots
 
 OPSET = 18
+# what the compiler holds of a model: a device model's tensors are far smaller. Bounds on the
+# work a model file can cause, refused in one line beyond them
+MAX_TENSOR_ELEMENTS = 1 << 28  # one initializer or Constant (1 GB of float32, the file bound)
+MAX_FOLD_ELEMENTS = 1 << 24  # one tensor computed from constants at compile time (64 MB)
+MAX_FOLD_TOTAL = 1 << 26  # all of them together (256 MB of float32)
+_COMPLEX = (TensorProto.COMPLEX64, TensorProto.COMPLEX128)
 LOSSES = ("cross-entropy", "mse")
 _FINAL = ("Softmax", "LogSoftmax")
 _RANDOM = (
@@ -70,6 +76,8 @@ def compile_model(model: onnx.ModelProto, loss: str) -> Compiled:
     cannot be compiled."""
     if loss not in LOSSES:
         raise CompileError(f"loss {loss!r}: choose {' or '.join(LOSSES)}")
+    _check_tensors(model.graph)
+    _check_domains(model.graph)
     model = _at_opset(model)
     graph = model.graph
     inits = {i.name: i for i in graph.initializer}
@@ -78,7 +86,8 @@ def compile_model(model: onnx.ModelProto, loss: str) -> Compiled:
     producer = {o: n for n in graph.node for o in n.output}
     logits = _logits(graph, producer, loss)
     params = _params(graph, inits, logits, producer)
-    e = Emit(dtype, shapes, _values(graph, model.opset_import))
+    live = ancestors(logits, producer)
+    e = Emit(dtype, shapes, _values(graph, model.opset_import, shapes, live))
     _slice_params(e, params)
     saved = _forward(e, graph, logits, producer)
     g_logits = _loss(e, logits, loss)
@@ -108,13 +117,58 @@ def _data_input(graph, inits) -> tuple[onnx.ValueInfoProto, np.dtype]:
     dtype = helper.tensor_dtype_to_np_dtype(x_info.type.tensor_type.elem_type)
     if dtype.kind != "f":
         raise CompileError(f"input {x_info.name!r} is {dtype}, not a float tensor")
+    return x_info, dtype
+
+
+def _nodes(graph):
+    """Every node of graph and of the graphs its nodes hold (If's branches, Loop's and Scan's
+    bodies), at any depth."""
     for node in graph.node:
+        yield node
+        for a in node.attribute:
+            for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs:
+                yield from _nodes(sub)
+
+
+def _check_domains(graph) -> None:
+    """Every node, a subgraph's included, is standard ONNX: stock onnxruntime on the devices
+    runs nothing else."""
+    for node in _nodes(graph):
         if node.domain not in ("", "ai.onnx"):
             where = node.name or node.output[0]
             raise CompileError(
                 f"node {where}: op {node.domain}.{node.op_type} is not standard ONNX"
             )
-    return x_info, dtype
+
+
+def _check_tensors(graph) -> None:
+    """Every tensor the model holds (initializers, Constant values, in subgraphs too) has the
+    data its dimensions declare, within MAX_TENSOR_ELEMENTS: what a file says it holds is read
+    only once it is seen to hold it."""
+    tensors = list(graph.initializer) + list(graph.sparse_initializer)
+    for node in _nodes(graph):
+        tensors += [a.t for a in node.attribute if a.type == onnx.AttributeProto.TENSOR]
+    for t in tensors:
+        dims = t.values.dims if isinstance(t, onnx.SparseTensorProto) else t.dims
+        count = int(np.prod([max(0, d) for d in dims], dtype=object))
+        name = t.values.name if isinstance(t, onnx.SparseTensorProto) else t.name
+        if count > MAX_TENSOR_ELEMENTS or min(dims, default=0) < 0:
+            raise CompileError(
+                f"tensor {name!r} declares {list(dims)}: {count} elements, more than a device "
+                f"model holds ({MAX_TENSOR_ELEMENTS})"
+            )
+        if isinstance(t, onnx.TensorProto) and _held(t) != count:
+            raise CompileError(f"tensor {name!r} declares {count} elements and holds {_held(t)}")
+
+
+def _held(t: onnx.TensorProto) -> int:
+    """How many elements t's data holds (as stored inline: onnx.load brought in external data)."""
+    if t.HasField("raw_data"):
+        size = helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+        return len(t.raw_data) // size if len(t.raw_data) % size == 0 else -1
+    field = helper.tensor_dtype_to_field(t.data_type)
+    held = len(getattr(t, field))
+    return held // 2 if t.data_type in _COMPLEX else held
 
 
 def _logits(graph, producer, loss: str) -> str:
@@ -157,16 +211,33 @@ def _shapes(model: onnx.ModelProto) -> dict[str, list[int | None]]:
     return out
 
 
-def _values(graph, opsets) -> dict[str, np.ndarray]:
-    """What the model holds as constants: its initializers, and every node computed from
-    constants alone (exporters build axes and shapes out of Constant nodes), evaluated here by
-    onnx's reference evaluator, one node at a time."""
+def _values(graph, opsets, shapes, live: set[str]) -> dict[str, np.ndarray]:
+    """What the model holds as constants: its initializers, and every node on the way to the
+    output computed from constants alone (exporters build axes and shapes out of Constant
+    nodes), evaluated here by onnx's reference evaluator, one node at a time. A node is folded
+    only where shape inference knows its outputs' sizes: each within MAX_FOLD_ELEMENTS and
+    all of them within MAX_FOLD_TOTAL, or the model is refused; the work a model file can
+    cause here is bounded by that, not by its bytes."""
     from onnx.reference import ReferenceEvaluator
 
     out = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+    total = 0
     for node in graph.node:
         if node.op_type in _RANDOM or not all(i in out for i in node.input if i):
             continue
+        if not set(node.output) & live:
+            continue  # nothing the model computes needs it
+        sizes = [_elements(shapes.get(o)) for o in node.output if o]
+        known = [n for n in sizes if n is not None]
+        if len(known) < len(sizes):
+            continue  # its size is not known before it is computed: it stays a node
+        total += sum(known)
+        if max(known, default=0) > MAX_FOLD_ELEMENTS or total > MAX_FOLD_TOTAL:
+            raise CompileError(
+                f"node {node.name or node.output[0]}: folding its constant output "
+                f"{shapes.get(node.output[0])} would take {total} elements of constants, more "
+                f"than {MAX_FOLD_TOTAL} (or {MAX_FOLD_ELEMENTS} for one tensor)"
+            )
         inputs = [
             helper.make_tensor_value_info(
                 i, helper.np_dtype_to_tensor_dtype(out[i].dtype), out[i].shape
@@ -184,6 +255,12 @@ def _values(graph, opsets) -> dict[str, np.ndarray]:
             continue
         out.update({o: np.asarray(v) for o, v in zip(node.output, got) if o})
     return out
+
+
+def _elements(shape: list[int | None] | None) -> int | None:
+    if shape is None or any(d is None or d < 0 for d in shape):
+        return None
+    return int(np.prod(shape, dtype=object))
 
 
 def _params(graph, inits, logits: str, producer) -> list[Param]:
