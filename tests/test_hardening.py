@@ -325,3 +325,35 @@ def test_a_real_restart_is_confirmed_and_then_persisted():
     for d in _frames(Encoder(PLAN, KEY, 1, A, session=4), 1, B):  # a whole round: confirmed
         inbox.ingest(memoryview(d)[3:])
     assert inbox.links.state().tolist() == [[A, 4, PLAN.n_chunks]]
+
+
+def test_one_sender_holds_at_most_its_share_of_the_receive_buffers():
+    """Issue 54, item 1: C, holding its own link's key, kept both pooled buffers of B with
+    rounds nothing collects (REDUCE rounds to a gossip agent), and A's rounds were dropped as
+    no_buffer for as long as C kept sending. Now a type the algorithm never collects is
+    refused at the gate, and a sender holding both buffers gives one up to another sender's
+    round; its own next rounds then take its own older buffer, never A's."""
+    gossip = frozenset({wire.MsgType.PARAMS})
+    inbox = Inbox.build(
+        PLAN, KEY, 1, peers={A, C}, me=B, receive_buffers=2, stale_s=600, messages=gossip
+    )
+    a, c = Encoder(PLAN, KEY, 1, A, session=1), Encoder(PLAN, KEY, 1, C, session=1)
+
+    def ingest(datagrams):
+        for d in datagrams:
+            inbox.ingest(memoryview(d)[3:])
+
+    x = np.ones(PLAN.n_params, np.float32)
+    ingest(bytes(d) for d in c.chunks(x, wire.MsgType.REDUCE, 1, receiver=B))
+    assert inbox.counter.drops == {"unwanted_type": PLAN.n_chunks}
+    ingest(_frames(c, 1, B))  # C's rounds, never collected, take both buffers
+    ingest(_frames(c, 2, B))
+    assert inbox.rounds.pool.made == 2 and not inbox.rounds.pool.free
+    ingest(_frames(a, 1, B, value=5.0))  # A's round takes C's older one
+    for rnd in range(3, 8):  # C's new rounds supersede its own, never A's
+        ingest(_frames(c, rnd, B))
+    assert "no_buffer" not in inbox.counter.drops
+    out = np.zeros(PLAN.n_params, np.float32)
+    mask = np.zeros(PLAN.n_chunks, np.uint8)
+    assert inbox.rounds.collect(A, wire.MsgType.PARAMS, 1, 0, out, mask) == PLAN.n_chunks
+    assert (out == 5.0).all()

@@ -15,7 +15,7 @@ from edgegossip.dataplane.outbox import Encoder
 from edgegossip.dataplane.reassembly import Event
 from edgegossip.dataplane.sender import Sender, Snapshots
 from edgegossip.protocol import Context, make_protocol
-from edgegossip.protocol.gossip_push import CREDITS
+from edgegossip.protocol.gossip_push import CREDITS, LEND_SHARE
 from edgegossip.transport.base import Transport
 from edgegossip.transport.peers import PeerBook
 
@@ -289,7 +289,10 @@ def test_a_protocol_checkpoints_its_own_fields():
     push.ctx.push_weight = 0.375
     push.seen = {1: (7, 1234)}  # the last running sum seen from peer 1, in its session 7
     saved = push.checkpoint()
-    assert set(saved) == {"push_weight", "push_seen"} and float(saved["push_weight"]) == 0.375
+    assert (
+        set(saved) == {"push_weight", "push_seen", "push_lent"}
+        and float(saved["push_weight"]) == 0.375
+    )
     again = proto("gossip-push")
     again.restore(saved)
     assert again.ctx.push_weight == 0.375 and again.seen == {1: (7, 1234)}
@@ -361,9 +364,30 @@ def test_a_peer_never_heard_gets_probes_not_weight():
     assert [proto._choose([0, 2], now) for _ in range(3)] == [0, 0, 0]  # no probe due yet
     counts = proto._outgoing_weight(0)
     assert counts * gossip_push.unit(3) == pytest.approx(0.5) and proto.ctx.push_weight == 0.5
-    proto._outgoing_weight(0)  # the second and last credit
-    assert proto._outgoing_weight(0) == proto.sums[0] and proto.probes == 2  # then probes
-    assert proto.ctx.push_weight == pytest.approx(0.25, abs=2 * gossip_push.unit(3))
+    # peer 0 holds LEND_SHARE of ours and gave nothing back: no more weight goes to it
+    assert proto.lent[0] == pytest.approx(LEND_SHARE)
+    assert proto._outgoing_weight(0) == proto.sums[0] and proto.probes == 2
+    assert proto.ctx.push_weight == 0.5
+
+
+def test_a_peer_that_never_gives_weight_back_holds_at_most_its_share():
+    """Issue 54, item 2: a peer holding its own link's key sent valid rounds with its running
+    sum never moving; every round heard earned it two pushes of half the weight, and both
+    honest weights fell to 1 count in 23 s. Now it holds at most LEND_SHARE of ours, and once
+    it is silent that comes back."""
+    _, _, _, proto = _push_receiver(me=1, p=1.0)
+    now = time.monotonic()
+    for rnd in range(1, 50):  # the hostile peer: rounds, its sum never moving
+        proto._on_params(Event(0, wire.MsgType.PARAMS, rnd, 0, 0, 0, 9), None, None, now)
+        proto.pending.clear()
+        proto._outgoing_weight(0)
+    assert proto.ctx.push_weight == pytest.approx(1 - LEND_SHARE)
+    # a peer that returns weight earns room again: 0.25 back, 0.25 more may go
+    proto._on_params(Event(0, wire.MsgType.PARAMS, 50, 0, 0, 2**11, 9), None, None, now)
+    assert proto.lent[0] == pytest.approx(LEND_SHARE - 0.25)
+    proto.liveness.silent.add(0)  # it went silent: what it holds comes back
+    proto._reclaim(0)
+    assert proto.lent[0] == 0 and proto.reclaimed == pytest.approx(0.25)
 
 
 def test_liveness_marks_a_quiet_peer_silent_and_raises_the_alarms():

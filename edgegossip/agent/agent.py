@@ -226,6 +226,7 @@ class Agent:
             # gossip: an exchange we started and one we answer at a time; memory for those,
             # not for every peer
             receive_buffers=self.algorithm.receive_buffers,
+            messages=self.algorithm.messages,
             stale_s=cfg.deadline_s,
         )
         assert self.keys is not None  # datagrams: link keys were loaded at start

@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from edgegossip.dataplane import wire
 from edgegossip.dataplane.chunking import ChunkPlan
 
 
@@ -69,6 +70,9 @@ class Algorithm:
     # "all": every other worker, with ids 0..W-1; "some": at least one peer; "none"
     peers: ClassVar[str] = "some"
     receive_buffers: ClassVar[int] = 2  # the inbox's exchange buffers
+    # the message types its protocol collects; the gate refuses every other type, so no
+    # sender can hold a receive buffer with a round nothing will ever take
+    messages: ClassVar[frozenset[int]] = frozenset({wire.MsgType.PARAMS})
     rps_blocks: ClassVar[bool] = False  # the inbox keeps one buffer per RPS block instead
     push_weight: ClassVar[bool] = False  # a push-sum weight in every header
     whole_gradient: ClassVar[bool] = False  # needs the whole gradient at once (no fused step)

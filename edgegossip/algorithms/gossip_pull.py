@@ -14,6 +14,7 @@ import numpy as np
 from edgegossip import kernels
 from edgegossip.algorithms.base import GossipAlgorithm, World
 from edgegossip.algorithms.elastic_gossip import choose_peers
+from edgegossip.dataplane import wire
 
 __all__ = ["choose_peers", "apply", "GossipPull"]
 
@@ -28,6 +29,7 @@ def apply(
 class GossipPull(GossipAlgorithm):
     name = "gossip-pull"
     protocol = "edgegossip.protocol.gossip_pull:PullProtocol"
+    messages = frozenset({wire.MsgType.PARAMS, wire.MsgType.REQUEST})
 
     @classmethod
     def merge(cls, world: World, picks: list[int | None]) -> None:

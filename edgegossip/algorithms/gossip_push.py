@@ -69,11 +69,12 @@ def unit(workers: int) -> float:
     return ring / SUM_MOD
 
 
-def give(w: float, workers: int) -> tuple[int, float]:
-    """Sender: (counts given, the weight kept). Half of w, rounded down to whole units, so the
-    receiver takes exactly what was given and no weight is made or lost in rounding."""
+def give(w: float, workers: int, room: float = math.inf) -> tuple[int, float]:
+    """Sender: (counts given, the weight kept). Half of w, and no more than room, rounded down
+    to whole units, so the receiver takes exactly what was given and no weight is made or lost
+    in rounding."""
     u = unit(workers)
-    counts = int(w / 2 / u)
+    counts = int(min(w / 2, room) / u)
     return counts, w - counts * u
 
 

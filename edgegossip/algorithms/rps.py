@@ -17,6 +17,7 @@ import numpy as np
 
 from edgegossip import kernels
 from edgegossip.algorithms.base import Algorithm, World
+from edgegossip.dataplane import wire
 from edgegossip.dataplane.chunking import ChunkPlan
 
 
@@ -58,6 +59,7 @@ class Rps(Algorithm):
     settings = ("rps_period",)
     peers = "all"
     receive_buffers = 0
+    messages = frozenset({wire.MsgType.REDUCE, wire.MsgType.GATHER})
     rps_blocks = True
     protocol = "edgegossip.protocol.rps:RpsProtocol"
 

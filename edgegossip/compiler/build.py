@@ -18,6 +18,7 @@ product, and a tensor's gradient is the Sum of what every consumer gave it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -150,7 +151,7 @@ def _check_tensors(graph) -> None:
         tensors += [a.t for a in node.attribute if a.type == onnx.AttributeProto.TENSOR]
     for t in tensors:
         dims = t.values.dims if isinstance(t, onnx.SparseTensorProto) else t.dims
-        count = int(np.prod([max(0, d) for d in dims], dtype=object))
+        count = math.prod(max(0, d) for d in dims)
         name = t.values.name if isinstance(t, onnx.SparseTensorProto) else t.name
         if count > MAX_TENSOR_ELEMENTS or min(dims, default=0) < 0:
             raise CompileError(
@@ -258,9 +259,10 @@ def _values(graph, opsets, shapes, live: set[str]) -> dict[str, np.ndarray]:
 
 
 def _elements(shape: list[int | None] | None) -> int | None:
-    if shape is None or any(d is None or d < 0 for d in shape):
+    if shape is None:
         return None
-    return int(np.prod(shape, dtype=object))
+    dims = [d for d in shape if d is not None and d >= 0]
+    return math.prod(dims) if len(dims) == len(shape) else None
 
 
 def _params(graph, inits, logits: str, producer) -> list[Param]:

@@ -16,6 +16,7 @@ DROPS: dict[str, tuple[str, str]] = {
     "bad_group": ("refused", "framed for another RADIO/DISH group"),
     "bad_version": ("refused", "another wire version"),
     "bad_type": ("refused", "an unknown message type"),
+    "unwanted_type": ("refused", "a message type this fleet's algorithm never collects"),
     "bad_dtype": ("refused", "a payload encoding other than this fleet's"),
     "wrong_fleet": ("refused", "another fleet's id"),
     "wrong_receiver": ("refused", "meant for another receiver"),

@@ -28,6 +28,7 @@ class Gate:
     require_encryption: bool = False
     codec: Codec = CODECS["float32"]  # payloads in another encoding are dropped as bad_dtype
     rps_blocks: int = 0  # RPS block ids must be below this
+    messages: frozenset[int] | None = None  # the types the algorithm collects; None: any
     group: bytes = wire.DEFAULT_GROUP
     prefix: bytes = field(init=False)
     max_body: int = field(init=False)
@@ -66,6 +67,8 @@ class Gate:
             return "bad_dtype"
         if h.receiver != self.me:
             return "wrong_receiver"
+        if self.messages is not None and h.msg_type not in self.messages:
+            return "unwanted_type"
         encrypted = bool(h.flags & wire.FLAG_ENCRYPTED)
         aead, why = self.sender(h.sender, encrypted)
         if why is not None:

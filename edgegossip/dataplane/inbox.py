@@ -153,7 +153,7 @@ class Inbox:
         now = time.monotonic()
         limit = min(link.seq_limit(now), 2**63 - 1)
         with rounds.cond:
-            target, reason = rounds.steady(slot, rnd, link, now)
+            target, reason = rounds.steady(slot, rnd, link, now, sender)
             if target is None and reason is None:
                 return 0
             if target is not None and rounds.fast_target is not target:

@@ -41,7 +41,23 @@ class PlaneSpec:
     senders: frozenset[int] | None = None  # whom the inbox accepts; None: anyone
     rps_blocks: int = 0  # the inbox keeps one buffer per RPS block
     receive_buffers: int = 0  # buffers shared by all senders (0: one set per sender)
+    messages: frozenset[int] | None = None  # the message types accepted; None: any
     stale_s: float = 10.0  # a round nobody collected for this long gives its buffer up
+
+
+def _inbox(spec: PlaneSpec, plan: ChunkPlan, keys, codec: Codec) -> Inbox:
+    gate = Gate(
+        plan,
+        LinkKeys.of(keys),
+        spec.fleet,
+        me=spec.me,
+        peers=spec.senders,
+        require_encryption=spec.encrypt,
+        codec=codec,
+        rps_blocks=spec.rps_blocks,
+        messages=spec.messages,
+    )
+    return Inbox(gate, Reassembly(plan, spec.rps_blocks, spec.receive_buffers, spec.stale_s))
 
 
 class DataPlane:
@@ -64,18 +80,7 @@ class DataPlane:
             )
             self._stack.callback(self.transport.close)
             self.transport.bind(spec.listen)
-            gate = Gate(
-                plan,
-                LinkKeys.of(keys),
-                spec.fleet,
-                me=spec.me,
-                peers=spec.senders,
-                require_encryption=spec.encrypt,
-                codec=codec,
-                rps_blocks=spec.rps_blocks,
-            )
-            rounds = Reassembly(plan, spec.rps_blocks, spec.receive_buffers, spec.stale_s)
-            self.inbox = Inbox(gate, rounds)
+            self.inbox = _inbox(spec, plan, keys, codec)
             if replay is not None:
                 self.inbox.links.restore(replay)
             handler: Handler = self.inbox.ingest

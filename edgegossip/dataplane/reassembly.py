@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -139,8 +139,10 @@ class Reassembly:
         max_events: int = 1024,
     ):
         """receive_buffers: 0 gives every (sender, message type) buffers of its own; N > 0 shares
-        N among all senders (a round that finds none free is dropped as `no_buffer`; a round
-        nobody collected for stale_s seconds gives its buffer up)."""
+        N among all senders, each holding at most its share (_victim): a round that finds none
+        free takes the buffer of a round nobody collected for stale_s seconds, else its own
+        sender's older round's, else that of a sender holding more than one; failing all
+        three it is dropped as `no_buffer`."""
         self.plan = plan
         self.rps_blocks = rps_blocks
         self.pool = BufferPool(plan.n_params, receive_buffers) if receive_buffers else None
@@ -182,7 +184,7 @@ class Reassembly:
             if target.buf is None:
                 if not opens and target.collected:
                     return "collected"  # its reader has merged it and moved on
-                if not self._lend(target, now):
+                if not self._lend(target, h.sender, now):
                     return "no_buffer"
             # accepted whole from here on: only now may it move the link's replay window
             commit()
@@ -199,7 +201,7 @@ class Reassembly:
         return None
 
     def steady(
-        self, slot: Slot, round: int, link: PeerLink, now: float
+        self, slot: Slot, round: int, link: PeerLink, now: float, sender: int
     ) -> tuple[Round | None, str | None]:
         """What file() would do with each datagram of `round` from slot's sender in the
         link's current session, while it changes nothing but that round's buffer: (the Round
@@ -217,42 +219,57 @@ class Reassembly:
             return None, None  # round_jump
         else:  # it would open the round: only a refusal stays the same
             target = slot.upcoming()
-            if target.buf is not None or self._can_lend(target, now):
+            if target.buf is not None or self._can_lend(target, sender, now):
                 return None, None
             return None, "no_buffer"
         if target.buf is not None:
             return target, None
         if target.collected:
             return None, "collected"
-        return (None, None) if self._can_lend(target, now) else (None, "no_buffer")
+        return (None, None) if self._can_lend(target, sender, now) else (None, "no_buffer")
 
-    def _victim(self, r: Round, now: float) -> Round | None:
-        """The buffer _lend() would take from another round when none is free: the oldest
-        of those nobody collected for stale_s seconds (or that were collected)."""
-        stale = [
-            x
-            for sl in self.slots.values()
+    def _victim(self, r: Round, sender: int, now: float) -> Round | None:
+        """The buffer _lend() takes from another round for sender's round r when none is free.
+        Per-sender fairness: whatever one sender sends on its own link, it holds at most its
+        share of the pool, so it cannot keep another sender's rounds out for longer than a
+        round is kept uncollected (stale_s, the exchange deadline). In order:
+        1. the oldest round that was collected or that nobody collected for stale_s;
+        2. the oldest other round of sender itself (its newer round supersedes it);
+        3. the oldest round of a sender holding more than one buffer (one in use by the
+           agent, borrowed, counts but is never taken)."""
+        held = [
+            (s, x)
+            for (s, _), sl in self.slots.items()
             for x in (sl.current, sl.previous)
-            if x.buf is not None
-            and not x.borrowed
-            and x is not r
-            and (x.collected or now - x.updated > self.stale_s)
+            if x.buf is not None and x is not r
         ]
-        return min(stale, key=lambda x: x.updated) if stale else None
+        free = [(s, x) for s, x in held if not x.borrowed]
+        counts = Counter(s for s, _ in held)
+        for pick in (
+            lambda s, x: x.collected or now - x.updated > self.stale_s,
+            lambda s, x: s == sender,
+            lambda s, x: counts[s] > 1,
+        ):
+            found = [x for s, x in free if pick(s, x)]
+            if found:
+                return min(found, key=lambda x: x.updated)
+        return None
 
-    def _can_lend(self, r: Round, now: float) -> bool:
+    def _can_lend(self, r: Round, sender: int, now: float) -> bool:
         pool = self.pool
         if pool is None:
             return True  # every round has buffers of its own: nothing is refused for want
-        return bool(pool.free) or pool.made < pool.size or self._victim(r, now) is not None
+        if pool.free or pool.made < pool.size:
+            return True
+        return self._victim(r, sender, now) is not None
 
-    def _lend(self, r: Round, now: float) -> bool:
-        """Give round r a pooled buffer (under self.cond): a free one, else the buffer of a
-        round nobody collected for stale_s seconds. False if all are in use."""
+    def _lend(self, r: Round, sender: int, now: float) -> bool:
+        """Give sender's round r a pooled buffer (under self.cond): a free one, else one
+        _victim() gives up. False if every buffer is rightly held."""
         assert self.pool is not None  # lending is for the gossip buffers
         buf = self.pool.take()
         if buf is None:
-            victim = self._victim(r, now)
+            victim = self._victim(r, sender, now)
             if victim is None:
                 return False
             if self.fast_target is victim:

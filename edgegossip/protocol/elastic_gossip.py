@@ -31,8 +31,9 @@ class ElasticGossipProtocol(GossipProtocol):
             return True
         return False
 
-    def _merge(self, x: np.ndarray, p: Pending, r) -> None:
+    def _merge(self, x: np.ndarray, p: Pending, r) -> bool:
         assert p.pre is not None  # both ends keep their pre-step snapshot
         elastic_gossip.apply(
             x, p.pre.vec, [(r.buf, r.mask)], self.ctx.cfg.alpha, self.ctx.plan.chunk_elems
         )
+        return True

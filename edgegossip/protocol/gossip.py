@@ -67,6 +67,7 @@ class GossipProtocol(Protocol):
         self.ids = sorted(ctx.peers)
         self.owed = 0  # draws not yet started
         self.owed_answers: dict[int, tuple[int, float]] = {}  # peer -> (its round, deadline)
+        self.merged_by: dict[int, int] = {}  # rounds that moved our parameters, by peer
         cfg = ctx.cfg
         self.deadlines = Deadlines(
             cfg.deadline, cfg.deadline_s, cfg.deadline_min_s, cfg.deadline_max_s, SETTLE_S
@@ -180,8 +181,9 @@ class GossipProtocol(Protocol):
         sender, if anything); True if an exchange will collect it."""
         return False
 
-    def _merge(self, x: np.ndarray, p: Pending, r) -> None:
-        """Merge the receive buffer r (r.buf, r.mask) of exchange p into x."""
+    def _merge(self, x: np.ndarray, p: Pending, r) -> bool:
+        """Merge the receive buffer r (r.buf, r.mask) of exchange p into x; whether anything
+        of it moved x."""
         raise NotImplementedError
 
     def _nothing_kept(self, p: Pending) -> None:
@@ -211,7 +213,8 @@ class GossipProtocol(Protocol):
             )
             if r is not None:
                 try:
-                    self._merge(x, p, r)
+                    if self._merge(x, p, r):
+                        self.merged_by[peer] = self.merged_by.get(peer, 0) + 1
                     self.liveness.merged(now)
                 finally:
                     self.rounds.give_back(r)
@@ -231,4 +234,8 @@ class GossipProtocol(Protocol):
             p.pre.release()
 
     def metrics(self) -> dict:
-        return {"deadline_s_by_link": self.deadlines.snapshot(), **self.liveness.metrics()}
+        return {
+            "deadline_s_by_link": self.deadlines.snapshot(),
+            "merged_by_peer": {str(j): n for j, n in sorted(self.merged_by.items())},
+            **self.liveness.metrics(),
+        }

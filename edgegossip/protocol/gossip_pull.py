@@ -29,6 +29,7 @@ class PullProtocol(GossipProtocol):
     def _on_request(self, ev, x: np.ndarray, now: float) -> None:
         self._answer_or_owe(ev, x, now)
 
-    def _merge(self, x: np.ndarray, p: Pending, r) -> None:
+    def _merge(self, x: np.ndarray, p: Pending, r) -> bool:
         assert p.pre is not None  # the initiator's snapshot
         gossip_pull.apply(x, p.pre.vec, r.buf, r.mask, self.ctx.plan.chunk_elems)
+        return True

@@ -15,6 +15,22 @@ returns), however long its silence takes to notice. A push drawn when no free pe
 is a probe: i's parameters with the link's running sum unchanged, to a peer without credit,
 one push in PROBE_EVERY at most while others have credit. A probe moves no weight, but the peer
 hears i and answers with rounds of its own, which give i credit again.
+
+What a peer may hold of i's weight (a device's only defence against a peer holding its own
+link's key that takes weight and never gives any back, issue 54): i keeps, per peer j, the
+weight it has lent j,
+
+    lent_ij = (weight i gave j) - (weight j gave i),
+
+and a push gives j at most LEND_SHARE - lent_ij (half a fair share; a fair share is 1, the
+fleet's W shared by W devices). So a peer that never returns weight holds at most LEND_SHARE of
+each neighbour's, and the honest devices keep at least (W - 1) * (1 - LEND_SHARE) between them
+whatever it does; a push toward it is drawn only while there is room. Weight lent to a peer
+that liveness names silent is taken back (w_i += lent_ij, lent_ij = 0), so weight held by a
+departed or hostile peer returns once it stops sending. An honest peer that comes back and
+finds weight of i's still in flight on the link brings the fleet's total above W by at most
+that, once; a weight is capped at W all the same. lent is kept in checkpoints, so a restart
+neither forgets what a peer holds nor lends it again.
 """
 
 from __future__ import annotations
@@ -26,6 +42,7 @@ from edgegossip.protocol.gossip import GossipProtocol, Pending
 
 PROBE_EVERY = 4  # at most one push in this many goes to a peer without credit, as a probe
 CREDITS = 2  # pushes with weight a round heard from a peer allows toward it
+LEND_SHARE = 0.5  # the most weight one peer may hold of ours, net (a fair share is 1)
 WEIGHT_FLOOR = 2.0**-6  # below this share of a fresh worker's weight: weight_below_floor
 
 
@@ -35,6 +52,8 @@ class PushProtocol(GossipProtocol):
         self.sums = dict.fromkeys(self.ids, 0)  # running sum sent on each link, this session
         self.seen: dict[int, tuple[int, int]] = {}  # peer -> (its session, last sum seen)
         self.credit = dict.fromkeys(self.ids, 0)  # pushes with weight allowed toward each peer
+        self.lent = dict.fromkeys(self.ids, 0.0)  # weight given to each peer minus taken from it
+        self.reclaimed = 0.0  # weight taken back from peers gone silent
         self.pushes = 0
         self.probes = 0
         self.weights_refused = 0  # sums no honest sender could have sent
@@ -42,23 +61,33 @@ class PushProtocol(GossipProtocol):
     def _start(self, j: int, x: np.ndarray, now: float) -> bool:
         return self._send_now(j, x)
 
+    def _room(self, j: int) -> float:
+        """What a push may still give j: its credit, and what it may hold of ours."""
+        if self.credit.get(j, 0) <= 0:
+            return 0.0
+        room = LEND_SHARE - self.lent.get(j, 0.0)
+        return room if room >= gossip_push.unit(self.ctx.cfg.workers) else 0.0
+
     def _choose(self, free: list[int], now: float) -> int:
-        live = [j for j in free if self.credit[j] > 0]
+        live = [j for j in free if self._room(j) > 0]
         quiet = [j for j in free if j not in live]
         self.pushes += 1
         pool = quiet if quiet and (not live or self.pushes % PROBE_EVERY == 0) else live
         return pool[int(self.ctx.rng.integers(len(pool)))]
 
     def _outgoing_weight(self, peer: int) -> int:
-        if self.credit[peer] > 0:
+        room = self._room(peer)
+        if room > 0:
             self.credit[peer] -= 1
             counts, self.ctx.push_weight = gossip_push.give(
-                self.ctx.push_weight, self.ctx.cfg.workers
+                self.ctx.push_weight, self.ctx.cfg.workers, room
             )
-            self.sums[peer] = (self.sums[peer] + counts) % gossip_push.SUM_MOD
+            u = gossip_push.unit(self.ctx.cfg.workers)
+            self.lent[peer] = self.lent.get(peer, 0.0) + counts * u
+            self.sums[peer] = (self.sums.get(peer, 0) + counts) % gossip_push.SUM_MOD
         else:
             self.probes += 1
-        return self.sums[peer]
+        return self.sums.get(peer, 0)
 
     def _take(self, ev) -> float:
         """The weight a round brought: its link's running sum minus the last one seen."""
@@ -70,6 +99,7 @@ class PushProtocol(GossipProtocol):
         if d is None:
             self.weights_refused += 1
             return 0.0
+        self.lent[ev.sender] = self.lent.get(ev.sender, 0.0) - d
         return d
 
     def _gain(self, d: float) -> None:
@@ -85,7 +115,9 @@ class PushProtocol(GossipProtocol):
         self._gain(d)
         return False
 
-    def _merge(self, x: np.ndarray, p: Pending, r) -> None:
+    def _merge(self, x: np.ndarray, p: Pending, r) -> bool:
+        """A receipt that brought no weight (a probe, or a peer's sum that did not move)
+        leaves x as it is."""
         self.ctx.push_weight = gossip_push.apply(
             x,
             r.buf,
@@ -95,9 +127,22 @@ class PushProtocol(GossipProtocol):
             p.weight,
             self.ctx.cfg.workers,
         )
+        return p.weight > 0
 
     def _nothing_kept(self, p: Pending) -> None:
         self._gain(p.weight)  # no buffer: as if it carried our own value
+
+    def after_step(self, x: np.ndarray, step: int) -> None:
+        super().after_step(x, step)
+        for j in self.liveness.silent:
+            if self.lent.get(j, 0.0) > 0:
+                self._reclaim(j)
+
+    def _reclaim(self, j: int) -> None:
+        """j is silent: what it holds of our weight comes back to us."""
+        back, self.lent[j] = self.lent[j], 0.0
+        self.reclaimed += back
+        self._gain(back)
 
     def _alarms(self, now: float) -> set[str]:
         low = self.ctx.push_weight < WEIGHT_FLOOR
@@ -107,7 +152,12 @@ class PushProtocol(GossipProtocol):
         seen = np.array(
             [(j, s, r) for j, (s, r) in sorted(self.seen.items())], dtype=np.int64
         ).reshape(-1, 3)
-        return {"push_weight": np.array(self.ctx.push_weight), "push_seen": seen}
+        lent = np.array(sorted(self.lent.items()), dtype=np.float64).reshape(-1, 2)
+        return {
+            "push_weight": np.array(self.ctx.push_weight),
+            "push_seen": seen,
+            "push_lent": lent,
+        }
 
     def restore(self, state: dict[str, np.ndarray]) -> None:
         if "push_weight" in state:
@@ -115,6 +165,12 @@ class PushProtocol(GossipProtocol):
             # a checkpoint holds what _gain() allowed; anything else starts from 1 again
             ok = np.isfinite(w) and 0.0 < w <= self.ctx.cfg.workers
             self.ctx.push_weight = w if ok else 1.0
+        lent = state.get("push_lent")
+        if lent is not None and lent.ndim == 2 and lent.shape[1] == 2:
+            w = float(self.ctx.cfg.workers)
+            for j, v in lent:  # a checkpoint holds what _outgoing_weight allowed; clamp all else
+                if int(j) in self.lent and np.isfinite(v):
+                    self.lent[int(j)] = float(min(max(v, -w), LEND_SHARE))
         seen = state.get("push_seen")
         if seen is not None and seen.ndim == 2 and seen.shape[1] == 3:
             self.seen = {
@@ -132,4 +188,6 @@ class PushProtocol(GossipProtocol):
             "push_weight_pending": round(pending, 6),
             "push_weights_refused": self.weights_refused,
             "push_probes": self.probes,
+            "push_lent": {str(j): round(v, 6) for j, v in sorted(self.lent.items())},
+            "push_reclaimed": round(self.reclaimed, 6),
         }
