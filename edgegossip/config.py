@@ -19,6 +19,7 @@ from edgegossip import algorithms, models, transport
 from edgegossip.algorithms import NAMES as ALGORITHMS
 from edgegossip.dataplane import payload, wire
 from edgegossip.errors import UsageError
+from edgegossip.paths import read_regular
 
 PARTITIONS = ("iid", "dirichlet", "classes")  # data/partition.py
 SOURCES = ("mnist", "fashion-mnist", "file")
@@ -515,12 +516,16 @@ def _validate_peers(c: AgentConfig, need) -> None:
         need(len(c.peers) >= 1, "agent.peers", f"{c.algorithm} needs at least one peer")
 
 
+MAX_CONFIG_BYTES = 1 << 20  # an agent.toml is a few KB; a peer list of thousands fits
+
+
 def load(path: str | Path) -> AgentConfig:
     try:
-        with open(path, "rb") as f:
-            doc = tomllib.load(f)
+        doc = tomllib.loads(read_regular(path, MAX_CONFIG_BYTES).decode())
     except OSError as e:
         raise ConfigError(f"{path}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: not valid TOML ({e})") from None
     return from_dict(doc)

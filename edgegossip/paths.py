@@ -5,8 +5,10 @@ source checkout."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import stat
 from pathlib import Path
 
 _HERE = Path(__file__).resolve().parent
@@ -39,3 +41,20 @@ def sha256_of(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def read_regular(path: str | Path, limit: int) -> bytes:
+    """A regular file's bytes, at most limit of them; OSError for anything else. Opened
+    without blocking, so a FIFO or a device in the file's place (a reload's agent.toml swapped
+    for /dev/zero or a pipe) is refused at once instead of holding the reader."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        if st.st_size > limit:
+            raise OSError(errno.EFBIG, f"{st.st_size} bytes, more than {limit}")
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"more than {limit} bytes")
+    return data

@@ -12,6 +12,7 @@ from dataclasses import replace
 from edgegossip import config
 from edgegossip.config import AgentConfig, Peer
 from edgegossip.metrics import read
+from tests.helpers.waiting import until
 
 
 def _cfg(tmp_path, free_udp_port, **kw) -> AgentConfig:
@@ -116,6 +117,59 @@ def _swap(path, text: str) -> None:
     path.with_suffix(".new").replace(path)
 
 
+def _events(tmp_path, kind: str, n: int) -> list[dict]:
+    """The agent's first n records of this event, once it has written them (waited for)."""
+
+    def found():
+        path = tmp_path / "out" / "metrics.jsonl"
+        recs = [r for r in read(path) if r.get("event") == kind] if path.is_file() else []
+        return recs if len(recs) >= n else None
+
+    return until(found, timeout=120, what=f"{n} {kind} record(s)")
+
+
+def test_a_reload_reads_only_a_regular_file_and_never_holds_training(
+    tmp_path, free_udp_port, mnist_data, procs
+):
+    """Issue 54, item 8: agent.toml swapped for a FIFO held the training thread on SIGHUP (and
+    SIGTERM went unheard); a link to /dev/zero ended in MemoryError. Both are refused, the
+    agent trains on, and SIGTERM stops it."""
+    cfg = _cfg(tmp_path, free_udp_port)
+    p = _start(cfg, tmp_path)
+    procs.append(p)
+    path = tmp_path / "agent.toml"
+    _wait_for_step(tmp_path / "out", 50)
+    path.unlink()
+    os.mkfifo(path)
+    p.send_signal(signal.SIGHUP)
+    fifo = _events(tmp_path, "reload_refused", 1)[0]
+    path.unlink()
+    path.symlink_to("/dev/zero")
+    p.send_signal(signal.SIGHUP)
+    zero = _events(tmp_path, "reload_refused", 2)[1]
+    assert "not a regular file" in fifo["why"] and "not a regular file" in zero["why"]
+    _wait_for_step(tmp_path / "out", zero["step"] + 100)  # training goes on
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == 0, err
+
+
+def test_a_push_sum_agent_restarts_for_a_new_fleet_size(tmp_path, free_udp_port, mnist_data, procs):
+    """Issue 54, item 10: push-sum's unit of weight is set by the fleet's size, so a reload
+    that changes `workers` while sums are in flight restarts the agent (exit 75) instead of
+    misreading every running sum; its peers alone it still takes live."""
+    cfg = _cfg(tmp_path, free_udp_port, algorithm="gossip-push")
+    p = _start(cfg, tmp_path)
+    procs.append(p)
+    path = tmp_path / "agent.toml"
+    _wait_for_step(tmp_path / "out", 50)
+    _swap(path, config.to_toml(replace(cfg, workers=4)))
+    p.send_signal(signal.SIGHUP)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 75, err
+    assert "workers changed" in err
+
+
 def test_sighup_takes_new_peers_keeps_a_bad_config_and_restarts_for_other_settings(
     tmp_path, free_udp_port, mnist_data, procs
 ):
@@ -127,16 +181,14 @@ def test_sighup_takes_new_peers_keeps_a_bad_config_and_restarts_for_other_settin
     p = _start(cfg, tmp_path)
     procs.append(p)
     path = tmp_path / "agent.toml"
-    first = _wait_for_step(tmp_path / "out", 50)["step"]
+    _wait_for_step(tmp_path / "out", 50)
     more = replace(cfg, peers=(*cfg.peers, Peer(2, "127.0.0.1", free_udp_port())), workers=3)
     _swap(path, config.to_toml(more))
     p.send_signal(signal.SIGHUP)
-    _wait_for_step(tmp_path / "out", first + 200)
-    recs = read(tmp_path / "out" / "metrics.jsonl")
-    assert [r["peers"] for r in recs if r.get("event") == "peers"] == [[1, 2]]
+    assert _events(tmp_path, "peers", 1)[0]["peers"] == [1, 2]
     _swap(path, "[agent\n")  # half a file
     p.send_signal(signal.SIGHUP)
-    step = _wait_for_step(tmp_path / "out", first + 400)["step"]
+    step = _events(tmp_path, "reload_refused", 1)[0]["step"]
     _swap(path, config.to_toml(replace(more, lr=0.002)))
     p.send_signal(signal.SIGHUP)
     _, err = p.communicate(timeout=60)

@@ -22,7 +22,7 @@ from edgegossip import __version__, algorithms, checkpoint, clock
 from edgegossip.agent import report
 from edgegossip.agent.checkpoints import Checkpoints
 from edgegossip.agent.keys import link_keys
-from edgegossip.agent.reload import Live, config_hash, reload
+from edgegossip.agent.reload import Live, Reader, apply, config_hash
 from edgegossip.agent.shard import Shard, load_data
 from edgegossip.config import AgentConfig, ConfigError
 from edgegossip.control.server import Controls
@@ -65,6 +65,7 @@ class Agent:
         self.config_path: str | None = None  # where the CLI read cfg from; reload reads it
         self.restart = False  # stopped to restart on a changed config
         self.live: Live | None = None  # what a reload reaches, while run() runs
+        self.reader: Reader | None = None  # reads agent.toml on SIGHUP, while run() runs
         self.data = (
             data
             if data is not None
@@ -274,6 +275,9 @@ class Agent:
             )
             stack.callback(metrics.close)
             self._threads["storage"] = metrics._thread
+            if self.config_path is not None:
+                self.reader = self._read_on_sighup(metrics)
+                stack.callback(self.reader.close)
             scrape = self._open_metrics(controls.status)
             if scrape is not None:
                 stack.callback(scrape.close)
@@ -292,6 +296,17 @@ class Agent:
                 final = self._record(losses, ctx, sender, inbox, protocol)
                 metrics.record({**final, "event": "stop"})
         return final
+
+    def _read_on_sighup(self, metrics: Storage) -> Reader:
+        assert self.config_path is not None
+        return Reader(
+            self.config_path,
+            self.reload_event,
+            self.stop_event,
+            lambda why: metrics.record(
+                {"event": "reload_refused", "agent": self.cfg.id, "step": self.step, "why": why}
+            ),
+        )
 
     def _start(self, metrics: Storage) -> None:
         """The start record, then the wait for a synchronised clock (answering status
@@ -331,8 +346,9 @@ class Agent:
                 break
             if cfg.duration_s and time.monotonic() - t0 >= cfg.duration_s:
                 break
-            if self.reload_event.is_set() and self.config_path is not None:
-                reload(self)
+            new = self.reader.take() if self.reader is not None else None
+            if new is not None:
+                apply(self, new)
                 continue  # a restart stops the loop at its top
             controls.wait_while_paused(self._checkpoint_now)
             controls.serve_checkpoint(self._checkpoint_now)

@@ -37,13 +37,14 @@ class Stopped(Exception):
 class Protocol:
     """The local-only protocol; the others override the hooks they need."""
 
-    live_peers = False  # takes a change of peers without a restart (agent/reload.py)
+    # the settings it takes without a restart (agent/reload.py); none: a restart for any
+    live_settings: frozenset[str] = frozenset()
 
     def __init__(self, ctx: Context):
         self.ctx = ctx
 
     def peers_changed(self) -> None:
-        """ctx.peers and ctx.cfg now name another set of peers (only if live_peers)."""
+        """ctx.peers and ctx.cfg now name another set of peers (only if live_settings)."""
 
     # the data plane's parts, for the protocols of algorithms that have one (Algorithm.datagrams)
     @property

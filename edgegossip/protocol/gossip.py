@@ -74,7 +74,8 @@ class GossipProtocol(Protocol):
         )
         self.liveness = Liveness(self.ids, cfg.workers, cfg.p, self.deadlines.for_peer)
 
-    live_peers = True  # a draw is among whoever the peers are now
+    # a draw is among whoever the peers are now, in a fleet of whatever size
+    live_settings = frozenset({"peers", "workers"})
 
     def peers_changed(self) -> None:
         """An exchange in flight with a removed peer ends at its deadline, as with one gone

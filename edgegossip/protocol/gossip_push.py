@@ -47,6 +47,9 @@ WEIGHT_FLOOR = 2.0**-6  # below this share of a fresh worker's weight: weight_be
 
 
 class PushProtocol(GossipProtocol):
+    # the unit of a running sum is set by the fleet's size: a new size restarts the agent
+    live_settings = frozenset({"peers"})
+
     def __init__(self, ctx):
         super().__init__(ctx)
         self.sums = dict.fromkeys(self.ids, 0)  # running sum sent on each link, this session
