@@ -109,6 +109,32 @@ def load(directory: str | Path) -> dict[str, np.ndarray] | None:
     return out
 
 
+DIGEST = "model_digest"  # the member naming the compiled model that trained it
+
+
+def digest_array(digest: str | None) -> dict[str, np.ndarray]:
+    """The member that records a compiled model's artifact digest (none for a named model)."""
+    return {} if digest is None else {DIGEST: np.frombuffer(digest.encode(), np.uint8).copy()}
+
+
+def digest_of(state: dict[str, np.ndarray]) -> str | None:
+    """The artifact digest a checkpoint records (None: a named model's, or none recorded)."""
+    a = state.get(DIGEST)
+    if a is None or a.dtype != np.uint8 or a.ndim != 1 or a.size > 128:
+        return None
+    return bytes(a).decode("ascii", errors="replace")
+
+
+def check_model(state: dict[str, np.ndarray], digest: str | None) -> None:
+    """CheckpointError unless the checkpoint was trained by the model of this digest (None:
+    a named model). Layouts can agree where models do not: the digest is what tells."""
+    got = digest_of(state)
+    if got != digest:
+        what = f"model {got[:12]}" if got else "a named model (no digest)"
+        want = f"model {digest[:12]}" if digest else "a named model"
+        raise CheckpointError(f"the checkpoint was trained by {what}, not {want}")
+
+
 def clean(directory: str | Path) -> int:
     """Remove temporary files of saves that a kill or power loss cut short; how many."""
     d = Path(directory)

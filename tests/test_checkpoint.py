@@ -67,7 +67,7 @@ def test_a_checkpoint_skipped_for_want_of_a_copy_is_due_at_the_next_step(tmp_pat
         checkpoint_every=100,
         checkpoint_every_s=0,
     )
-    c = Checkpoints(cfg)
+    c = Checkpoints(cfg, None)
     c.storage = Storage(tmp_path, budget_bytes=10 << 20, checkpoint_bytes=1 << 12)
     c.pool = Snapshots(16, 1)
     x = np.arange(16, dtype=np.float32)
@@ -81,7 +81,7 @@ def test_a_checkpoint_skipped_for_want_of_a_copy_is_due_at_the_next_step(tmp_pat
         c.storage.close()
         assert int(checkpoint.load(tmp_path)["step"]) == 101
         assert not c.due(200) and c.due(201)  # the interval counts from the one written
-        resumed = Checkpoints(cfg)
+        resumed = Checkpoints(cfg, None)
         assert resumed.resume(np.empty_like(x), np.empty_like(x)) == 101
         assert not resumed.due(102) and resumed.due(201)
     finally:

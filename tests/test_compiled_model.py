@@ -260,3 +260,35 @@ def test_the_fashion_cnn_trains_in_an_emulated_fleet(tmp_path):
     s = json.loads(p.stdout)
     assert s["average_model_accuracy"] > 0.75, s
     assert all(a["accuracy"] > 0.7 and a["steps"] > 100 for a in s["agents"]), s["agents"]
+
+
+def test_a_checkpoint_is_exported_only_with_the_model_that_trained_it(tmp_path, mnist_data):
+    """Issue 54, item 9: a checkpoint did not record which model trained it, so `export
+    --model` took another model of the same layout. Every checkpoint now holds the artifact's
+    digest (agent/checkpoints.py), and export (and collect) refuse another model's in one
+    line."""
+    from edgegossip import checkpoint
+    from edgegossip.agent.checkpoints import Checkpoints
+    from edgegossip.config import AgentConfig
+    from edgegossip.models import make_model
+
+    a = compiled(tmp_path, "fashion_cnn")
+    b = tmp_path / "mse-compiled"  # the same layout, another model (another loss)
+    p = eg("model", "compile", FIXTURES / "fashion_cnn.onnx", "--loss", "mse", "--out", b)
+    assert p.returncode == 0, p.stderr
+    model = make_model(str(a))
+    assert (
+        make_model(str(b)).n_params == model.n_params and make_model(str(b)).digest != model.digest
+    )
+    ckpt = tmp_path / "ckpt"
+    cfg = AgentConfig(
+        id=0, listen="127.0.0.1:1", workers=1, algorithm="local", model=str(a), output=str(ckpt)
+    )
+    state = Checkpoints(cfg, model.digest).state(model.init(0), 5)
+    assert checkpoint.digest_of(state) == model.digest
+    checkpoint.save(ckpt, **state)
+    refused = eg("export", ckpt, tmp_path / "b.onnx", "--model", b, "--no-check")
+    assert refused.returncode == 2 and "trained by model" in refused.stderr, refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1 and not (tmp_path / "b.onnx").exists()
+    done = eg("export", ckpt, tmp_path / "a.onnx", "--model", a, "--no-check")
+    assert done.returncode == 0, done.stderr

@@ -98,7 +98,7 @@ class Agent:
         except ValueError as e:
             raise ConfigError(str(e)) from None
         checkpoint.clean(self.out)
-        self.checkpoints = Checkpoints(cfg)
+        self.checkpoints = Checkpoints(cfg, self.model.digest)
         resumed = self.checkpoints.resume(self.x, self.opt.v)
         self.resumed = resumed is not None
         if resumed is not None:

@@ -17,12 +17,14 @@ from edgegossip.protocol import Protocol
 from edgegossip.storage import Storage
 
 log = logging.getLogger(__name__)
-AGENT_FIELDS = ("params", "momentum", "step", "replay")  # the rest of a checkpoint: the protocol's
+# the rest of a checkpoint is the protocol's
+AGENT_FIELDS = ("params", "momentum", "step", "replay", checkpoint.DIGEST)
 
 
 class Checkpoints:
-    def __init__(self, cfg: AgentConfig):
+    def __init__(self, cfg: AgentConfig, digest: str | None):
         self.cfg = cfg
+        self.digest = digest  # the compiled model's, recorded in every checkpoint
         self.out = Path(cfg.output)
         self.replay = np.zeros((0, 3), np.int64)  # the inbox's replay marks, as checkpointed
         self.kept: dict[str, np.ndarray] = {}  # the protocol's own fields, as checkpointed
@@ -42,6 +44,8 @@ class Checkpoints:
             return None
         if state["params"].shape != x.shape:
             raise ValueError(f"checkpoint in {self.out} is for another model")
+        if checkpoint.DIGEST in state:  # one written before digests were recorded: not checked
+            checkpoint.check_model(state, self.digest)
         np.copyto(x, state["params"])
         if "momentum" in state:  # checkpoints no longer keep it: it is rebuilt in a few steps
             np.copyto(momentum, state["momentum"])
@@ -57,7 +61,13 @@ class Checkpoints:
         agent rebuilds it within a few steps, and a checkpoint half the size halves the wear."""
         replay = self.inbox.links.state() if self.inbox is not None else self.replay
         kept = self.protocol.checkpoint() if self.protocol is not None else self.kept
-        return {"params": params, "step": np.array(step), "replay": replay, **kept}
+        return {
+            "params": params,
+            "step": np.array(step),
+            "replay": replay,
+            **checkpoint.digest_array(self.digest),
+            **kept,
+        }
 
     def save(self, x: np.ndarray, step: int) -> bool:
         """Write a checkpoint now and wait for it (at stop, or when the operator asks); False if

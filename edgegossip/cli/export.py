@@ -64,6 +64,10 @@ def export(
             f"{checkpoint_dir}: the checkpoint is not a {model} ({state['params'].size} params)",
             exit_codes.USAGE,
         )
+    try:
+        checkpoint.check_model(state, m.digest)
+    except checkpoint.CheckpointError as e:
+        fail(f"{checkpoint_dir}: {e}", exit_codes.USAGE)
     _write(m, model, state["params"], output, d)
     result = {"output": str(output), "model": model, "n_params": m.n_params}
     if check and d is not None:

@@ -21,7 +21,7 @@ from edgegossip.report import page
 from edgegossip.report.summary import average, summarize
 
 
-def fetch(fleet, device, deadline: float, out: Path, live: bool, n_params: int) -> dict:
+def fetch(fleet, device, deadline: float, out: Path, live: bool, model) -> dict:
     row = {}
     if live:  # a checkpoint of this moment, if the agent answers; else its last one
         try:
@@ -31,7 +31,7 @@ def fetch(fleet, device, deadline: float, out: Path, live: bool, n_params: int) 
     where = out / f"agent{device.id}"
     remote.fetch_output(Ssh(fleet, device, deadline), where)
     try:
-        _check(where, n_params)
+        _check(where, model.n_params, model.digest)
     except (checkpoint.CheckpointError, ValueError, KeyError) as e:
         shutil.rmtree(where, ignore_errors=True)  # never averaged, never read again
         raise CollectError(f"the device's checkpoint is refused: {e}") from None
@@ -47,12 +47,14 @@ class CollectError(EdgegossipError, RuntimeError):
     pass
 
 
-def _check(where: Path, n_params: int) -> None:
-    """What a device sent is a checkpoint of this fleet's model: its parameters of the right
-    shape and all finite, its step a count. Anything else is that device's failed row."""
+def _check(where: Path, n_params: int, digest: str | None = None) -> None:
+    """What a device sent is a checkpoint of this fleet's model: trained by it (its digest),
+    its parameters of the right shape and all finite, its step a count. Anything else is that
+    device's failed row."""
     state = checkpoint.load(where)
     if state is None:
         raise ValueError("there is none")
+    checkpoint.check_model(state, digest)
     params, step = state["params"], state["step"]
     if params.shape != (n_params,) or params.dtype != np.float32:
         raise ValueError(f"params are {params.dtype}{list(params.shape)}, not float32[{n_params}]")
@@ -96,7 +98,7 @@ def collect(
     model = make_model(name)
     rows = parallel.each(
         devices,
-        lambda d, dl: fetch(fleet, d, dl, out, live, model.n_params),
+        lambda d, dl: fetch(fleet, d, dl, out, live, model),
         concurrency,
         timeout_s,
         verb="fetched",
