@@ -7,6 +7,10 @@ from __future__ import annotations
 
 from edgegossip import exit_codes
 
+# how the CLI prints such an error (cli/render.fail), one line on stderr: what emulate and
+# `fleet status` look for at the end of an agent's log to say why it stopped
+PREFIX = "edgegossip: error: "
+
 
 class EdgegossipError(Exception):
     """Something failed at run time: a device, a peer, a build, a benchmark."""

@@ -493,6 +493,23 @@ def test_a_failed_first_boot_install_is_in_the_status_row():
     assert remote.service_state(ran) == ("active", "step 100 loss 0.3")
 
 
+def test_an_agent_that_refused_to_start_gives_its_own_reason_in_the_status_row():
+    """Issue 54, item 12: a device whose agent refused to start showed systemd's last line
+    (a restart notice); the row now says the agent's own one-line reason."""
+    from edgegossip.fleet import remote
+
+    refused = _Device(
+        b"activating\nE:edgegossip: error: train.model: /var/lib/edgegossip/model holds model "
+        b"1a2b, not the fleet's 3c4d: run edgegossip fleet deploy again\n"
+        b"edgegossip-agent.service: Scheduled restart job, restart counter is at 5.\n"
+    )
+    assert remote.service_state(refused) == (
+        "activating",
+        "train.model: /var/lib/edgegossip/model holds model 1a2b, not the fleet's 3c4d: "
+        "run edgegossip fleet deploy again",
+    )
+
+
 def test_cloud_init_first_boot_leaves_no_psk_on_the_card():
     """Item 8: network-config (the hashed PSK) stayed on the boot partition for good."""
     import json

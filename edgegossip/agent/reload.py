@@ -41,7 +41,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-
 @dataclass
 class Live:
     """The running parts a change of peers reaches."""

@@ -292,9 +292,8 @@ def _watch(fleet, out: Path, as_json: bool, t0: float) -> None:
             if not as_json:
                 click.echo(f"[{time.monotonic() - t0:6.0f} s] node {e.node}: {e.action} {e.value}")
         if fleet.failed():
-            raise RuntimeError(
-                f"agent {fleet.failed()[0]} crashed; see {out}/agent{fleet.failed()[0]}.log"
-            )
+            i = fleet.failed()[0]
+            raise RuntimeError(f"agent {i} stopped: {fleet.why(i)}")
         time.sleep(0.5)
         if not as_json and time.monotonic() - last_print > 5:
             last_print = time.monotonic()
@@ -305,10 +304,8 @@ def _watch(fleet, out: Path, as_json: bool, t0: float) -> None:
             break
     fleet.stop()
     if fleet.failed():
-        raise RuntimeError(
-            f"agent {fleet.failed()[0]} exited with an error; "
-            f"see {out}/agent{fleet.failed()[0]}.log"
-        )
+        i = fleet.failed()[0]
+        raise RuntimeError(f"agent {i} exited with an error: {fleet.why(i)}")
 
 
 def _show(summary: dict, loss: float) -> None:

@@ -8,6 +8,8 @@ from typing import NoReturn
 
 import click
 
+from edgegossip import errors
+
 
 def table(rows: list[dict], columns: list[str]) -> str:
     cells = [[str(c) for c in columns]] + [[_fmt(r.get(c, "")) for c in columns] for r in rows]
@@ -35,5 +37,5 @@ def emit(obj: dict, as_json: bool, columns: list[str] | None = None, title: str 
 
 def fail(message: str, code: int) -> NoReturn:
     """One line on stderr and a non-zero exit: the form of every user-facing error."""
-    click.echo(f"edgegossip: error: {message}", err=True)
+    click.echo(f"{errors.PREFIX}{message}", err=True)
     sys.exit(code)

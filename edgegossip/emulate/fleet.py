@@ -24,8 +24,10 @@ from edgegossip.data import mnist
 from edgegossip.dataplane import payload
 from edgegossip.emulate import device, netns
 from edgegossip.emulate.schedule import late
+from edgegossip.errors import PREFIX as ERROR_PREFIX
 from edgegossip.metrics import read as read_metrics
 from edgegossip.models import NAMED, make_model
+from edgegossip.models.compiled import read_manifest
 from edgegossip.transport.lossmodel import LossModel
 
 log = logging.getLogger(__name__)
@@ -81,6 +83,7 @@ class EmulatedFleet:
         self.t0 = 0.0
         self.secret = secrets.token_hex(16)  # this run's own: no two emulations share link keys
         self.model_path = spec.model  # a compiled model's: its shared copy under netns
+        self.model_digest = ""  # that copy's, which a device's config names (_shared_cache)
         self.cache = spec.out / "shared-cache"  # what devices read: _shared_cache()
         # the devices each agent's config lists: all but those the schedule joins later
         self.members = set(range(spec.nodes)) - late(list(spec.schedule))
@@ -179,6 +182,8 @@ class EmulatedFleet:
         cfg = self.configs[i]
         if self.lan is not None:  # a device of its own reads its state folder as STATE
             cfg = replace(cfg, output=device.STATE)
+            if self.model_digest:  # and the compiled model in its cache, as a fleet's device
+                cfg = replace(cfg, model=f"{device.CACHE}/model", model_digest=self.model_digest)
         return agent_config.to_toml(cfg)
 
     def metrics_target(self, i: int, addrs) -> str:
@@ -230,15 +235,16 @@ class EmulatedFleet:
 
     def _shared_cache(self) -> Path:
         """The data set, and a compiled model's files, where an unprivileged device can read
-        them (the operator's cache and folders may be private); the model's config path is
-        the shared copy's."""
+        them: copied into the folder each device mounts read-only as its cache (the
+        operator's cache, the run's folder and its parents may be private: a `mktemp -d`
+        folder, a 0700 home), so the model's config path is the device's own mount of it."""
         dest = self.spec.out / "shared-cache"
         device.share_read_only(mnist.cache_path(self.spec.data), dest)
         if self.spec.model not in NAMED:
-            shared = self.spec.out / "shared-model"
             for f in sorted(Path(self.spec.model).iterdir()):
-                device.share_read_only(f, shared)
-            self.model_path = str(shared.resolve())
+                device.share_read_only(f, dest / "model")
+            self.model_path = str((dest / "model").resolve())  # checked here; a device reads
+            self.model_digest = read_manifest(dest / "model")[1]  # its own mount (_config_text)
         return dest
 
     def _signal(self, p: subprocess.Popen, sig: int) -> None:
@@ -275,6 +281,22 @@ class EmulatedFleet:
 
     def running(self) -> list[bool]:
         return [p is not None and p.poll() is None for p in self.procs]
+
+    def why(self, i: int) -> str:
+        """Agent i's own one-line reason for stopping, from the end of its log: its last
+        `edgegossip: error:` line (what the CLI prints for a refusal), else the last line (a
+        traceback's exception), and where the whole log is."""
+        path = self.spec.out / f"agent{i}.log"
+        try:
+            with open(path, "rb") as f:
+                f.seek(max(0, f.seek(0, 2) - 65536))
+                lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines()]
+        except OSError:
+            return f"no log at {path}"
+        lines = [ln for ln in lines if ln]
+        errors = [ln for ln in lines if ln.startswith(ERROR_PREFIX)]
+        said = errors[-1][len(ERROR_PREFIX) :] if errors else (lines[-1] if lines else "")
+        return f"{said or 'nothing said'} (log: {path})"
 
     def failed(self) -> list[int]:
         return [

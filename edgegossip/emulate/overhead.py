@@ -75,7 +75,7 @@ def _fleet(
             )
         fleet.wait(spec.duration_s + 120)
         if fleet.failed():
-            raise RuntimeError(f"agent {fleet.failed()[0]} failed; see {spec.out}")
+            raise RuntimeError(f"agent {fleet.failed()[0]} failed: {fleet.why(fleet.failed()[0])}")
         found = floors.finish(30.0) if loads else []
     finally:
         floors.kill()

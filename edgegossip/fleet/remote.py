@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from edgegossip.data.mnist import DATASETS
+from edgegossip.errors import PREFIX as ERROR_PREFIX
 from edgegossip.fleet import agentconf as paths
 from edgegossip.fleet.ssh import Ssh, SshError, last_line
 
@@ -156,11 +157,14 @@ def service(ssh: Ssh, action: str) -> str:
 
 
 def service_state(ssh: Ssh) -> tuple[str, str]:
-    """(systemd's state of the unit, its last log line; or, where first boot's install failed
-    and the agent never ran, that failure)."""
+    """(systemd's state of the unit, its last log line; where the agent is not running, its
+    own one-line reason if it gave one (a refusal at start: a model, a file it cannot read);
+    where first boot's install failed and the agent never ran, that failure)."""
     p = ssh.run(
         f"bash -c 'systemctl is-active {UNIT}; "
         f"journalctl -t {paths.FIRSTBOOT_TAG} -n 1 -o cat --no-pager | sed s/^/F:/; "
+        f"journalctl -u {UNIT} -n 50 -o cat --no-pager | grep -F {shlex.quote(ERROR_PREFIX)} "
+        "| tail -n 1 | sed s/^/E:/; "
         f"journalctl -u {UNIT} -n 1 -o cat --no-pager'",
         check=False,
         timeout=20,
@@ -168,9 +172,12 @@ def service_state(ssh: Ssh) -> tuple[str, str]:
     lines = [ln.strip() for ln in p.stdout.decode(errors="replace").splitlines()]
     active = lines[0] if lines else "unknown"
     failed = [ln[2:] for ln in lines[1:] if ln.startswith("F:")]
-    logs = [ln for ln in lines[1:] if not ln.startswith("F:") and ln]
+    said = [ln[2 + len(ERROR_PREFIX) :] for ln in lines[1:] if ln.startswith("E:")]
+    logs = [ln for ln in lines[1:] if ln[:2] not in ("F:", "E:") and ln]
     if failed and not logs:  # the agent never ran: say why
         return active, f"first boot: {failed[-1]}"
+    if said and active != "active":  # it stopped, and said why
+        return active, said[-1]
     return active, (logs[-1] if logs else "")
 
 
