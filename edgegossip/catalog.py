@@ -264,7 +264,8 @@ METRICS: tuple[Metric, ...] = (
     ),
     Metric(
         "disk_written_mb_per_h",
-        "the agent's disk writes per hour",
+        "the agent's disk writes per hour in steady state: between the end of its first and of "
+        "its latest checkpoint (start-up's writes excluded; none until two are written)",
         unit="MB",
         summary="last",
         column="disk MB/h",

@@ -137,6 +137,10 @@ class Storage:
         self.checkpoint_failures = 0
         self.checkpoint_error: str | None = None
         self.checkpoint_step, self.checkpoint_at = -1, 0.0
+        # (time, bytes written) when this process's first and latest checkpoints were done:
+        # the steady-state write rate is measured between them, start-up's writes excluded
+        self._first_done: tuple[float, int] | None = None
+        self._last_done: tuple[float, int] | None = None
         if resumed_step >= 0:  # the last good checkpoint is the one resumed from, as old as it is
             try:
                 age = time.time() - (out / checkpoint.NAME).stat().st_mtime
@@ -174,11 +178,10 @@ class Storage:
         now = time.monotonic()
         w = written_bytes()
         written = None if w is None or self.written_at_start is None else w - self.written_at_start
-        hours = max(now - self.t0, 1.0) / 3600
         free = free_bytes(self.out)
         return {
             "disk_written_mb": None if written is None else round(written / 1e6, 1),
-            "disk_written_mb_per_h": None if written is None else round(written / 1e6 / hours, 1),
+            "disk_written_mb_per_h": self.steady_mb_per_h(),
             "disk_free_mb": None if free is None else round(free / 1e6),
             "checkpoint_age_s": (
                 round(now - self.checkpoint_at, 1) if self.checkpoint_step >= 0 else None
@@ -187,6 +190,16 @@ class Storage:
             "checkpoint_failures": self.checkpoint_failures,
             "disk_note": self.note,
         }
+
+    def steady_mb_per_h(self) -> float | None:
+        """What the agent writes per hour once started: the bytes written between the end of
+        its first checkpoint and the end of its latest, over that time, so whole checkpoint
+        intervals count and start-up's writes (a venv's caches, the first metrics, a data set
+        cut) do not. None until two checkpoints were written (or without /proc)."""
+        first, last = self._first_done, self._last_done
+        if first is None or last is None or last[0] - first[0] <= 0:
+            return None
+        return round((last[1] - first[1]) / 1e6 / ((last[0] - first[0]) / 3600), 1)
 
     def close(self) -> None:
         """Write what is queued, then stop; safe to call twice."""
@@ -228,6 +241,11 @@ class Storage:
                 log.warning("step %d: checkpoint written again", job.step)
             self.checkpoint_error = None
             self.checkpoint_step, self.checkpoint_at = job.step, time.monotonic()
+            w = written_bytes()
+            if w is not None:
+                done = (self.checkpoint_at, w)
+                self._first_done = self._first_done or done
+                self._last_done = done
             if self.note and self.note.startswith(("checkpoint", "disk nearly full")):
                 self.note = None
         finally:
