@@ -154,3 +154,41 @@ def test_allreduce_average_and_traffic():
     out = np.empty(2, np.float32)
     np.testing.assert_allclose(allreduce.average([f32(1, 2), f32(3, 6)], out), [2, 4])
     assert allreduce.ring_bytes_per_step(1000, 4) == pytest.approx(1500)
+
+
+def test_rps_carry_delivers_updates_the_grid_would_round_away():
+    """Issue 54, item 15: in RPS a receiver adopts what arrives and steps from there, so a
+    block that moves by less than half a step of int8's grid each iteration comes back rounded
+    to where it was, iteration after iteration, and never moves. With the rounding carried
+    forward it moves as it should, within one step of the grid."""
+    from edgegossip.dataplane import payload
+    from edgegossip.dataplane.chunking import ChunkPlan
+
+    plan = ChunkPlan(64, 64)  # one datagram of 16 floats
+    codec = payload.codec("int8")
+    carry = rps.Carry(codec, plan, 1)
+    plain = payload.Roundtrip(codec, 16, plan.chunk_elems)
+    base = np.linspace(-1, 1, 16).astype(np.float32)
+    base[-1] = 2.0  # the datagram's largest value, which sets int8's scale, stays put
+    grid = 2 / 127  # int8's step at that scale
+    delta = np.full(16, grid / 20, np.float32)  # each iteration's update: a twentieth of it
+    delta[-1] = 0
+    fed, unfed = base.copy(), base.copy()
+    for _ in range(200):
+        unfed = plain(unfed + delta, np.empty(16, np.float32)).copy()
+        fed = carry(fed + delta, slice(0, 16)).copy()
+    assert np.abs(unfed - base).max() < grid  # rounded away: it never moved
+    assert np.abs(fed - (base + 200 * delta)).max() <= grid  # ten steps of the grid, all taken
+
+
+def test_simulated_rps_holds_its_accuracy_with_int8_payloads(mnist_data):
+    """Issue 54, item 15: RPS averages every iteration, so int8's rounding of each block was
+    paid every iteration: 3.3 points below float32 on logreg here, 9 on the seed MLP. With the
+    rounding carried forward it is within half a point."""
+    from edgegossip.simulate import SimConfig, simulate
+
+    acc = {}
+    for codec in ("float32", "int8"):
+        cfg = SimConfig(algorithm="rps", model="logreg", loss=0.1, epochs=1, payload=codec)
+        acc[codec] = simulate(cfg, mnist_data, lambda *a: None, None, None)["acc_average"]
+    assert acc["int8"] >= acc["float32"] - 0.005, acc

@@ -39,6 +39,7 @@ class World:
     # push-sum running sums per link (sender, receiver): (sent, last seen), in counts
     link_sums: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
     ring_bytes: float = 0.0  # all-reduce's traffic per worker so far
+    carry: list[Any] = field(default_factory=list)  # RPS: each worker's rounding carried forward
 
     @property
     def n(self) -> int:

@@ -9,6 +9,19 @@ step, one iteration is:
 2. All-gather: server k sends the averaged block to every worker; a worker keeps its own block
    where a chunk of it did not arrive:
        x_w[B_k] <- m_k * avg_k + (1 - m_k) * x_w[B_k]
+
+With a lossy payload (int8, float16, bfloat16: dataplane/payload.py) every block is rounded on
+its way, every iteration, and an update smaller than half a step of int8's grid (a local step's
+change to most weights) is rounded away on the reduce: each server then learns from its own
+steps only. So the rounding error is carried forward (error feedback, Seide et al. 2014): worker
+w keeps e_w, the size of the model, and sends each block as
+
+    s = y + e_w[B],   e_w[B] <- s - Q(s)
+
+(Q: what the wire delivers), the reduce's blocks from e_w's slots of the others' blocks and the
+gather's from its own block's slot, which the reduce never uses. What each receiver gets then
+averages to the true values over the iterations. Measured (`simulate --algorithm rps
+--workers 4 --loss 0.1 --epochs 1`, seed MLP): int8 0.840 without, 0.928 with, float32 0.927.
 """
 
 from __future__ import annotations
@@ -17,7 +30,7 @@ import numpy as np
 
 from edgegossip import kernels
 from edgegossip.algorithms.base import Algorithm, World
-from edgegossip.dataplane import wire
+from edgegossip.dataplane import payload, wire
 from edgegossip.dataplane.chunking import ChunkPlan
 
 
@@ -54,6 +67,32 @@ def gather(block: np.ndarray, averaged: np.ndarray, mask: np.ndarray, chunk_elem
     kernels.masked_copy(block, averaged, mask, chunk_elems)
 
 
+class Carry:
+    """One worker's error feedback (the module's docstring): e, and the wire's rounding of one
+    block at a time (buffers of the largest block, not of the model)."""
+
+    def __init__(self, codec: payload.Codec, plan: ChunkPlan, n_blocks: int):
+        largest = max(len(plan.block_chunks(k, n_blocks)) for k in range(n_blocks))
+        largest *= plan.chunk_elems
+        self.e = np.zeros(plan.n_params, np.float32)
+        self.wire = payload.Roundtrip(codec, largest, plan.chunk_elems)
+        self._got = np.empty(largest, np.float32)
+
+    def __call__(self, send: np.ndarray, sl: slice) -> np.ndarray:
+        """send (block sl's values, a copy) becomes send + e[sl], what goes out; e[sl] keeps
+        what the wire will round away of it. Returns what a receiver gets (a reused buffer)."""
+        e = self.e[sl]
+        send += e
+        got = self.wire(send, self._got[: send.shape[0]])
+        np.subtract(send, got, out=e)
+        return got
+
+
+def carries(codec: payload.Codec) -> bool:
+    """Whether blocks sent with this codec carry their rounding forward (every lossy one)."""
+    return codec.name != "float32"
+
+
 class Rps(Algorithm):
     name = "rps"
     settings = ("rps_period",)
@@ -67,8 +106,10 @@ class Rps(Algorithm):
     def sim_step(cls, world: World) -> None:
         """Local steps, then one iteration over all W blocks (reduce-scatter, all-gather)."""
         world.local_steps()
-        xs, plan, net, W, wire_copy = world.xs, world.plan, world.net, world.n, world.wire_copy
-        fresh = wire_copy.codec.name != "float32"  # each received block needs its own buffer
+        xs, plan, net, W = world.xs, world.plan, world.net, world.n
+        lossy = carries(world.wire_copy.codec)
+        if lossy and not world.carry:
+            world.carry = [Carry(world.wire_copy.codec, plan, W) for _ in range(W)]
         ce = plan.chunk_elems
         averaged = []
         for k in range(W):
@@ -78,11 +119,12 @@ class Rps(Algorithm):
                 if w != k:
                     mask = net.send(w, chunks)[chunks.start : chunks.stop]
                     y = xs[w][sl]
-                    received.append((wire_copy(y, np.empty_like(y)) if fresh else y, mask))
+                    received.append((world.carry[w](y.copy(), sl).copy() if lossy else y, mask))
             reduce(xs[k][sl], received, ce)
             averaged.append((sl, chunks))
         for k, (sl, chunks) in enumerate(averaged):
-            served = wire_copy(xs[k][sl])  # the averaged block as it goes out
+            # the averaged block as it goes out; its server keeps the exact average
+            served = world.carry[k](xs[k][sl].copy(), sl) if lossy else xs[k][sl]
             for w in range(W):
                 if w != k:
                     mask = net.send(k, chunks)[chunks.start : chunks.stop]

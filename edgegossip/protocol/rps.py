@@ -8,7 +8,8 @@ Worker k serves block k of W. Every `rps_period` local steps, if its sender is i
 A worker applies a server's GATHER once its round has finished arriving: masked copy of the
 chunks that came, its own block kept where they did not. Workers run at their own pace, so a
 server averages the copies that reached it since its last iteration: the asynchronous reading
-of the paper's reduce-scatter / all-gather.
+of the paper's reduce-scatter / all-gather. With a lossy payload each block sent carries the
+rounding of the ones before forward (algorithms/rps.py: Carry), as in the simulator.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from edgegossip.algorithms import rps
-from edgegossip.dataplane import wire
+from edgegossip.dataplane import payload, wire
 from edgegossip.protocol.base import Context, Protocol
 
 SETTLE_S = 0.5
@@ -37,6 +38,15 @@ class RpsProtocol(Protocol):
         self._acc = np.empty(ctx.plan.n_params, np.float32)
         self._count = np.empty(ctx.plan.n_chunks, np.int32)
         self.blocks = [rps.block_slice(ctx.plan, k, self.W) for k in range(self.W)]
+        codec = payload.codec(ctx.cfg.payload)
+        self.carry = rps.Carry(codec, ctx.plan, self.W) if rps.carries(codec) else None
+
+    def _carried(self, vec: np.ndarray, blocks: list[int]) -> None:
+        """A snapshot's blocks as they go out, their rounding carried forward (if lossy)."""
+        if self.carry is not None:
+            for k in blocks:
+                sl = self.blocks[k][0]
+                self.carry(vec[sl], sl)
 
     def before_step(self, x: np.ndarray, step: int) -> None:
         for ev in self.rounds.events():
@@ -62,6 +72,7 @@ class RpsProtocol(Protocol):
             ctx.exchanges["skipped"] += 1
             return
         self.round += 1
+        self._carried(snap.vec, list(ctx.peers))
         self.sender.broadcast(
             [(s, self.blocks[s][1], s) for s in ctx.peers], snap, wire.MsgType.REDUCE, self.round
         )
@@ -83,6 +94,7 @@ class RpsProtocol(Protocol):
         if snap is None:  # the REDUCE copy is still being sent: serve this block next time
             ctx.exchanges["skipped"] += 1
             return
+        self._carried(snap.vec, [self.me])
         self.sender.broadcast(
             [(peer, chunks, self.me) for peer in ctx.peers], snap, wire.MsgType.GATHER, self.round
         )
