@@ -111,7 +111,43 @@ def metrics() -> str:
     return "\n".join(out) + "\n"
 
 
-PAGES = {"configuration.md": configuration, "metrics.md": metrics}
+def _first_paragraph(doc: str | None) -> str:
+    return " ".join((doc or "").strip().split("\n\n")[0].split())
+
+
+def ops() -> str:
+    """The ops `model compile` differentiates, from the table's rows (compiler/ops.py)."""
+    from edgegossip.compiler.ops import OPS, copy_node
+
+    out = [
+        "# Ops the compiler trains",
+        "",
+        GENERATED,
+        "",
+        "`edgegossip model compile` differentiates a model over this table, one row per ONNX "
+        "op (`edgegossip/compiler/ops.py`; `edgegossip model ops` prints it): the inputs a "
+        "gradient flows to, how the op runs in a training step where that differs from "
+        "inference, its vector-Jacobian product, and the graphs that check it against float64 "
+        "central differences (`tests/test_op_table.py`). An op outside it on the way from a "
+        "parameter to the loss is refused at compile time, naming the node.",
+        "",
+        f"{len(OPS)} ops.",
+        "",
+        "| op | gradient to inputs | in training | rule | checked by |",
+        "|---|---|---|---|---|",
+    ]
+    for name, row in sorted(OPS.items()):
+        slots = ", ".join(map(str, row.diff)) if row.diff else "all"
+        forward = "as in inference" if row.forward is copy_node else row.forward.__doc__
+        cases = "; ".join(c.id for c in row.cases)
+        out.append(
+            f"| `{name}` | {slots} | {_cell(_first_paragraph(forward))} "
+            f"| {_cell(_first_paragraph(row.backward.__doc__))} | {_cell(cases)} |"
+        )
+    return "\n".join(out) + "\n"
+
+
+PAGES = {"configuration.md": configuration, "metrics.md": metrics, "ops.md": ops}
 
 
 def main(argv: list[str]) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
@@ -55,3 +56,39 @@ def compile(source: Path, loss: str, out: Path, as_json: bool) -> None:
         f"{len(manifest['ops'])} kinds of op; compiled to {out} (digest "
         f"{manifest['digest'][:12]})"
     )
+
+
+@model.command()
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print [{"op", "gradient_to" (input slots; [] for all), "in_training" ("inference" '
+    'or "its own"), "cases"}].',
+)
+def ops(as_json: bool) -> None:
+    """The ops `model compile` differentiates: one row each (compiler/ops.py), the inputs a
+    gradient flows to, whether it runs otherwise in training, and the graphs that check it.
+    docs/ops.md gives each rule's math."""
+    from edgegossip.models import ONNX_MISSING, onnx_available
+
+    if not onnx_available():
+        fail(ONNX_MISSING, exit_codes.USAGE)
+    from edgegossip.cli.render import table
+    from edgegossip.compiler.ops import OPS, copy_node
+
+    rows: list[dict] = [
+        {
+            "op": name,
+            "gradient_to": list(row.diff),
+            "in_training": "inference" if row.forward is copy_node else "its own",
+            "cases": len(row.cases),
+        }
+        for name, row in sorted(OPS.items())
+    ]
+    if as_json:
+        click.echo(json.dumps(rows))
+        return
+    shown = [{**r, "gradient_to": ", ".join(map(str, r["gradient_to"])) or "all"} for r in rows]
+    click.echo(table(shown, ["op", "gradient_to", "in_training", "cases"]))
+    click.echo(f"{len(rows)} ops; each rule's math: docs/ops.md")

@@ -354,6 +354,7 @@ def _backward(e: Emit, graph, logits, g_logits, saved, params) -> dict[str, str]
     inputs'. Returns the gradient of every parameter reached."""
     wanted = {p.name for p in params}
     flows = _flows(graph, saved, wanted)
+    _refuse_unsupported([graph.node[k] for k in sorted(flows)])
     parts: dict[str, list[str]] = {logits: [g_logits]}
     for k in sorted(saved, reverse=True):
         node = graph.node[k]
@@ -362,20 +363,35 @@ def _backward(e: Emit, graph, logits, g_logits, saved, params) -> dict[str, str]
         gy = [_total(e, parts.pop(o, [])) for o in node.output]
         if all(g is None for g in gy):
             continue
-        op = OPS.get(node.op_type)
-        if op is None:
-            raise CompileError(
-                f"node {node.name or node.output[0]}: op {node.op_type} has no gradient rule "
-                f"(the table: {', '.join(sorted(OPS))})"
-            )
+        op = OPS[node.op_type]  # _refuse_unsupported let only the table's ops through
         if gy[0] is None:
             continue
         gx = op.backward(e, node, gy, saved[k])
         for slot in diff_slots(node):
+            if slot >= len(node.input) or node.input[slot] not in flows[k]:
+                continue
             g = gx[slot] if slot < len(gx) else None
-            if g is not None and slot < len(node.input) and node.input[slot] in flows[k]:
-                parts.setdefault(node.input[slot], []).append(g)
+            # one gradient for every input a gradient flows to: a rule that gives none is wrong
+            assert g is not None, f"{node.op_type}'s rule gave no gradient for input {slot}"
+            if slot in op.broadcast:  # summed back over the axes the input was broadcast on
+                g = e.unbroadcast(g, node.input[slot], node.output[0])
+            parts.setdefault(node.input[slot], []).append(g)
     return {p: g for p in wanted if (g := _total(e, parts.get(p, []))) is not None}
+
+
+def _refuse_unsupported(on_path) -> None:
+    """Every node on a parameter's way to the loss whose op has no row in the table, all of
+    them at once, one line each (the table itself: `edgegossip model ops`)."""
+    missing = [n for n in on_path if n.op_type not in OPS]
+    if not missing:
+        return
+    lines = [f"node {n.name or n.output[0]}: op {n.op_type} has no gradient rule" for n in missing]
+    if len(lines) == 1:
+        raise CompileError(f"{lines[0]} (the table: edgegossip model ops)")
+    raise CompileError(
+        f"{len(lines)} nodes have no gradient rule (the table: edgegossip model ops):\n"
+        + "\n".join(f"  {line}" for line in lines)
+    )
 
 
 def _flows(graph, saved, wanted: set[str]) -> dict[int, set[str]]:

@@ -4,7 +4,13 @@ standard ONNX ops (the math in each rule's docstring). An op outside this table 
 from a parameter to the loss is refused at compile time.
 
 Notation: y the op's output, g = dL/dy the gradient flowing in, gx = dL/dx what the rule emits;
-unbroadcast(t, x) sums t over the axes where x was broadcast; sum_A sums over axes A.
+sum_A sums over axes A. A rule gives one gradient per input; for the slots a row names in
+`broadcast` it gives it in the output's shape, and the driver (build._backward) sums it back
+over the axes where the input was broadcast, so no rule does that itself.
+
+Each row also carries the graphs that check it (`cases`): tests/test_op_table.py runs every one
+against float64 central differences, and a row without one fails; the docs' op list
+(docs/ops.md, `python -m edgegossip.reference docs/`) is made from the rows.
 """
 
 from __future__ import annotations
@@ -35,46 +41,76 @@ def copy_node(e: Emit, node: NodeProto) -> dict:
 
 
 @dataclass(frozen=True)
+class Case:
+    """A graph that checks a row's rule (tests/test_op_table.py): a batch x [3, *x] through
+    `nodes` to the last node's first output, under `loss`; float64, every parameter's gradient
+    against central differences (a random op: against its rule with the mask the step drew).
+    inits: (name, shape) for a parameter drawn in [low, high], (name, array) for a constant."""
+
+    id: str
+    nodes: tuple[tuple[str, tuple[str, ...], tuple[str, ...], dict], ...]
+    inits: tuple[tuple[str, tuple[int, ...] | np.ndarray], ...] = ()
+    x: tuple[int, ...] = (4,)
+    loss: str = "mse"
+    low: float = -1.0
+    high: float = 1.0
+    # what runs the check: onnx's reference evaluator, or onnxruntime (in float64) where the
+    # reference is known wrong (its MaxPool indices under padding leave out batch and channel)
+    runtime: str = "reference"
+
+
+def node(spec: str, **attrs) -> tuple[str, tuple[str, ...], tuple[str, ...], dict]:
+    """One node of a Case: "Op in1 in2 -> out" ("" for an input left out), its attributes."""
+    left, right = spec.split("->")
+    op, *inputs = left.split()
+    return op, tuple("" if i == '""' else i for i in inputs), tuple(right.split()), attrs
+
+
+def case(
+    id: str, *nodes, x=(4,), loss="mse", low=-1.0, high=1.0, runtime="reference", **inits
+) -> Case:
+    return Case(id, tuple(nodes), tuple(inits.items()), tuple(x), loss, low, high, runtime)
+
+
+@dataclass(frozen=True)
 class Op:
+    """One row of the table: the op's differentiable input slots, its vector-Jacobian product
+    (`backward`: one gradient per input, None where none flows), how it runs in a training step
+    (`forward`), the slots whose gradient comes out in the output's shape and is summed back to
+    the input's by the driver (`broadcast`), and the graphs that check it (`cases`)."""
+
     diff: tuple[int, ...]  # input slots a gradient flows to
     backward: Callable[[Emit, NodeProto, Grads, dict], Grads]
     forward: Callable[[Emit, NodeProto], dict] = field(default=copy_node)
+    broadcast: tuple[int, ...] = ()
+    cases: tuple[Case, ...] = ()
+    random: bool = False  # draws in every step (Dropout): no finite difference can check it
 
 
 # -- elementwise ---------------------------------------------------------------------------------
 
 
 def _add(e, n, g, s):
-    """y = a + b:  ga = unbroadcast(g, a),  gb = unbroadcast(g, b)."""
-    a, b = n.input
-    return [e.unbroadcast(g[0], a, n.output[0]), e.unbroadcast(g[0], b, n.output[0])]
+    """y = a + b:  ga = g,  gb = g."""
+    return [g[0], g[0]]
 
 
 def _sub(e, n, g, s):
-    """y = a - b:  ga = unbroadcast(g, a),  gb = -unbroadcast(g, b)."""
-    a, b = n.input
-    return [
-        e.unbroadcast(g[0], a, n.output[0]),
-        e.unbroadcast(e.op("Neg", g[0]), b, n.output[0]),
-    ]
+    """y = a - b:  ga = g,  gb = -g."""
+    return [g[0], e.op("Neg", g[0])]
 
 
 def _mul(e, n, g, s):
-    """y = a * b:  ga = unbroadcast(g * b, a),  gb = unbroadcast(g * a, b)."""
+    """y = a * b:  ga = g b,  gb = g a."""
     a, b = n.input
-    y = n.output[0]
-    return [
-        e.unbroadcast(e.op("Mul", g[0], b), a, y),
-        e.unbroadcast(e.op("Mul", g[0], a), b, y),
-    ]
+    return [e.op("Mul", g[0], b), e.op("Mul", g[0], a)]
 
 
 def _div(e, n, g, s):
-    """y = a / b:  ga = unbroadcast(g / b, a),  gb = unbroadcast(-g * y / b, b)."""
+    """y = a / b:  ga = g / b,  gb = -g y / b."""
     a, b = n.input
     y = n.output[0]
-    gb = e.op("Neg", e.op("Div", e.op("Mul", g[0], y), b))
-    return [e.unbroadcast(e.op("Div", g[0], b), a, y), e.unbroadcast(gb, b, y)]
+    return [e.op("Div", g[0], b), e.op("Neg", e.op("Div", e.op("Mul", g[0], y), b))]
 
 
 def _relu(e, n, g, s):
@@ -182,7 +218,7 @@ def _reduce_mean(e, n, g, s):
 def _gemm(e, n, g, s):
     """y = alpha A' B' + beta C, A' = A or A^T (transA), B' = B or B^T (transB):
     gA' = alpha g B'^T, gB' = alpha A'^T g (transposed back where the input was),
-    gC = beta unbroadcast(g, C)."""
+    gC = beta g (summed back to C's shape by the driver)."""
     a, b = n.input[0], n.input[1]
     ta, tb = attr(n, "transA", 0), attr(n, "transB", 0)
     alpha, beta = attr(n, "alpha", 1.0), attr(n, "beta", 1.0)
@@ -197,8 +233,7 @@ def _gemm(e, n, g, s):
         gb = e.op("Gemm", g[0], a, transA=1, transB=1 if ta else 0, **k)
     out: Grads = [ga, gb]
     if len(n.input) > 2 and n.input[2]:
-        gc = e.unbroadcast(g[0], n.input[2], n.output[0])
-        out.append(gc if beta == 1.0 else e.op("Mul", gc, e.const(beta)))
+        out.append(g[0] if beta == 1.0 else e.op("Mul", g[0], e.const(beta)))
     return out
 
 
@@ -210,7 +245,8 @@ def _swap_last(e: Emit, x: str, rank: int) -> str:
 
 def _matmul(e, n, g, s):
     """y = A B (A [..., M, K], B [K, N] or batched like A):  gA = g B^T;
-    gB = A^T g summed over A's batch dims (as [-1, K]^T [-1, N] for a 2-D B)."""
+    gB = A^T g summed over A's batch dims (as [-1, K]^T [-1, N] for a 2-D B; a batched B's
+    is summed back over the dims it was broadcast on)."""
     a, b = n.input
     ra, rb = len(e.shape(a) or []), len(e.shape(b) or [])
     if ra < 2 or rb < 2:
@@ -507,34 +543,332 @@ def _onnx_type(e: Emit) -> int:
     return h.np_dtype_to_tensor_dtype(e.dtype)
 
 
+def _unary(op: str, **attrs) -> tuple[Case, ...]:
+    """The case of an elementwise op of one input: on a parameter times the batch."""
+    return (case(op, node("Mul x W -> h"), node(f"{op} h -> z", **attrs), W=(4,)),)
+
+
+def _binary(op: str, low: float = -1.0) -> tuple[Case, ...]:
+    """An elementwise op of two inputs, broadcast every way a model broadcasts it."""
+    return (
+        case("x, W [4]", node(f"{op} x W -> z"), W=(4,), low=low),
+        case("W [1, 4], x", node(f"{op} W x -> z"), W=(1, 4), low=low),
+        case("W [3, 1, 4], x", node(f"{op} W x -> z"), W=(3, 1, 4), low=low),
+        case("x, W [1]", node(f"{op} x W -> z"), W=(1,), low=low),
+    )
+
+
+_AX = np.array([1], np.int64)
+
+
+def _pooled(op: str, id: str, **attrs) -> Case:
+    """A pooling op after a padded convolution of a 2-channel 5x5 batch."""
+    return case(
+        id,
+        node("Conv x W B -> h", pads=[1, 1, 1, 1]),
+        node(f"{op} h -> z", **attrs),
+        x=(2, 5, 5),
+        W=(3, 2, 3, 3),
+        B=(3,),
+    )
+
+
 OPS: dict[str, Op] = {
-    "Add": Op((0, 1), _add),
-    "Sub": Op((0, 1), _sub),
-    "Mul": Op((0, 1), _mul),
-    "Div": Op((0, 1), _div),
-    "Relu": Op((0,), _relu),
-    "LeakyRelu": Op((0,), _leaky_relu),
-    "Sigmoid": Op((0,), _sigmoid),
-    "Tanh": Op((0,), _tanh),
-    "Identity": Op((0,), _identity),
-    "Flatten": Op((0,), _reshape_back),
-    "Reshape": Op((0,), _reshape_back),
-    "Squeeze": Op((0,), _reshape_back),
-    "Unsqueeze": Op((0,), _reshape_back),
-    "Transpose": Op((0,), _transpose),
-    "Concat": Op((), _concat),  # every input is differentiable: diff_slots() says so
-    "Gemm": Op((0, 1, 2), _gemm),
-    "MatMul": Op((0, 1), _matmul),
-    "Conv": Op((0, 1, 2), _conv),
-    "MaxPool": Op((0,), _maxpool, _maxpool_forward),
-    "AveragePool": Op((0,), _avgpool),
-    "GlobalAveragePool": Op((0,), _global_avgpool),
-    "ReduceSum": Op((0,), _reduce_sum),
-    "ReduceMean": Op((0,), _reduce_mean),
-    "BatchNormalization": Op((0, 1, 2), _batchnorm, _batchnorm_forward),
-    "Dropout": Op((0,), _dropout, _dropout_forward),
-    "Softmax": Op((0,), _softmax),
-    "LogSoftmax": Op((0,), _log_softmax),
+    "Add": Op((0, 1), _add, broadcast=(0, 1), cases=_binary("Add")),
+    "Sub": Op((0, 1), _sub, broadcast=(0, 1), cases=_binary("Sub")),
+    "Mul": Op((0, 1), _mul, broadcast=(0, 1), cases=_binary("Mul")),
+    "Div": Op((0, 1), _div, broadcast=(0, 1), cases=_binary("Div", low=1.0)),
+    "Relu": Op((0,), _relu, cases=_unary("Relu")),
+    "LeakyRelu": Op((0,), _leaky_relu, cases=_unary("LeakyRelu", alpha=0.1)),
+    "Sigmoid": Op((0,), _sigmoid, cases=_unary("Sigmoid")),
+    "Tanh": Op((0,), _tanh, cases=_unary("Tanh")),
+    "Identity": Op((0,), _identity, cases=_unary("Identity")),
+    "Flatten": Op(
+        (0,),
+        _reshape_back,
+        cases=(
+            case(
+                "axis 1", node("Mul x W -> h"), node("Flatten h -> z", axis=1), x=(2, 4), W=(2, 4)
+            ),
+        ),
+    ),
+    "Reshape": Op(
+        (0,),
+        _reshape_back,
+        cases=(
+            case(
+                "to [batch, 8]",
+                node("Mul x W -> h"),
+                node("Reshape h shape -> z"),
+                x=(2, 4),
+                W=(2, 4),
+                shape=np.array([0, 8], np.int64),
+            ),
+        ),
+    ),
+    "Squeeze": Op(
+        (0,),
+        _reshape_back,
+        cases=(
+            case(
+                "axis 1",
+                node("Mul x W -> h"),
+                node("Squeeze h ax -> z"),
+                x=(1, 4),
+                W=(1, 4),
+                ax=_AX,
+            ),
+        ),
+    ),
+    "Unsqueeze": Op(
+        (0,),
+        _reshape_back,
+        cases=(case("axis 1", node("Mul x W -> h"), node("Unsqueeze h ax -> z"), W=(4,), ax=_AX),),
+    ),
+    "Transpose": Op(
+        (0,),
+        _transpose,
+        cases=(
+            case(
+                "perm 0 2 1",
+                node("Mul x W -> h"),
+                node("Transpose h -> z", perm=[0, 2, 1]),
+                x=(2, 4),
+                W=(2, 4),
+            ),
+        ),
+    ),
+    # every input is differentiable: diff_slots() says so
+    "Concat": Op(
+        (),
+        _concat,
+        cases=(
+            case(
+                "two branches",
+                node("Mul x W -> h"),
+                node("Mul x V -> k"),
+                node("Concat h k -> z", axis=1),
+                W=(4,),
+                V=(4,),
+            ),
+        ),
+    ),
+    "Gemm": Op(
+        (0, 1, 2),
+        _gemm,
+        broadcast=(2,),
+        cases=(
+            case("as nn.Linear", node("Gemm x W b -> z", transB=1), W=(5, 4), b=(5,)),
+            case(
+                "transA, alpha, beta",
+                node("Transpose x -> xT", perm=[1, 0]),
+                node("Gemm A xT C -> z", transA=1, alpha=0.5, beta=2.0),
+                A=(4, 5),
+                C=(5, 1),
+            ),
+            case(
+                "A, transB",
+                node("Gemm A x C -> z", transB=1, alpha=0.5, beta=2.0),
+                A=(5, 4),
+                C=(5, 1),
+            ),
+            case(
+                "transA, transB",
+                node("Gemm A x C -> z", transA=1, transB=1, beta=2.0),
+                A=(4, 5),
+                C=(5, 1),
+            ),
+            case(
+                "under cross-entropy",
+                node("Gemm x W b -> z", transB=1),
+                node("Softmax z -> p", axis=1),
+                loss="cross-entropy",
+                W=(5, 4),
+                b=(5,),
+            ),
+        ),
+    ),
+    "MatMul": Op(
+        (0, 1),
+        _matmul,
+        cases=(
+            case("[batch, 4] [4, 5]", node("MatMul x W -> z"), W=(4, 5)),
+            case("[batch, 2, 4] [4, 5]", node("MatMul x W -> z"), x=(2, 4), W=(4, 5)),
+            case("batched B [1, 4, 5]", node("MatMul x W -> z"), x=(2, 4), W=(1, 4, 5)),
+        ),
+    ),
+    "Conv": Op(
+        (0, 1, 2),
+        _conv,
+        cases=(
+            case(
+                "2-D, stride 2, pads 1",
+                node("Conv x W B -> z", strides=[2, 2], pads=[1, 1, 1, 1]),
+                x=(2, 5, 5),
+                W=(4, 2, 3, 3),
+                B=(4,),
+            ),
+            case(
+                "2-D, groups 2, no bias",
+                node("Conv x W -> z", group=2),
+                x=(4, 4, 4),
+                W=(4, 2, 2, 2),
+            ),
+            case(
+                "1-D, dilation 2, groups 2",
+                node("Conv x W B -> z", group=2, dilations=[2]),
+                x=(2, 7),
+                W=(2, 1, 3),
+                B=(2,),
+            ),
+            case(
+                "1-D, stride 3, pads 2 0",
+                node("Conv x W B -> z", strides=[3], pads=[2, 0]),
+                x=(1, 8),
+                W=(3, 1, 2),
+                B=(3,),
+            ),
+        ),
+    ),
+    "MaxPool": Op(
+        (0,),
+        _maxpool,
+        _maxpool_forward,
+        cases=(
+            _pooled("MaxPool", "tiling 2x2", kernel_shape=[2, 2], strides=[2, 2]),
+            case(
+                "3x3, stride 1, pads 1",
+                node("Mul x W -> h"),
+                node("MaxPool h -> z", kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1]),
+                x=(2, 5, 5),
+                W=(2, 5, 5),
+                runtime="onnxruntime",
+            ),
+            case(
+                "1-D tiling with a remainder",
+                node("Mul x W -> h"),
+                node("MaxPool h -> z", kernel_shape=[2], strides=[2]),
+                x=(1, 7),
+                W=(1, 7),
+            ),
+        ),
+    ),
+    "AveragePool": Op(
+        (0,),
+        _avgpool,
+        cases=(
+            _pooled("AveragePool", "2x2, stride 2", kernel_shape=[2, 2], strides=[2, 2]),
+            _pooled(
+                "AveragePool",
+                "3x3, stride 2, pads 1",
+                kernel_shape=[3, 3],
+                strides=[2, 2],
+                pads=[1, 1, 1, 1],
+                count_include_pad=1,
+            ),
+        ),
+    ),
+    "GlobalAveragePool": Op((0,), _global_avgpool, cases=(_pooled("GlobalAveragePool", "2-D"),)),
+    "ReduceSum": Op(
+        (0,),
+        _reduce_sum,
+        cases=(
+            case(
+                "axis 1, keepdims 0",
+                node("Mul x W -> h"),
+                node("ReduceSum h ax -> z", keepdims=0),
+                x=(3, 4),
+                W=(3, 4),
+                ax=_AX,
+            ),
+            case(
+                "axis 1, keepdims 1",
+                node("Mul x W -> h"),
+                node("ReduceSum h ax -> z"),
+                x=(3, 4),
+                W=(3, 4),
+                ax=_AX,
+            ),
+        ),
+    ),
+    "ReduceMean": Op(
+        (0,),
+        _reduce_mean,
+        cases=(
+            case(
+                "axis 1, keepdims 0",
+                node("Mul x W -> h"),
+                node("ReduceMean h ax -> z", keepdims=0),
+                x=(3, 4),
+                W=(3, 4),
+                ax=_AX,
+            ),
+        ),
+    ),
+    "BatchNormalization": Op(
+        (0, 1, 2),
+        _batchnorm,
+        _batchnorm_forward,
+        cases=(
+            case(
+                "after a convolution",
+                node("Conv x W -> h"),
+                node("BatchNormalization h g b rm rv -> z", epsilon=1e-3),
+                x=(2, 4, 4),
+                low=0.5,
+                W=(3, 2, 2, 2),
+                g=(3,),
+                b=(3,),
+                rm=np.zeros(3),
+                rv=np.ones(3),
+            ),
+        ),
+    ),
+    "Dropout": Op(
+        (0,),
+        _dropout,
+        _dropout_forward,
+        random=True,
+        cases=(
+            case(
+                "ratio 0.5",
+                node("Mul x W -> h"),
+                node("Dropout h r -> z", seed=3),
+                x=(6,),
+                low=0.5,
+                W=(6,),
+                r=np.array(0.5),
+            ),
+        ),
+    ),
+    "Softmax": Op(
+        (0,),
+        _softmax,
+        cases=(
+            case(
+                "inside a model",
+                node("Mul x W -> h"),
+                node("Softmax h -> s", axis=1),
+                node("Mul s V -> z"),
+                W=(4,),
+                V=(4,),
+            ),
+        ),
+    ),
+    "LogSoftmax": Op(
+        (0,),
+        _log_softmax,
+        cases=(
+            case(
+                "inside a model",
+                node("Mul x W -> h"),
+                node("LogSoftmax h -> s", axis=1),
+                node("Mul s V -> z"),
+                W=(4,),
+                V=(4,),
+            ),
+        ),
+    ),
 }
 
 
