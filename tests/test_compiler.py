@@ -394,3 +394,59 @@ def test_a_tensor_that_does_not_hold_what_it_declares_is_refused(dims, data, mes
     )
     with pytest.raises(CompileError, match=message):
         compile_model(model, "mse")
+
+
+@pytest.mark.parametrize("opset, runtime", [(17, "1.14"), (18, "1.14"), (20, "1.17"), (21, "1.18")])
+def test_a_model_is_compiled_at_its_own_opset(opset, runtime, tmp_path):
+    """Issue 55, item 1: every model was converted down to opset 18, and the converter cannot
+    take Gelu (no earlier version) or the TorchScript exporter's ConstantOfShape there. A model
+    now trains at its own opset (an older one raised to 18), the graph stamped with the IR
+    version its oldest runtime reads, and the manifest names that runtime."""
+    import onnxruntime as ort
+
+    from edgegossip.compiler.artifact import compile_file
+
+    m = _model(
+        [n("Gemm", ["x", "W", "b"], ["z"], transB=1)],
+        {"W": w(5, 4), "b": w(5)},
+        [4],
+        "z",
+        dtype=np.float32,
+    )
+    m.opset_import[0].version = opset
+    onnx.save(m, str(tmp_path / "m.onnx"))
+    manifest = compile_file(tmp_path / "m.onnx", "mse", tmp_path / "out")
+    assert manifest["opset"] == max(opset, 18) and manifest["onnxruntime"] == runtime
+    train = onnx.load(str(tmp_path / "out" / "train.onnx"))
+    assert train.opset_import[0].version == max(opset, 18)
+    sess = ort.InferenceSession(train.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = RNG.normal(size=(BATCH, 4)).astype(np.float32)
+    y = RNG.normal(size=(BATCH, 5)).astype(np.float32)
+    loss, grad = sess.run(
+        ["loss", "grad"], {"params": np.load(tmp_path / "out" / "initial.npy"), "x": x, "y": y}
+    )
+    assert np.isfinite(loss) and grad.shape == (25,)
+
+
+def test_an_opset_newer_than_the_compiler_takes_is_refused_in_one_line():
+    m = _model([n("Gemm", ["x", "W"], ["z"], transB=1)], {"W": w(5, 4)}, [4], "z")
+    m.opset_import[0].version = 22
+    with pytest.raises(CompileError) as e:
+        compile_model(m, "mse")
+    assert str(e.value) == (
+        "opset 22: the compiler takes opsets up to 21; export with "
+        "torch.onnx.export(..., opset_version=21)"
+    )
+
+
+def test_deploy_refuses_a_wheelhouse_whose_onnxruntime_is_older_than_the_models_opset():
+    from edgegossip.fleet.bundle import runtime_problem
+    from edgegossip.models.compiled import needed_runtime
+
+    old = {"wheels": ["numpy-2.4.0-cp311-none.whl", "onnxruntime-1.16.3-cp311-none.whl"]}
+    new = {"wheels": ["onnxruntime-1.23.2-cp311-none.whl"]}
+    assert runtime_problem(old, needed_runtime({"onnxruntime": "1.17"})) == (
+        "its onnxruntime 1.16.3 is older than the 1.17 the compiled model's opset needs"
+    )
+    assert runtime_problem(new, needed_runtime({"onnxruntime": "1.17"})) is None
+    assert runtime_problem(old, needed_runtime({})) is None  # an artifact made at opset 18

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from edgegossip.compiler.build import OPSET, Compiled, ancestors, compile_model
+from edgegossip.compiler.build import RUNTIMES, Compiled, ancestors, compile_model
 from edgegossip.compiler.errors import CompileError
 from edgegossip.paths import sha256_of
 
@@ -71,7 +71,8 @@ def _manifest(c: Compiled, loss: str, source: Path) -> dict:
         },
         "state": [{"output": o, "initializer": i, "shape": list(s)} for o, i, s in c.state],
         "ops": c.ops,
-        "opset": OPSET,
+        "opset": c.opset,
+        "onnxruntime": RUNTIMES[c.opset][0],  # the oldest that runs it (fleet deploy checks)
         "files": {},
     }
 

@@ -7,8 +7,9 @@ out as params), `logits` (the model's output before a final Softmax or LogSoftma
 each BatchNormalization, the batch's mean and variance (`state/NAME/mean`, `state/NAME/var`),
 from which the trainer keeps the running averages.
 
-How: the model is first converted to OPSET by onnx's own version converter, so every rule
-speaks one opset. Every float initializer that reaches the output through a differentiable
+How: the model is compiled at its own opset (one older than OPSET is first converted up to it
+by onnx's own version converter; RUNTIMES lists the opsets taken), and every rule emits forms
+valid from OPSET on. Every float initializer that reaches the output through a differentiable
 input is a parameter: it becomes a slice of `params`, reshaped. The forward nodes run as they
 are, but for the ops whose training differs (ops.py: BatchNormalization on batch statistics,
 Dropout drawing its mask, MaxPool giving its argmax). Then reverse-mode differentiation walks the
@@ -29,7 +30,12 @@ from edgegossip.compiler.emit import Emit
 from edgegossip.compiler.errors import CompileError
 from edgegossip.compiler.ops import OPS, copy_node, diff_slots
 
-OPSET = 18
+# The opsets a training graph is made at, each with the oldest onnxruntime that runs it and the
+# IR version that runtime reads (onnxruntime's docs/compatibility table). A model is compiled at
+# its own opset; one older than the floor is converted up to it (the rules emit opset 18's forms:
+# ReduceMean's axes as an input), one newer than the table is refused.
+RUNTIMES = {18: ("1.14", 8), 19: ("1.15", 8), 20: ("1.17", 9), 21: ("1.18", 10)}
+OPSET = min(RUNTIMES)  # the floor
 # what the compiler holds of a model: a device model's tensors are far smaller. Bounds on the
 # work a model file can cause, refused in one line beyond them
 MAX_TENSOR_ELEMENTS = 1 << 28  # one initializer or Constant (1 GB of float32, the file bound)
@@ -70,6 +76,7 @@ class Compiled:
     output_shape: list[int | None]  # the logits', without the batch axis
     state: list[tuple[str, str, tuple[int, ...]]]  # (BatchNorm node, running-stat init, shape)
     ops: list[str]
+    opset: int  # the training graph's (the model's own, or the floor)
 
 
 def compile_model(model: onnx.ModelProto, loss: str) -> Compiled:
@@ -104,6 +111,7 @@ def compile_model(model: onnx.ModelProto, loss: str) -> Compiled:
         output_shape=(shapes.get(logits) or [None])[1:],
         state=state,
         ops=sorted({n.op_type for n in graph.node}),
+        opset=opset_of(model),
     )
 
 
@@ -182,17 +190,28 @@ def _logits(graph, producer, loss: str) -> str:
     return out
 
 
+def opset_of(model: onnx.ModelProto) -> int:
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+
+
 def _at_opset(model: onnx.ModelProto) -> onnx.ModelProto:
-    version = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    """The model at its own opset, or converted up to the floor (RUNTIMES)."""
+    version = opset_of(model)
     if version < 13:
         raise CompileError(f"opset {version}: export with opset 13 or later")
-    if version == OPSET:
+    if version > max(RUNTIMES):
+        raise CompileError(
+            f"opset {version}: the compiler takes opsets up to {max(RUNTIMES)}; export with "
+            f"torch.onnx.export(..., opset_version={max(RUNTIMES)})"
+        )
+    if version >= OPSET:
         return model
     try:
         return onnx.version_converter.convert_version(model, OPSET)
     except Exception as e:  # the converter raises its own RuntimeErrors and more
         raise CompileError(
-            f"cannot convert the model from opset {version} to {OPSET}: {e}"
+            f"cannot convert the model from opset {version} up to {OPSET}: "
+            f"{str(e).splitlines()[0]}; export with opset_version={OPSET} or later"
         ) from None
 
 
@@ -491,7 +510,8 @@ def _model(e, graph, x_info, logits, loss, params, state, opsets) -> onnx.ModelP
     nodes, inits = _live(e.nodes, keep + e.inits, [o.name for o in outputs])
     g = helper.make_graph(nodes, "edgegossip_train", inputs, outputs, inits)
     m = helper.make_model(g, opset_imports=list(opsets), producer_name="edgegossip")
-    m.ir_version = min(m.ir_version, 9)
+    version = next(o.version for o in opsets if o.domain in ("", "ai.onnx"))
+    m.ir_version = RUNTIMES[version][1]  # what the oldest runtime for this opset reads
     try:
         onnx.checker.check_model(m, full_check=True)
     except Exception as err:

@@ -53,6 +53,13 @@ def is_artifact(name: str) -> bool:
     return (Path(name) / MANIFEST).is_file()
 
 
+def needed_runtime(manifest: dict) -> str:
+    """The oldest onnxruntime that runs the artifact (manifests before it was recorded were
+    all made at opset 18: onnxruntime 1.14)."""
+    needed = manifest.get("onnxruntime", "1.14")
+    return needed if isinstance(needed, str) else "1.14"
+
+
 def read_manifest(folder: str | Path) -> tuple[dict, str]:
     """The manifest and the artifact's digest, every file checked against it."""
     folder = Path(folder)

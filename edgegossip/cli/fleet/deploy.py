@@ -86,9 +86,12 @@ def deploy(
 
     f = open_fleet(fleet_dir)
     devices = select(f, only)
-    if agentconf.model_folder(f) is not None:
+    folder = agentconf.model_folder(f)
+    if folder is not None:
         extras = "onnx"  # a compiled model trains in onnxruntime
     manifest, wheel_dir = _wheelhouse(f, wheel_dir, extras)
+    if folder is not None:
+        _check_runtime(manifest, wheel_dir, folder)
     extra = f"[{extras}]" if extras else ""
 
     refused: set[str] = set()
@@ -137,6 +140,20 @@ def _wheelhouse(f, wheel_dir: Path | None, extras: str) -> tuple[dict, Path]:
             exit_codes.USAGE,
         )
     return manifest, wheel_dir
+
+
+def _check_runtime(manifest: dict, wheel_dir: Path, folder: Path) -> None:
+    """The wheelhouse's onnxruntime runs the compiled model's opset, or the deploy stops here."""
+    from edgegossip.fleet import bundle
+    from edgegossip.models.compiled import needed_runtime, read_manifest
+
+    why = bundle.runtime_problem(manifest, needed_runtime(read_manifest(folder)[0]))
+    if why is not None:
+        fail(
+            f"{wheel_dir}: {why}: build the wheelhouse again (`edgegossip fleet wheelhouse "
+            "--extras onnx`) or export the model at an older opset",
+            exit_codes.USAGE,
+        )
 
 
 COMMANDS = [deploy]
