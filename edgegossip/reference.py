@@ -117,7 +117,7 @@ def _first_paragraph(doc: str | None) -> str:
 
 def ops() -> str:
     """The ops `model compile` differentiates, from the table's rows (compiler/ops.py)."""
-    from edgegossip.compiler.ops import OPS, copy_node
+    from edgegossip.compiler.ops import EXPANDED, OPS, copy_node
 
     out = [
         "# Ops the compiler trains",
@@ -144,6 +144,22 @@ def ops() -> str:
             f"| `{name}` | {slots} | {_cell(_first_paragraph(forward))} "
             f"| {_cell(_first_paragraph(row.backward.__doc__))} | {_cell(cases)} |"
         )
+    out += [
+        "",
+        "## Trained through their function bodies",
+        "",
+        "ONNX defines these ops as functions of others; the compiler expands each to its "
+        "body (`edgegossip/compiler/expand.py`, at the newest body not past the model's "
+        "opset) and the rules above train it. Any other op with a function body is expanded "
+        "the same way; these are checked by their own cases:",
+        "",
+        "| op | checked by |",
+        "|---|---|",
+    ]
+    out += [
+        f"| `{op}` | {_cell('; '.join(c.id for c in cases))} |"
+        for op, cases in sorted(EXPANDED.items())
+    ]
     return "\n".join(out) + "\n"
 
 

@@ -115,7 +115,7 @@ def test_bench_train_reference_refusals_are_one_line(tmp_path):
 def test_an_unsupported_op_and_a_file_that_is_no_model_are_one_line(tmp_path):
     g = helper.make_graph(
         [
-            helper.make_node("Erf", ["x"], ["h"], name="gelu_part"),
+            helper.make_node("Hardmax", ["x"], ["h"], name="odd_part"),
             helper.make_node("MatMul", ["h", "W"], ["z"], name="proj"),
         ],
         "m",
@@ -123,7 +123,7 @@ def test_an_unsupported_op_and_a_file_that_is_no_model_are_one_line(tmp_path):
         [helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT, ["batch", 3])],
         [onnx.numpy_helper.from_array(np.ones((4, 3), np.float32), "W")],
     )
-    # Erf on the input only: no parameter's gradient passes it, so this one compiles
+    # Hardmax on the input only: no parameter's gradient passes it, so this one compiles
     onnx.save(
         helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "ok.onnx"
     )
@@ -133,16 +133,16 @@ def test_an_unsupported_op_and_a_file_that_is_no_model_are_one_line(tmp_path):
         ).returncode
         == 0
     )
-    g.node[0].input[0], g.node[1].input[0] = "z0", "x"  # now Erf follows a parameter
+    g.node[0].input[0], g.node[1].input[0] = "z0", "x"  # now Hardmax follows a parameter
     g.node[1].output[0] = "z0"
-    g.node.append(helper.make_node("Erf", ["z0"], ["z"], name="gelu_part"))
+    g.node.append(helper.make_node("Hardmax", ["z0"], ["z"], name="odd_part"))
     del g.node[0]
     onnx.save(
         helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "bad.onnx"
     )
     p = eg("model", "compile", tmp_path / "bad.onnx", "--loss", "mse", "--out", tmp_path / "b")
     assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
-    assert "node gelu_part: op Erf has no gradient rule" in p.stderr
+    assert "node odd_part: op Hardmax has no gradient rule" in p.stderr
     assert not (tmp_path / "b").exists()
     (tmp_path / "junk.onnx").write_bytes(b"\x08\x07not a protobuf at all")
     p = eg("model", "compile", tmp_path / "junk.onnx", "--loss", "mse", "--out", tmp_path / "j")

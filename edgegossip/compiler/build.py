@@ -28,6 +28,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from edgegossip.compiler.emit import Emit
 from edgegossip.compiler.errors import CompileError
+from edgegossip.compiler.expand import expand
 from edgegossip.compiler.ops import OPS, copy_node, diff_slots
 
 # The opsets a training graph is made at, each with the oldest onnxruntime that runs it and the
@@ -87,15 +88,16 @@ def compile_model(model: onnx.ModelProto, loss: str) -> Compiled:
     _check_tensors(model.graph)
     _check_domains(model.graph)
     model = _at_opset(model)
+    model = expand(model, set(OPS), opset_of(model))
     graph = model.graph
     inits = {i.name: i for i in graph.initializer}
     x_info, dtype = _data_input(graph, inits)
-    shapes = _shapes(model)
+    shapes, types = _shapes(model, dtype)
     producer = {o: n for n in graph.node for o in n.output}
     logits = _logits(graph, producer, loss)
     params = _params(graph, inits, logits, producer)
     live = ancestors(logits, producer)
-    e = Emit(dtype, shapes, _values(graph, model.opset_import, shapes, live))
+    e = Emit(dtype, shapes, _values(graph, model.opset_import, shapes, live), types)
     _slice_params(e, params)
     saved = _forward(e, graph, logits, producer)
     g_logits = _loss(e, logits, loss)
@@ -215,20 +217,26 @@ def _at_opset(model: onnx.ModelProto) -> onnx.ModelProto:
         ) from None
 
 
-def _shapes(model: onnx.ModelProto) -> dict[str, list[int | None]]:
+def _shapes(model: onnx.ModelProto, dtype) -> tuple[dict[str, list[int | None]], dict]:
+    """(each tensor's dims, the float tensors whose type is not `dtype`: their types)."""
     try:
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
     except Exception as e:
         raise CompileError(f"shape inference failed: {str(e).splitlines()[0]}") from None
     out: dict[str, list[int | None]] = {}
+    types: dict[str, np.dtype] = {}
     infos = [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]
     for vi in infos:
         t = vi.type.tensor_type
         if t.HasField("shape"):
             out[vi.name] = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+        if t.elem_type:
+            np_type = helper.tensor_dtype_to_np_dtype(t.elem_type)
+            if np_type.kind == "f" and np_type != dtype:
+                types[vi.name] = np_type
     for init in inferred.graph.initializer:
         out[init.name] = list(init.dims)
-    return out
+    return out, types
 
 
 def _values(graph, opsets, shapes, live: set[str]) -> dict[str, np.ndarray]:
@@ -329,7 +337,8 @@ def _slice_params(e: Emit, params: list[Param]) -> None:
     axes = e.const([0])
     for p in params:
         part = e.op("Slice", "params", e.const([p.offset]), e.const([p.offset + p.size]), axes)
-        e.nodes.append(helper.make_node("Reshape", [part, e.const(list(p.shape))], [p.name]))
+        shape = e.const(np.array(p.shape, np.int64))  # int64 even for a scalar's []
+        e.nodes.append(helper.make_node("Reshape", [part, shape], [p.name]))
 
 
 def _forward(e: Emit, graph, logits: str, producer) -> dict[int, dict]:
@@ -392,7 +401,7 @@ def _backward(e: Emit, graph, logits, g_logits, saved, params) -> dict[str, str]
             g = gx[slot] if slot < len(gx) else None
             # one gradient for every input a gradient flows to: a rule that gives none is wrong
             assert g is not None, f"{node.op_type}'s rule gave no gradient for input {slot}"
-            if slot in op.broadcast:  # summed back over the axes the input was broadcast on
+            if slot in op.broadcasts(node):  # summed back over the axes it was broadcast on
                 g = e.unbroadcast(g, node.input[slot], node.output[0])
             parts.setdefault(node.input[slot], []).append(g)
     return {p: g for p in wanted if (g := _total(e, parts.get(p, []))) is not None}

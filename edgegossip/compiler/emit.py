@@ -15,10 +15,14 @@ class Emit:
         dtype: np.dtype | type,
         shapes: dict[str, list[int | None]],
         values: dict[str, np.ndarray],
+        types: dict[str, np.dtype] | None = None,
     ):
         self.dtype = np.dtype(dtype)  # the model's float type (float32; float64 in tests)
         self.shapes = shapes  # source tensor -> dims (None where symbolic, e.g. the batch)
         self.values = values  # source tensors known before the step: initializers, Constants
+        # source tensor -> its element type, where it differs from the graph's float type (a
+        # function body computing in another, as LayerNormalization's stash_type)
+        self.types = types or {}
         self.nodes: list[NodeProto] = []
         self.inits: list = []
         self._n = 0
@@ -27,9 +31,12 @@ class Emit:
         self._n += 1
         return f"eg/{hint}/{self._n}"
 
-    def const(self, value, dtype=None) -> str:
-        """A constant initializer: floats in the graph's type, integers int64."""
+    def const(self, value, dtype=None, like: str | None = None) -> str:
+        """A constant initializer: floats in the graph's type (or in the float type of the source
+        tensor `like`, which the constant meets), integers int64."""
         arr = np.asarray(value)
+        if dtype is None and arr.dtype.kind == "f" and like is not None:
+            dtype = self.types.get(like)
         if dtype is None:
             dtype = self.dtype if arr.dtype.kind == "f" else np.int64
         name = self.fresh("c")

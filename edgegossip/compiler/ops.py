@@ -57,6 +57,10 @@ class Case:
     # what runs the check: onnx's reference evaluator, or onnxruntime (in float64) where the
     # reference is known wrong (its MaxPool indices under padding leave out batch and channel)
     runtime: str = "reference"
+    eps: float = 1e-6  # the central difference's step
+    rtol: float = 1e-5
+    atol: float = 1e-8
+    opset: int = 18  # the case model's
 
 
 def node(spec: str, **attrs) -> tuple[str, tuple[str, ...], tuple[str, ...], dict]:
@@ -67,9 +71,33 @@ def node(spec: str, **attrs) -> tuple[str, tuple[str, ...], tuple[str, ...], dic
 
 
 def case(
-    id: str, *nodes, x=(4,), loss="mse", low=-1.0, high=1.0, runtime="reference", **inits
+    id: str,
+    *nodes,
+    x=(4,),
+    loss="mse",
+    low=-1.0,
+    high=1.0,
+    runtime="reference",
+    eps=1e-6,
+    rtol=1e-5,
+    atol=1e-8,
+    opset=18,
+    **inits,
 ) -> Case:
-    return Case(id, tuple(nodes), tuple(inits.items()), tuple(x), loss, low, high, runtime)
+    return Case(
+        id,
+        tuple(nodes),
+        tuple(inits.items()),
+        tuple(x),
+        loss,
+        low,
+        high,
+        runtime,
+        eps,
+        rtol,
+        atol,
+        opset,
+    )
 
 
 @dataclass(frozen=True)
@@ -79,12 +107,19 @@ class Op:
     (`forward`), the slots whose gradient comes out in the output's shape and is summed back to
     the input's by the driver (`broadcast`), and the graphs that check it (`cases`)."""
 
-    diff: tuple[int, ...]  # input slots a gradient flows to
+    diff: tuple[int, ...]  # input slots a gradient flows to (variadic: every one)
     backward: Callable[[Emit, NodeProto, Grads, dict], Grads]
     forward: Callable[[Emit, NodeProto], dict] = field(default=copy_node)
     broadcast: tuple[int, ...] = ()
     cases: tuple[Case, ...] = ()
     random: bool = False  # draws in every step (Dropout): no finite difference can check it
+    variadic: bool = False  # any number of inputs, each differentiable (Concat, Sum)
+
+    def slots(self, node: NodeProto) -> tuple[int, ...]:
+        return tuple(range(len(node.input))) if self.variadic else self.diff
+
+    def broadcasts(self, node: NodeProto) -> tuple[int, ...]:
+        return self.slots(node) if self.variadic and self.broadcast else self.broadcast
 
 
 # -- elementwise ---------------------------------------------------------------------------------
@@ -116,7 +151,8 @@ def _div(e, n, g, s):
 def _relu(e, n, g, s):
     """y = max(x, 0):  gx = g where y > 0, else 0, as g * float(y > 0) (onnxruntime's Where
     and Sign each cost about twice these three elementwise ops)."""
-    positive = e.op("Cast", e.op("Greater", n.output[0], e.const(0.0)), to=_onnx_type(e))
+    y = n.output[0]
+    positive = e.op("Cast", e.op("Greater", y, e.const(0.0, like=y)), to=_onnx_type(e, y))
     return [e.op("Mul", g[0], positive)]
 
 
@@ -124,20 +160,20 @@ def _leaky_relu(e, n, g, s):
     """y = x if x > 0 else alpha x:  gx = g where x > 0, else alpha g."""
     x = n.input[0]
     alpha = attr(n, "alpha", 0.01)
-    slope = e.op("Mul", g[0], e.const(alpha))
-    return [e.op("Where", e.op("Greater", x, e.const(0.0)), g[0], slope)]
+    slope = e.op("Mul", g[0], e.const(alpha, like=x))
+    return [e.op("Where", e.op("Greater", x, e.const(0.0, like=x)), g[0], slope)]
 
 
 def _sigmoid(e, n, g, s):
     """y = 1 / (1 + exp(-x)):  gx = g y (1 - y)."""
     y = n.output[0]
-    return [e.op("Mul", g[0], e.op("Mul", y, e.op("Sub", e.const(1.0), y)))]
+    return [e.op("Mul", g[0], e.op("Mul", y, e.op("Sub", e.const(1.0, like=y), y)))]
 
 
 def _tanh(e, n, g, s):
     """y = tanh(x):  gx = g (1 - y^2)."""
     y = n.output[0]
-    return [e.op("Mul", g[0], e.op("Sub", e.const(1.0), e.op("Mul", y, y)))]
+    return [e.op("Mul", g[0], e.op("Sub", e.const(1.0, like=y), e.op("Mul", y, y)))]
 
 
 def _identity(e, n, g, s):
@@ -209,7 +245,7 @@ def _reduce_mean(e, n, g, s):
     axes = _reduce_axes(e, n, "ReduceMean's gradient")
     dims = e.static(n.input[0], "ReduceMean's gradient")
     count = float(np.prod([dims[a] for a in axes])) if axes else 1.0
-    return [_spread(e, n, e.op("Div", g[0], e.const(count)), axes), None]
+    return [_spread(e, n, e.op("Div", g[0], e.const(count, like=n.output[0])), axes), None]
 
 
 # -- linear --------------------------------------------------------------------------------------
@@ -533,14 +569,217 @@ def _log_softmax(e, n, g, s):
     return [e.op("Sub", g[0], e.op("Mul", e.op("Exp", y), total))]
 
 
+# -- more elementwise -------------------------------------------------------------------------
+
+
+def _sum(e, n, g, s):
+    """y = x_1 + .. + x_k:  gx_i = g (each summed back to x_i's shape by the driver)."""
+    return [g[0]] * len(n.input)
+
+
+def _cast(e, n, g, s):
+    """y = x in another float type (or CastLike's, the type of its second input):  gx = g in
+    x's type. A cast to an integer type ends the path: nothing flows back through it."""
+    return [e.op("CastLike", g[0], n.input[0])] + [None] * (len(n.input) - 1)
+
+
+def _neg(e, n, g, s):
+    """y = -x:  gx = -g."""
+    return [e.op("Neg", g[0])]
+
+
+def _exp(e, n, g, s):
+    """y = exp(x):  gx = g y."""
+    return [e.op("Mul", g[0], n.output[0])]
+
+
+def _log(e, n, g, s):
+    """y = log(x):  gx = g / x."""
+    return [e.op("Div", g[0], n.input[0])]
+
+
+def _sqrt(e, n, g, s):
+    """y = sqrt(x):  gx = g / (2 y)."""
+    y = n.output[0]
+    return [e.op("Div", g[0], e.op("Mul", y, e.const(2.0, like=y)))]
+
+
+def _reciprocal(e, n, g, s):
+    """y = 1 / x:  gx = -g y^2."""
+    y = n.output[0]
+    return [e.op("Neg", e.op("Mul", g[0], e.op("Mul", y, y)))]
+
+
+def _abs(e, n, g, s):
+    """y = |x|:  gx = g sign(x) (0 at 0, as PyTorch)."""
+    return [e.op("Mul", g[0], e.op("Sign", n.input[0]))]
+
+
+def _erf(e, n, g, s):
+    """y = erf(x):  gx = g 2 / sqrt(pi) exp(-x^2)."""
+    x = n.input[0]
+    bell = e.op("Exp", e.op("Neg", e.op("Mul", x, x)))
+    return [e.op("Mul", g[0], e.op("Mul", bell, e.const(2.0 / np.sqrt(np.pi), like=x)))]
+
+
+def _sin(e, n, g, s):
+    """y = sin(x):  gx = g cos(x)."""
+    return [e.op("Mul", g[0], e.op("Cos", n.input[0]))]
+
+
+def _cos(e, n, g, s):
+    """y = cos(x):  gx = -g sin(x)."""
+    return [e.op("Neg", e.op("Mul", g[0], e.op("Sin", n.input[0])))]
+
+
+def _pow(e, n, g, s):
+    """y = a^b, b a constant of the model:  ga = g b a^(b - 1)."""
+    a, b = n.input
+    less = e.op("Sub", b, e.const(1.0, like=b))
+    return [e.op("Mul", g[0], e.op("Mul", b, e.op("Pow", a, less))), None]
+
+
+def _pick(e: Emit, g: str, where: str, like: str) -> str:
+    """g (of the source tensor like's type) where the boolean `where` holds, 0 elsewhere."""
+    return e.op("Mul", g, e.op("Cast", where, to=_onnx_type(e, like)))
+
+
+def _max(e, n, g, s):
+    """y = max(a, b):  ga = g where a >= b,  gb = g where a < b (a tie goes to a)."""
+    a, b = _two(n, "Max")
+    y = n.output[0]
+    return [
+        _pick(e, g[0], e.op("GreaterOrEqual", a, b), y),
+        _pick(e, g[0], e.op("Less", a, b), y),
+    ]
+
+
+def _min(e, n, g, s):
+    """y = min(a, b):  ga = g where a <= b,  gb = g where a > b (a tie goes to a)."""
+    a, b = _two(n, "Min")
+    y = n.output[0]
+    return [
+        _pick(e, g[0], e.op("LessOrEqual", a, b), y),
+        _pick(e, g[0], e.op("Greater", a, b), y),
+    ]
+
+
+def _two(n: NodeProto, what: str) -> tuple[str, str]:
+    if len(n.input) != 2:
+        raise CompileError(f"node {n.name or n.output[0]}: {what} of {len(n.input)} inputs")
+    return n.input[0], n.input[1]
+
+
+def _where(e, n, g, s):
+    """y = c ? a : b:  ga = g where c,  gb = g where not c."""
+    zero = e.op("Mul", g[0], e.const(0.0, like=n.output[0]))
+    c = n.input[0]
+    return [None, e.op("Where", c, g[0], zero), e.op("Where", c, zero, g[0])]
+
+
+def _clip(e, n, g, s):
+    """y = min(max(x, lo), hi):  gx = g where lo <= x <= hi (as PyTorch's clamp)."""
+    x = n.input[0]
+    inside = None
+    for k, test in ((1, "GreaterOrEqual"), (2, "LessOrEqual")):
+        if len(n.input) > k and n.input[k]:
+            bound = e.op(test, x, n.input[k])
+            inside = bound if inside is None else e.op("And", inside, bound)
+    gx = g[0] if inside is None else _pick(e, g[0], inside, x)
+    return [gx] + [None] * (len(n.input) - 1)
+
+
+# -- indexing and layout -------------------------------------------------------------------------
+
+
+def _expand(e, n, g, s):
+    """y = x broadcast to a shape:  gx = g, summed back to x's shape by the driver."""
+    return [g[0], None]
+
+
+def _constant_input(e: Emit, n: NodeProto, k: int, what: str) -> list[int] | None:
+    if len(n.input) <= k or not n.input[k]:
+        return None
+    if n.input[k] not in e.values:
+        raise CompileError(f"node {n.name or n.output[0]}: {what} needs constant inputs")
+    return [int(v) for v in np.ravel(e.values[n.input[k]])]
+
+
+def _slice(e, n, g, s):
+    """y = x[starts:ends] along axes, step 1:  gx = g padded with zeros back to x's size."""
+    dims = e.static(n.input[0], "Slice's gradient")
+    rank = len(dims)
+    starts = _constant_input(e, n, 1, "Slice's gradient") or []
+    ends = _constant_input(e, n, 2, "Slice's gradient") or []
+    axes = _constant_input(e, n, 3, "Slice's gradient") or list(range(len(starts)))
+    steps = _constant_input(e, n, 4, "Slice's gradient") or [1] * len(starts)
+    if any(st != 1 for st in steps):
+        raise CompileError(f"node {n.name or n.output[0]}: Slice with a step other than 1")
+    pads = [0] * (2 * rank)
+    for a, lo, hi in zip(axes, starts, ends):
+        a %= rank
+        if a == 0:
+            raise CompileError(f"node {n.name or n.output[0]}: Slice of the batch axis")
+        size = dims[a]
+        lo = min(max(lo + size if lo < 0 else lo, 0), size)
+        hi = min(max(hi + size if hi < 0 else hi, 0), size)
+        pads[a], pads[rank + a] = lo, size - max(hi, lo)
+    return [e.op("Pad", g[0], e.const(pads))] + [None] * (len(n.input) - 1)
+
+
+def _pad(e, n, g, s):
+    """y = x padded with a constant (pads p_begin, p_end, non-negative):  gx = the slice of g
+    where x was."""
+    if attr(n, "mode", b"constant") not in (b"constant", "constant"):
+        raise CompileError(f"node {n.name or n.output[0]}: Pad in a mode other than constant")
+    pads = _constant_input(e, n, 1, "Pad's gradient") or []
+    if len(n.input) > 3 and n.input[3]:
+        raise CompileError(f"node {n.name or n.output[0]}: Pad with axes")
+    rank = len(pads) // 2
+    if any(p < 0 for p in pads):
+        raise CompileError(f"node {n.name or n.output[0]}: Pad with negative pads")
+    ends = [-p if p else np.iinfo(np.int64).max for p in pads[rank:]]
+    cut = e.op("Slice", g[0], e.const(pads[:rank]), e.const(ends), e.const(list(range(rank))))
+    return [cut] + [None] * (len(n.input) - 1)
+
+
+def _split(e, n, g, s):
+    """y_1 .. y_k = pieces of x along an axis:  gx = concat(g_1 .. g_k), a piece whose gradient
+    is none counting as zeros."""
+    axis = attr(n, "axis", 0)
+    parts = [
+        gi if gi is not None else e.op("Mul", y, e.const(0.0, like=y)) for gi, y in zip(g, n.output)
+    ]
+    return [e.op("Concat", *parts, axis=axis)] + [None] * (len(n.input) - 1)
+
+
+def _gather(e, n, g, s):
+    """y = data[indices] along axis 0 (an embedding's lookup):  gdata = zeros of data's shape
+    with g added at each index (ScatterND, reduction add: an id used twice gets both)."""
+    if attr(n, "axis", 0) != 0:
+        raise CompileError(
+            f"node {n.name or n.output[0]}: Gather's gradient along an axis other than 0"
+        )
+    data, idx = n.input
+    dims = e.static(data, "Gather's gradient")
+    zeros = e.op("Mul", data, e.const(0.0, like=data))
+    flat = e.op("Reshape", idx, e.const([-1, 1]))
+    rows = e.op("Reshape", g[0], e.const([-1, *dims[1:]]))
+    return [e.op("ScatterND", zeros, flat, rows, reduction="add"), None]
+
+
+def _none(e, n, g, s):
+    """No gradient: the output is an integer or a boolean (a shape, a comparison, an index)."""
+    return [None] * len(n.input)
+
+
 def _attrs(node: NodeProto) -> dict:
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
-def _onnx_type(e: Emit) -> int:
-    from onnx import helper as h
-
-    return h.np_dtype_to_tensor_dtype(e.dtype)
+def _onnx_type(e: Emit, like: str | None = None) -> int:
+    """The graph's float type as ONNX names it (or that of the source tensor `like`)."""
+    return helper.np_dtype_to_tensor_dtype(e.types.get(like, e.dtype) if like else e.dtype)
 
 
 def _unary(op: str, **attrs) -> tuple[Case, ...]:
@@ -638,10 +877,10 @@ OPS: dict[str, Op] = {
             ),
         ),
     ),
-    # every input is differentiable: diff_slots() says so
     "Concat": Op(
         (),
         _concat,
+        variadic=True,
         cases=(
             case(
                 "two branches",
@@ -869,11 +1108,488 @@ OPS: dict[str, Op] = {
             ),
         ),
     ),
+    "Sum": Op(
+        (),
+        _sum,
+        variadic=True,
+        broadcast=(0,),  # every slot (variadic)
+        cases=(
+            case(
+                "three, broadcast",
+                node("Mul x W -> h"),
+                node("Sum h V U -> z"),
+                W=(4,),
+                V=(1, 4),
+                U=(4,),
+            ),
+        ),
+    ),
+    "Cast": Op((0,), _cast, cases=_unary("Cast", to=11)),  # to double: the cases' own type
+    "CastLike": Op(
+        (0,),
+        _cast,
+        cases=(case("like x", node("Mul x W -> h"), node("CastLike h x -> z"), W=(4,)),),
+    ),
+    "Neg": Op((0,), _neg, cases=_unary("Neg")),
+    "Exp": Op((0,), _exp, cases=_unary("Exp")),
+    "Log": Op(
+        (0,),
+        _log,
+        cases=(
+            case(
+                "of a positive",
+                node("Mul W W -> p"),
+                node("Add p one -> q"),
+                node("Mul x q -> h"),
+                node("Mul h h -> k"),
+                node("Add k one -> j"),
+                node("Log j -> z"),
+                W=(4,),
+                one=np.array(1.0),
+            ),
+        ),
+    ),
+    "Sqrt": Op(
+        (0,),
+        _sqrt,
+        cases=(
+            case(
+                "of a positive",
+                node("Mul x W -> h"),
+                node("Mul h h -> k"),
+                node("Add k one -> j"),
+                node("Sqrt j -> z"),
+                W=(4,),
+                one=np.array(1.0),
+            ),
+        ),
+    ),
+    "Reciprocal": Op(
+        (0,),
+        _reciprocal,
+        cases=(
+            case(
+                "of a positive",
+                node("Mul x W -> h"),
+                node("Mul h h -> k"),
+                node("Add k one -> j"),
+                node("Reciprocal j -> z"),
+                W=(4,),
+                one=np.array(1.0),
+            ),
+        ),
+    ),
+    "Abs": Op((0,), _abs, cases=_unary("Abs")),
+    # onnx's reference Erf rounds to float32 (and onnxruntime has no float64 Erf): a step of
+    # 1e-3 keeps that rounding (1e-7) well under the tolerance, the truncation at 1e-6
+    "Erf": Op(
+        (0,),
+        _erf,
+        cases=(case("erf", node("Mul x W -> h"), node("Erf h -> z"), W=(4,), eps=1e-3, rtol=1e-3),),
+    ),
+    "Sin": Op((0,), _sin, cases=_unary("Sin")),
+    "Cos": Op((0,), _cos, cases=_unary("Cos")),
+    # the exponent is a constant of the model (x^3 in tanh-GELU, x^2 in a variance), never a
+    # trained weight: a gradient flows to the base only
+    "Pow": Op(
+        (0,),
+        _pow,
+        cases=(
+            case(
+                "x^3, as tanh-GELU's",
+                node("Mul x W -> h"),
+                node("Pow h three -> z"),
+                W=(4,),
+                three=np.array(3.0),
+            ),
+            case(
+                "x^0.5 of a positive",
+                node("Mul x W -> h"),
+                node("Mul h h -> k"),
+                node("Add k one -> j"),
+                node("Pow j half -> z"),
+                W=(4,),
+                one=np.array(1.0),
+                half=np.array(0.5),
+            ),
+        ),
+    ),
+    "Max": Op(
+        (0, 1),
+        _max,
+        broadcast=(0, 1),
+        cases=(
+            case("two, broadcast", node("Mul x W -> h"), node("Max h V -> z"), W=(4,), V=(1, 4)),
+        ),
+    ),
+    "Min": Op(
+        (0, 1),
+        _min,
+        broadcast=(0, 1),
+        cases=(
+            case("two, broadcast", node("Mul x W -> h"), node("Min h V -> z"), W=(4,), V=(1, 4)),
+        ),
+    ),
+    "Where": Op(
+        (1, 2),
+        _where,
+        broadcast=(1, 2),
+        cases=(
+            case(
+                "on the batch's sign",
+                node("Greater x zero -> c"),
+                node("Mul x W -> h"),
+                node("Where c h V -> z"),
+                W=(4,),
+                V=(4,),
+                zero=np.array(0.0),
+            ),
+        ),
+    ),
+    "Clip": Op(
+        (0,),
+        _clip,
+        cases=(
+            case(
+                "as ReLU6",
+                node("Mul x W -> h"),
+                node("Clip h lo hi -> z"),
+                low=-8.0,
+                high=8.0,
+                W=(4,),
+                lo=np.array(0.0),
+                hi=np.array(6.0),
+            ),
+            case("no bounds", node("Mul x W -> h"), node("Clip h -> z"), W=(4,)),
+        ),
+    ),
+    "Expand": Op(
+        (0,),
+        _expand,
+        broadcast=(0,),
+        cases=(
+            case(
+                "a bias to the batch",
+                node("Expand B shape -> b"),
+                node("Mul x b -> z"),
+                x=(2, 4),
+                B=(1, 4),
+                shape=np.array([2, 4], np.int64),
+            ),
+        ),
+    ),
+    "Slice": Op(
+        (0,),
+        _slice,
+        cases=(
+            case(
+                "one axis, from the end",
+                node("Mul x W -> h"),
+                node("Slice h st en ax -> z"),
+                x=(6,),
+                W=(6,),
+                st=np.array([1]),
+                en=np.array([-1]),
+                ax=np.array([1]),
+            ),
+            case(
+                "two axes, to the end",
+                node("Mul x W -> h"),
+                node("Slice h st en ax -> z"),
+                x=(3, 5),
+                W=(3, 5),
+                st=np.array([1, 2]),
+                en=np.array([9, 2**62]),
+                ax=np.array([1, 2]),
+            ),
+        ),
+    ),
+    "Pad": Op(
+        (0,),
+        _pad,
+        cases=(
+            case(
+                "constant, both sides",
+                node("Mul x W -> h"),
+                node("Pad h p -> z"),
+                x=(2, 3),
+                W=(2, 3),
+                p=np.array([0, 1, 0, 0, 2, 1]),
+            ),
+        ),
+    ),
+    "Split": Op(
+        (0,),
+        _split,
+        cases=(
+            case(
+                "two pieces, both used",
+                node("Mul x W -> h"),
+                node("Split h sizes -> a b", axis=1),
+                node("Mul a b -> z"),
+                x=(4,),
+                W=(4,),
+                sizes=np.array([2, 2]),
+            ),
+            case(
+                "one piece unused",
+                node("Mul x W -> h"),
+                node("Split h sizes -> a b", axis=1),
+                node("Mul a a -> z"),
+                x=(4,),
+                W=(4,),
+                sizes=np.array([2, 2]),
+            ),
+        ),
+    ),
+    "Gather": Op(
+        (0,),
+        _gather,
+        cases=(
+            case(
+                "an embedding of repeated ids",
+                node("Gather E ids -> e"),
+                node("Mul x e -> z"),
+                x=(5, 3),
+                E=(4, 3),
+                ids=np.array([0, 2, 2, 3, 0]),
+            ),
+        ),
+    ),
+    # no gradient flows through these (an integer or boolean output); listed so that a path
+    # through them is known, not refused
+    "Shape": Op(
+        (),
+        _none,
+        cases=(
+            case(
+                "a trained tensor's, for a Reshape",
+                node("Mul x W -> h"),
+                node("Shape h -> s"),
+                node("Reshape h s -> z"),
+                W=(4,),
+            ),
+        ),
+    ),
+    "Size": Op(
+        (),
+        _none,
+        cases=(
+            case(
+                "of a trained tensor",
+                node("Mul x W -> h"),
+                node("Size h -> n"),
+                node("Cast n -> f", to=11),
+                node("Mul h f -> z"),
+                W=(4,),
+            ),
+        ),
+    ),
+    "Equal": Op(
+        (),
+        _none,
+        cases=(
+            case(
+                "a mask from a trained tensor",
+                node("Mul x W -> h"),
+                node("Equal h h -> c"),
+                node("Where c h zero -> z"),
+                W=(4,),
+                zero=np.array(0.0),
+            ),
+        ),
+    ),
+    "Greater": Op(
+        (),
+        _none,
+        cases=(
+            case(
+                "ReLU by hand",
+                node("Mul x W -> h"),
+                node("Greater h zero -> c"),
+                node("Where c h zero -> z"),
+                W=(4,),
+                zero=np.array(0.0),
+            ),
+        ),
+    ),
+    "Less": Op(
+        (),
+        _none,
+        cases=(
+            case(
+                "a mask",
+                node("Mul x W -> h"),
+                node("Less h zero -> c"),
+                node("Where c h zero -> z"),
+                W=(4,),
+                zero=np.array(0.0),
+            ),
+        ),
+    ),
+    "GreaterOrEqual": Op(
+        (),
+        _none,
+        cases=(
+            case(
+                "a mask",
+                node("Mul x W -> h"),
+                node("GreaterOrEqual h zero -> c"),
+                node("Where c h zero -> z"),
+                W=(4,),
+                zero=np.array(0.0),
+            ),
+        ),
+    ),
+    "LessOrEqual": Op(
+        (),
+        _none,
+        cases=(
+            case(
+                "a mask",
+                node("Mul x W -> h"),
+                node("LessOrEqual h zero -> c"),
+                node("Where c h zero -> z"),
+                W=(4,),
+                zero=np.array(0.0),
+            ),
+        ),
+    ),
+    "Not": Op(
+        (),
+        _none,
+        cases=(
+            case(
+                "a mask",
+                node("Mul x W -> h"),
+                node("Less h zero -> c"),
+                node("Not c -> d"),
+                node("Where d h zero -> z"),
+                W=(4,),
+                zero=np.array(0.0),
+            ),
+        ),
+    ),
+    "And": Op(
+        (),
+        _none,
+        cases=(
+            case(
+                "two masks",
+                node("Mul x W -> h"),
+                node("Less h zero -> c"),
+                node("Less x zero -> d"),
+                node("And c d -> b"),
+                node("Where b h zero -> z"),
+                W=(4,),
+                zero=np.array(0.0),
+            ),
+        ),
+    ),
+    "Or": Op(
+        (),
+        _none,
+        cases=(
+            case(
+                "two masks",
+                node("Mul x W -> h"),
+                node("Less h zero -> c"),
+                node("Less x zero -> d"),
+                node("Or c d -> b"),
+                node("Where b h zero -> z"),
+                W=(4,),
+                zero=np.array(0.0),
+            ),
+        ),
+    ),
+    "ArgMax": Op(
+        (),
+        _none,
+        cases=(
+            case(
+                "picks a row",
+                node("Mul x W -> h"),
+                node("ArgMax h -> i", axis=1, keepdims=0),
+                node("Cast i -> f", to=11),
+                node("Unsqueeze f ax -> u"),
+                node("Mul h u -> z"),
+                W=(4,),
+                ax=_AX,
+            ),
+        ),
+    ),
 }
 
 
 def diff_slots(node: NodeProto) -> tuple[int, ...]:
-    """The input slots of node a gradient flows to (all of Concat's)."""
-    if node.op_type == "Concat":
-        return tuple(range(len(node.input)))
-    return OPS[node.op_type].diff
+    """The input slots of node a gradient flows to (all of a variadic op's)."""
+    return OPS[node.op_type].slots(node)
+
+
+# ONNX's function ops that train through their bodies (compiler/expand.py), each with the
+# graphs that check it as the rows' cases check theirs: no rule of their own, the primitives'
+EXPANDED: dict[str, tuple[Case, ...]] = {
+    "LayerNormalization": (
+        case(
+            "last axis, as nn.LayerNorm",
+            node("Mul x W -> h"),
+            # its statistics in float32 (stash_type), as an exported model's: float32's
+            # rounding of the loss (1e-7) over a step of 2e-3 allows 1e-4 of error
+            node("LayerNormalization h g b -> z", axis=-1, epsilon=1e-5),
+            x=(3, 4),
+            W=(3, 4),
+            g=(4,),
+            b=(4,),
+            opset=20,
+            eps=1e-3,
+            rtol=1e-2,
+            atol=1e-4,
+        ),
+    ),
+    "Gelu": (
+        case(
+            "erf", node("Mul x W -> h"), node("Gelu h -> z"), W=(4,), opset=20, eps=1e-3, rtol=1e-3
+        ),
+        case(
+            "tanh", node("Mul x W -> h"), node("Gelu h -> z", approximate="tanh"), W=(4,), opset=20
+        ),
+    ),
+    "HardSwish": (
+        case(
+            "as MobileNetV3",
+            node("Mul x W -> h"),
+            node("HardSwish h -> z"),
+            low=-4.0,
+            high=4.0,
+            W=(4,),
+            opset=20,
+        ),
+    ),
+    "HardSigmoid": (
+        case(
+            "defaults",
+            node("Mul x W -> h"),
+            node("HardSigmoid h -> z"),
+            low=-4.0,
+            high=4.0,
+            W=(4,),
+            opset=20,
+        ),
+    ),
+    "Elu": (case("alpha 1", node("Mul x W -> h"), node("Elu h -> z"), W=(4,), opset=20),),
+    "Selu": (case("defaults", node("Mul x W -> h"), node("Selu h -> z"), W=(4,), opset=20),),
+    "Softplus": (
+        case("softplus", node("Mul x W -> h"), node("Softplus h -> z"), W=(4,), opset=20),
+    ),
+    "PRelu": (
+        case(
+            "one slope a channel",
+            node("Mul x W -> h"),
+            node("PRelu h a -> z"),
+            x=(2, 3),
+            W=(2, 3),
+            a=(2, 1),
+            opset=20,
+        ),
+    ),
+}

@@ -336,14 +336,11 @@ def tar(files: dict[str, bytes | Path]) -> bytes:
 def runtime_problem(manifest: dict, needed: str) -> str | None:
     """Why this wheelhouse cannot run a compiled model that needs onnxruntime `needed` or
     newer (its manifest's "onnxruntime"), or None."""
-    have = [
-        w.split("-")[1] for w in manifest.get("wheels", []) if w.startswith("onnxruntime-")
-    ]
+    have = [w.split("-")[1] for w in manifest.get("wheels", []) if w.startswith("onnxruntime-")]
     if not have:
         return "it has no onnxruntime wheel"
     if _version(have[0]) < _version(needed):
         return (
-            f"its onnxruntime {have[0]} is older than the {needed} the compiled model's opset "
-            "needs"
+            f"its onnxruntime {have[0]} is older than the {needed} the compiled model's opset needs"
         )
     return None
