@@ -1,0 +1,202 @@
+"""Convolution and pooling (rules of compiler/ops.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import NodeProto, helper
+
+from edgegossip.compiler.emit import Emit
+from edgegossip.compiler.errors import CompileError
+from edgegossip.compiler.table import Grads, attr, attrs_of, copy_node, onnx_type
+
+
+def _conv_geometry(e: Emit, n: NodeProto, what: str):
+    if attr(n, "auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
+        raise CompileError(f"node {n.name or n.output[0]}: {what} with auto_pad is not supported")
+    x, y = e.static(n.input[0], what), e.static(n.output[0], what)
+    nd = len(x) - 2
+    strides = list(attr(n, "strides", [1] * nd))
+    pads = list(attr(n, "pads", [0] * (2 * nd)))
+    dil = list(attr(n, "dilations", [1] * nd))
+    return x, y, nd, strides, pads, dil
+
+
+def _output_padding(x, y, nd, strides, pads, dil, kernel) -> list[int]:
+    """What ConvTranspose must add so that it gives back x's spatial size from y's."""
+    out = []
+    for i in range(nd):
+        full = strides[i] * (y[2 + i] - 1) + dil[i] * (kernel[i] - 1) + 1 - pads[i] - pads[nd + i]
+        out.append(x[2 + i] - full)
+    return out
+
+
+def conv_vjp(e, n, g, s):
+    """y = conv(x, W) + b, stride s, pads p, dilation d, groups G (1-D and 2-D):
+    gx = conv_transpose(g, W) with the same s, p, d, G (and the output padding that gives back
+    x's size); gW, per group, = conv(x^T, g^T) with stride d and dilation s, where ^T swaps the
+    batch and channel axes, cut to W's kernel size; gb = sum over batch and space of g."""
+    x, w = n.input[0], n.input[1]
+    xs, ys, nd, strides, pads, dil = _conv_geometry(e, n, "Conv's gradient")
+    ws = e.static(w, "Conv's gradient")
+    groups = attr(n, "group", 1)
+    kernel = ws[2:]
+    extra = _output_padding(xs, ys, nd, strides, pads, dil, kernel)
+    geo = {"strides": strides, "pads": pads, "dilations": dil, "output_padding": extra}
+    swap = [1, 0] + list(range(2, 2 + nd))
+    xg = _groups(e, x, xs[1], groups)
+    gg = _groups(e, g[0], ys[1], groups)
+    wg = _groups(e, w, ws[0], groups, axis=0)
+    # group by group (a grouped ConvTranspose is not in every runtime's kernels)
+    gxs = [e.op("ConvTranspose", gi, wi, **geo) for gi, wi in zip(gg, wg)]
+    gx = gxs[0] if groups == 1 else e.op("Concat", *gxs, axis=1)
+    parts = []
+    for xi, gi in zip(xg, gg):
+        full = e.op(
+            "Conv",
+            e.op("Transpose", xi, perm=swap),
+            e.op("Transpose", gi, perm=swap),
+            strides=dil,
+            dilations=strides,
+            pads=pads,
+        )
+        cut = e.op(
+            "Slice", full, e.const([0] * nd), e.const(kernel), e.const(list(range(2, 2 + nd)))
+        )
+        parts.append(e.op("Transpose", cut, perm=swap))
+    gw = parts[0] if groups == 1 else e.op("Concat", *parts, axis=0)
+    out: Grads = [gx, gw]
+    if len(n.input) > 2 and n.input[2]:
+        out.append(e.reduce_sum(g[0], [0] + list(range(2, 2 + nd)), keepdims=0))
+    return out
+
+
+def _groups(e: Emit, t: str, size: int, groups: int, axis: int = 1) -> list[str]:
+    if groups == 1:
+        return [t]
+    return e.op_n("Split", t, e.const([size // groups] * groups), axis=axis, n_out=groups)
+
+
+def _tiles(e: Emit, node: NodeProto) -> tuple[list[int], list[int]] | None:
+    """(x's dims, the window) when MaxPool's windows tile x: window = strides, no padding or
+    dilation, floor mode; else None (the general rule then scatters to MaxPool's indices)."""
+    dims = e.shape(node.input[0])
+    if not dims or any(d is None for d in dims[1:]) or len(node.output) > 1:
+        return None
+    nd = len(dims) - 2
+    kernel = list(attr(node, "kernel_shape", []))
+    tiled = (
+        list(attr(node, "strides", [1] * nd)) == kernel
+        and not any(attr(node, "pads", [0]))
+        and set(attr(node, "dilations", [1] * nd)) == {1}
+        and not attr(node, "ceil_mode", 0)
+        and attr(node, "auto_pad", b"NOTSET") in (b"NOTSET", "NOTSET")
+        and attr(node, "storage_order", 0) == 0
+    )
+    return ([int(d or 0) for d in dims[1:]], kernel) if tiled else None  # known: checked above
+
+
+def maxpool_forward(e: Emit, node: NodeProto) -> dict:
+    """Tiling windows: MaxPool as it is (its gradient compares x with y). Otherwise MaxPool also
+    gives the flat indices of its maxima, which its gradient scatters to (several times slower
+    in onnxruntime than MaxPool alone)."""
+    if _tiles(e, node):
+        return copy_node(e, node)
+    idx = node.output[1] if len(node.output) > 1 and node.output[1] else e.fresh("argmax")
+    e.nodes.append(
+        helper.make_node(
+            "MaxPool", list(node.input), [node.output[0], idx], name=node.name, **attrs_of(node)
+        )
+    )
+    return {"indices": idx}
+
+
+def maxpool_vjp(e, n, g, s):
+    """y = max of x over each window:  gx = g at each window's first maximum (in row-major
+    order, as MaxPool's indices and PyTorch choose), 0 elsewhere. Windows that tile x, with
+    up(t) a window's value spread over the window (Resize, nearest): hit = [x = up(y)];
+    ranked = hit * rank, rank falling from K to 1 along each window; gx = up(g) where
+    ranked = up(maxpool(ranked)), zero-padded over rows no window reaches. Other windows: g
+    added at MaxPool's argmax (ScatterElements, reduction add, over x flattened; windows that
+    overlap add up)."""
+    if "indices" not in s:
+        return [_tiled_pool_grad(e, n, g[0])]
+    x = n.input[0]
+    flat = e.op("Reshape", x, e.const([-1]))
+    zeros = e.op("Mul", flat, e.const(0.0))
+    idx = e.op("Reshape", s["indices"], e.const([-1]))
+    scattered = e.op(
+        "ScatterElements", zeros, idx, e.op("Reshape", g[0], e.const([-1])), reduction="add"
+    )
+    return [e.op("Reshape", scattered, e.op("Shape", x))]
+
+
+def _tiled_pool_grad(e: Emit, n: NodeProto, g: str) -> str:
+    tiles = _tiles(e, n)
+    assert tiles is not None
+    (_, *space), kernel = tiles
+    nd = len(kernel)
+    covered = [size // k * k for size, k in zip(space, kernel)]
+    x = n.input[0]
+    if covered != space:  # rows and columns no window reaches
+        x = e.op("Slice", x, e.const([0] * nd), e.const(covered), e.const(list(range(2, 2 + nd))))
+    scales = e.const([1.0, 1.0] + [float(k) for k in kernel], np.float32)  # always float
+
+    def up(t: str) -> str:  # each window's value over the whole window
+        return e.op(
+            "Resize",
+            t,
+            "",
+            scales,
+            mode="nearest",
+            coordinate_transformation_mode="asymmetric",
+            nearest_mode="floor",
+        )
+
+    cast = onnx_type(e)
+    hit = e.op("Cast", e.op("Equal", x, up(n.output[0])), to=cast)
+    ranked = e.op("Mul", hit, e.const(_window_rank(kernel, covered)))
+    best = e.op("MaxPool", ranked, kernel_shape=kernel, strides=kernel)
+    first = e.op("Cast", e.op("Equal", ranked, up(best)), to=cast)
+    gx = e.op("Mul", first, up(g))
+    if covered != space:
+        rest = [size - c for size, c in zip(space, covered)]
+        gx = e.op("Pad", gx, e.const([0] * (2 + nd) + [0, 0] + rest))
+    return gx
+
+
+def _window_rank(kernel: list[int], covered: list[int]) -> np.ndarray:
+    """[1, 1, *covered]: K at each window's first element in row-major order, down to 1 at
+    its last, so the largest rank among a window's maxima marks the first of them."""
+    inside = np.arange(int(np.prod(kernel)), 0, -1, dtype=np.float64).reshape(kernel)
+    reps = [c // k for c, k in zip(covered, kernel)]
+    return np.tile(inside, reps)[None, None]
+
+
+def avgpool_vjp(e, n, g, s):
+    """y = mean of x over each window of k (padding counted, or no padding):
+    gx = conv_transpose(g, ones(k) / |k|) channel by channel (groups = C)."""
+    xs, ys, nd, strides, pads, dil = _conv_geometry(e, n, "AveragePool's gradient")
+    kernel = list(attr(n, "kernel_shape"))
+    if any(pads) and not attr(n, "count_include_pad", 0):
+        raise CompileError(
+            f"node {n.name or n.output[0]}: AveragePool with pads needs count_include_pad=1"
+        )
+    if attr(n, "ceil_mode", 0):
+        raise CompileError(f"node {n.name or n.output[0]}: AveragePool with ceil_mode=1")
+    c = xs[1]
+    size = int(np.prod(kernel))
+    w = e.const(np.full([c, 1, *kernel], 1.0 / size))
+    extra = _output_padding(xs, ys, nd, strides, pads, [1] * nd, kernel)
+    return [
+        e.op("ConvTranspose", g[0], w, group=c, strides=strides, pads=pads, output_padding=extra)
+    ]
+
+
+def global_avgpool_vjp(e, n, g, s):
+    """y = mean of x over all space:  gx = g / |space|, repeated over space."""
+    x = n.input[0]
+    xs = e.static(x, "GlobalAveragePool's gradient")
+    size = 1
+    for d in xs[2:]:
+        size *= d
+    return [e.op("Expand", e.op("Div", g[0], e.const(float(size))), e.op("Shape", x))]

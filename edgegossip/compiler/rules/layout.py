@@ -1,0 +1,155 @@
+"""Shape, layout and indexing ops, and reductions (rules of compiler/ops.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import NodeProto
+
+from edgegossip.compiler.emit import Emit
+from edgegossip.compiler.errors import CompileError
+from edgegossip.compiler.table import attr
+
+
+def reshape_back_vjp(e, n, g, s):
+    """y = x with another shape (Reshape, Flatten, Squeeze, Unsqueeze):  gx = g in x's shape."""
+    return [e.op("Reshape", g[0], e.op("Shape", n.input[0]))] + [None] * (len(n.input) - 1)
+
+
+def transpose_vjp(e, n, g, s):
+    """y = x permuted by p:  gx = g permuted by p's inverse."""
+    perm = attr(n, "perm") or list(reversed(range(len(e.shape(n.input[0]) or []))))
+    inverse = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inverse[p] = i
+    return [e.op("Transpose", g[0], perm=inverse)]
+
+
+def concat_vjp(e, n, g, s):
+    """y = concat(x_1 .. x_k) along an axis:  gx_i = the slice of g where x_i was."""
+    axis = attr(n, "axis")
+    sizes = []
+    for x in n.input:
+        dims = e.shape(x)
+        if dims is None or dims[axis] is None:
+            raise CompileError(f"node {n.name or n.output[0]}: Concat needs {x!r}'s size there")
+        sizes.append(int(dims[axis]))
+    return list(e.op_n("Split", g[0], e.const(sizes), axis=axis, n_out=len(sizes)))
+
+
+def _reduce_axes(e: Emit, n: NodeProto, what: str) -> list[int]:
+    """The axes a reduction (opset 18: its second input) runs over, non-negative."""
+    rank = len(e.static(n.input[0], what))
+    if len(n.input) > 1 and n.input[1]:
+        if n.input[1] not in e.values:
+            raise CompileError(f"node {n.name or n.output[0]}: {what} needs constant axes")
+        axes = [int(a) for a in np.ravel(e.values[n.input[1]])]
+    else:
+        axes = []
+    if not axes:
+        if attr(n, "noop_with_empty_axes", 0):
+            return []
+        axes = list(range(rank))
+    return sorted(a % rank for a in axes)
+
+
+def _spread(e: Emit, n: NodeProto, g: str, axes: list[int]) -> str:
+    """g of a reduction's output, as x's shape: unsqueezed where keepdims dropped the axes,
+    then repeated over them."""
+    if not attr(n, "keepdims", 1) and axes:
+        g = e.op("Unsqueeze", g, e.const(axes))
+    return e.op("Expand", g, e.op("Shape", n.input[0]))
+
+
+def reduce_sum_vjp(e, n, g, s):
+    """y = sum_A x:  gx = g repeated over A."""
+    axes = _reduce_axes(e, n, "ReduceSum's gradient")
+    return [_spread(e, n, g[0], axes), None]
+
+
+def reduce_mean_vjp(e, n, g, s):
+    """y = mean_A x:  gx = g / |A| repeated over A."""
+    axes = _reduce_axes(e, n, "ReduceMean's gradient")
+    dims = e.static(n.input[0], "ReduceMean's gradient")
+    count = float(np.prod([dims[a] for a in axes])) if axes else 1.0
+    return [_spread(e, n, e.op("Div", g[0], e.const(count, like=n.output[0])), axes), None]
+
+
+def expand_vjp(e, n, g, s):
+    """y = x broadcast to a shape:  gx = g, summed back to x's shape by the driver."""
+    return [g[0], None]
+
+
+def _constant_input(e: Emit, n: NodeProto, k: int, what: str) -> list[int] | None:
+    if len(n.input) <= k or not n.input[k]:
+        return None
+    if n.input[k] not in e.values:
+        raise CompileError(f"node {n.name or n.output[0]}: {what} needs constant inputs")
+    return [int(v) for v in np.ravel(e.values[n.input[k]])]
+
+
+def slice_vjp(e, n, g, s):
+    """y = x[starts:ends] along axes, step 1:  gx = g padded with zeros back to x's size."""
+    dims = e.static(n.input[0], "Slice's gradient")
+    rank = len(dims)
+    starts = _constant_input(e, n, 1, "Slice's gradient") or []
+    ends = _constant_input(e, n, 2, "Slice's gradient") or []
+    axes = _constant_input(e, n, 3, "Slice's gradient") or list(range(len(starts)))
+    steps = _constant_input(e, n, 4, "Slice's gradient") or [1] * len(starts)
+    if any(st != 1 for st in steps):
+        raise CompileError(f"node {n.name or n.output[0]}: Slice with a step other than 1")
+    pads = [0] * (2 * rank)
+    for a, lo, hi in zip(axes, starts, ends):
+        a %= rank
+        if a == 0:
+            raise CompileError(f"node {n.name or n.output[0]}: Slice of the batch axis")
+        size = dims[a]
+        lo = min(max(lo + size if lo < 0 else lo, 0), size)
+        hi = min(max(hi + size if hi < 0 else hi, 0), size)
+        pads[a], pads[rank + a] = lo, size - max(hi, lo)
+    return [e.op("Pad", g[0], e.const(pads))] + [None] * (len(n.input) - 1)
+
+
+def pad_vjp(e, n, g, s):
+    """y = x padded with a constant (pads p_begin, p_end, non-negative):  gx = the slice of g
+    where x was."""
+    if attr(n, "mode", b"constant") not in (b"constant", "constant"):
+        raise CompileError(f"node {n.name or n.output[0]}: Pad in a mode other than constant")
+    pads = _constant_input(e, n, 1, "Pad's gradient") or []
+    if len(n.input) > 3 and n.input[3]:
+        raise CompileError(f"node {n.name or n.output[0]}: Pad with axes")
+    rank = len(pads) // 2
+    if any(p < 0 for p in pads):
+        raise CompileError(f"node {n.name or n.output[0]}: Pad with negative pads")
+    ends = [-p if p else np.iinfo(np.int64).max for p in pads[rank:]]
+    cut = e.op("Slice", g[0], e.const(pads[:rank]), e.const(ends), e.const(list(range(rank))))
+    return [cut] + [None] * (len(n.input) - 1)
+
+
+def split_vjp(e, n, g, s):
+    """y_1 .. y_k = pieces of x along an axis:  gx = concat(g_1 .. g_k), a piece whose gradient
+    is none counting as zeros."""
+    axis = attr(n, "axis", 0)
+    parts = [
+        gi if gi is not None else e.op("Mul", y, e.const(0.0, like=y)) for gi, y in zip(g, n.output)
+    ]
+    return [e.op("Concat", *parts, axis=axis)] + [None] * (len(n.input) - 1)
+
+
+def gather_vjp(e, n, g, s):
+    """y = data[indices] along axis 0 (an embedding's lookup):  gdata = zeros of data's shape
+    with g added at each index (ScatterND, reduction add: an id used twice gets both)."""
+    if attr(n, "axis", 0) != 0:
+        raise CompileError(
+            f"node {n.name or n.output[0]}: Gather's gradient along an axis other than 0"
+        )
+    data, idx = n.input
+    dims = e.static(data, "Gather's gradient")
+    zeros = e.op("Mul", data, e.const(0.0, like=data))
+    flat = e.op("Reshape", idx, e.const([-1, 1]))
+    rows = e.op("Reshape", g[0], e.const([-1, *dims[1:]]))
+    return [e.op("ScatterND", zeros, flat, rows, reduction="add"), None]
+
+
+def none_vjp(e, n, g, s):
+    """No gradient: the output is an integer or a boolean (a shape, a comparison, an index)."""
+    return [None] * len(n.input)
