@@ -19,6 +19,7 @@ product, and a tensor's gradient is the Sum of what every consumer gave it.
 
 from __future__ import annotations
 
+import ast
 import math
 from dataclasses import dataclass
 
@@ -89,6 +90,7 @@ def compile_model(model: onnx.ModelProto, loss: str) -> Compiled:
     _check_domains(model.graph)
     model = _at_opset(model)
     model = expand(model, set(OPS), opset_of(model))
+    _untie(model.graph)
     graph = model.graph
     inits = {i.name: i for i in graph.initializer}
     x_info, dtype = _data_input(graph, inits)
@@ -407,13 +409,41 @@ def _backward(e: Emit, graph, logits, g_logits, saved, params) -> dict[str, str]
     return {p: g for p in wanted if (g := _total(e, parts.get(p, []))) is not None}
 
 
+def where(node: onnx.NodeProto) -> str:
+    """The node as the user can find it: the layer of their model it came from (the dynamo
+    exporter's name scopes and module class, or the TorchScript exporter's /layer/Op node
+    names) beside the node's own name."""
+    meta = {p.key: p.value for p in node.metadata_props}
+    name = node.name or node.output[0]
+    scopes = _literal_list(meta.get("pkg.torch.onnx.name_scopes"))
+    classes = _literal_list(meta.get("pkg.torch.onnx.class_hierarchy"))
+    if len(scopes) > 2:  # ['', 'rnn', 'gru']: the model, its layers, the aten op
+        layer = ".".join(scopes[1:-1])
+        kind = classes[-2].rsplit(".", 1)[-1] if len(classes) >= 2 else ""
+        return f"layer {layer}" + (f" ({kind})" if kind else "") + f", node {name}"
+    parts = [p for p in name.split("/") if p]
+    if name.startswith("/") and len(parts) > 1:  # TorchScript: /rnn/GRU
+        return f"layer {'.'.join(parts[:-1])}, node {name}"
+    return f"node {name}"
+
+
+def _literal_list(text: str | None) -> list[str]:
+    if not text:
+        return []
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return []
+    return [str(v) for v in value] if isinstance(value, list) else []
+
+
 def _refuse_unsupported(on_path) -> None:
     """Every node on a parameter's way to the loss whose op has no row in the table, all of
     them at once, one line each (the table itself: `edgegossip model ops`)."""
     missing = [n for n in on_path if n.op_type not in OPS]
     if not missing:
         return
-    lines = [f"node {n.name or n.output[0]}: op {n.op_type} has no gradient rule" for n in missing]
+    lines = [f"{where(n)}: op {n.op_type} has no gradient rule" for n in missing]
     if len(lines) == 1:
         raise CompileError(f"{lines[0]} (the table: edgegossip model ops)")
     raise CompileError(
@@ -466,15 +496,56 @@ def _state(e: Emit, graph, saved, inits) -> list[tuple[str, str, tuple[int, ...]
     """Each BatchNormalization's batch mean and variance as outputs `state/NODE/mean|var`:
     (output, the running statistic's initializer, its shape)."""
     out = []
+    producer = {o: n for n in graph.node for o in n.output}
     for k, s in sorted(saved.items()):
         node = graph.node[k]
         if node.op_type != "BatchNormalization":
             continue
-        for stat, init in (("mean", node.input[3]), ("var", node.input[4])):
+        for stat, source in (("mean", node.input[3]), ("var", node.input[4])):
+            init = _initializer_behind(source, producer, inits)
+            if init is None:
+                raise CompileError(
+                    f"node {node.name or node.output[0]}: BatchNormalization's running {stat} "
+                    f"{source!r} is not an initializer of the model"
+                )
             name = f"state/{node.name or node.output[0]}/{stat}"
             e.nodes.append(helper.make_node("Reshape", [s[stat], e.const([-1])], [name]))
             out.append((name, init, tuple(inits[init].dims)))
     return out
+
+
+def _untie(graph) -> None:
+    """Each Identity of an initializer made an initializer of its own, under the Identity's
+    output name. The TorchScript exporter stores equal weights once (every BatchNorm's scale
+    starts at ones) and hands each module its copy through an Identity: trained through the
+    one tensor, they would be one weight, where PyTorch trains one per module."""
+    inits = {i.name: i for i in graph.initializer}
+    kept = []
+    for node in graph.node:
+        source = inits.get(node.input[0]) if node.op_type == "Identity" else None
+        if source is None or node.output[0] in inits:
+            kept.append(node)
+            continue
+        copy = onnx.TensorProto()
+        copy.CopyFrom(source)
+        copy.name = node.output[0]
+        graph.initializer.append(copy)
+        inits[copy.name] = copy
+    del graph.node[:]
+    graph.node.extend(kept)
+
+
+def _initializer_behind(name: str, producer, inits) -> str | None:
+    """The initializer a tensor is, directly or through Identity nodes (the TorchScript
+    exporter shares a weight that way), else None."""
+    for _ in range(16):
+        if name in inits:
+            return name
+        node = producer.get(name)
+        if node is None or node.op_type != "Identity":
+            return None
+        name = node.input[0]
+    return None
 
 
 def _type(e: Emit) -> int:

@@ -143,10 +143,10 @@ def gather_vjp(e, n, g, s):
             f"node {n.name or n.output[0]}: Gather's gradient along an axis other than 0"
         )
     data, idx = n.input
-    dims = e.static(data, "Gather's gradient")
     zeros = e.op("Mul", data, e.const(0.0, like=data))
     flat = e.op("Reshape", idx, e.const([-1, 1]))
-    rows = e.op("Reshape", g[0], e.const([-1, *dims[1:]]))
+    rest = e.op("Slice", e.op("Shape", data), e.const([1]), e.const([np.iinfo(np.int64).max]))
+    rows = e.op("Reshape", g[0], e.op("Concat", e.const([-1]), rest, axis=0))
     return [e.op("ScatterND", zeros, flat, rows, reduction="add"), None]
 
 
