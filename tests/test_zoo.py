@@ -62,3 +62,40 @@ def test_every_zoo_model_trains_as_pytorch_does_or_is_refused_naming_its_layer(n
             atol=1e-6,
             err_msg=p.name,
         )
+
+
+def test_external_data_and_shared_weights_go_through_compile_and_back(tmp_path):
+    """Issue 55, item 4: the dynamo exporter's default writes the weights to NAME.onnx.data,
+    which the compiled folder's model.onnx did not carry, so `export` and `fleet collect` could
+    not write a model back. And a TorchScript export's shared weights are trained one by one:
+    writing them back needs each under its own name. The artifact's model.onnx is now one
+    file holding every trained weight by name, and what is written back runs in onnxruntime."""
+    import onnxruntime as ort
+
+    from edgegossip.compiler.artifact import compile_file
+    from edgegossip.compiler.writeback import write
+    from edgegossip.models.compiled import CompiledModel
+
+    source = onnx.load(str(ZOO / "ds_cnn-torchscript.onnx"))
+    onnx.save(  # as the dynamo exporter writes it by default
+        source,
+        str(tmp_path / "net.onnx"),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location="net.onnx.data",
+        size_threshold=0,
+    )
+    assert (tmp_path / "net.onnx.data").stat().st_size > 4 * 1000
+    compile_file(tmp_path / "net.onnx", "cross-entropy", tmp_path / "net")
+    (tmp_path / "net.onnx.data").unlink()  # the artifact needs nothing beside the source
+    model = CompiledModel(tmp_path / "net")
+    params = model.init(0) + 0.25
+    out = write(model, params, tmp_path / "trained.onnx", {})
+    trained = onnx.load(str(out))
+    values = {i.name: onnx.numpy_helper.to_array(i) for i in trained.graph.initializer}
+    for name, view in model.layout.views(params).items():
+        np.testing.assert_array_equal(values[name], view.reshape(values[name].shape))
+    ref = np.load(ZOO / "ds_cnn-torchscript.npz")
+    sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    (logits,) = sess.run(None, {"x": ref["x"]})
+    assert logits.shape == (8, 6) and np.isfinite(logits).all()

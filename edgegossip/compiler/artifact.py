@@ -5,8 +5,10 @@ fleet trains from.
     DIR/train.onnx      params, x, y -> loss, grad, logits, BatchNorm batch statistics
     DIR/infer.onnx      params, x -> logits (BatchNorm on the batch's statistics, no dropout)
     DIR/initial.npy     the exported weights, flat float32, laid out as params
-    DIR/model.onnx      the user's own inference model, as given: `fleet collect` writes the
-                        trained parameters back into it
+    DIR/model.onnx      the user's own inference model: `fleet collect` writes the trained
+                        parameters back into it. As given, but in one file (an exporter's
+                        external data, NAME.onnx.data, read in) and with each weight the
+                        training graph trains under its own name (build.untied)
 
 The artifact's digest is the SHA-256 of manifest.json, which names every other file's digest:
 two devices with the same digest train the same model.
@@ -15,13 +17,12 @@ two devices with the same digest train the same model.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
 import onnx
 
-from edgegossip.compiler.build import RUNTIMES, Compiled, ancestors, compile_model
+from edgegossip.compiler.build import RUNTIMES, Compiled, ancestors, compile_model, untied
 from edgegossip.compiler.errors import CompileError
 from edgegossip.paths import sha256_of
 
@@ -40,15 +41,17 @@ def compile_file(source: Path, loss: str, out: Path) -> dict:
     if size > MAX_MODEL_BYTES:
         raise CompileError(f"{source}: {size} bytes; a device model is far smaller")
     try:
-        model = onnx.load(str(source))
-    except Exception as e:  # protobuf's DecodeError and the loader's own
+        model = onnx.load(str(source))  # with external data, from beside it
+    except Exception as e:  # protobuf's DecodeError, a missing .onnx.data, the loader's own
         raise CompileError(f"{source}: not an ONNX model ({str(e).splitlines()[0]})") from None
+    if model.ByteSize() > MAX_MODEL_BYTES:
+        raise CompileError(f"{source}: {model.ByteSize()} bytes with its data; too large")
     c = compile_model(model, loss)
     out.mkdir(parents=True, exist_ok=True)
     onnx.save(c.train, str(out / "train.onnx"))
     onnx.save(inference_graph(c), str(out / "infer.onnx"))
     np.save(out / "initial.npy", c.initial.astype(np.float32))
-    shutil.copyfile(source, out / "model.onnx")
+    onnx.save(untied(model), str(out / "model.onnx"), save_as_external_data=False)
     manifest = _manifest(c, loss, source)
     manifest["files"] = {name: sha256_of(out / name) for name in FILES}
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")

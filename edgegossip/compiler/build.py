@@ -89,8 +89,7 @@ def compile_model(model: onnx.ModelProto, loss: str) -> Compiled:
     _check_tensors(model.graph)
     _check_domains(model.graph)
     model = _at_opset(model)
-    model = expand(model, set(OPS), opset_of(model))
-    _untie(model.graph)
+    model = untied(expand(model, set(OPS), opset_of(model)))
     graph = model.graph
     inits = {i.name: i for i in graph.initializer}
     x_info, dtype = _data_input(graph, inits)
@@ -514,11 +513,22 @@ def _state(e: Emit, graph, saved, inits) -> list[tuple[str, str, tuple[int, ...]
     return out
 
 
+def untied(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model with each Identity of an initializer made an initializer of its own, under the
+    Identity's output name (a copy where there is any; the caller's is left as it was). The
+    TorchScript exporter stores equal weights once (every BatchNorm's scale starts at ones) and
+    hands each module its copy through an Identity: trained through the one tensor, they would
+    be one weight, where PyTorch trains one per module."""
+    inits = {i.name for i in model.graph.initializer}
+    if not any(n.op_type == "Identity" and n.input[0] in inits for n in model.graph.node):
+        return model
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    _untie(copy.graph)
+    return copy
+
+
 def _untie(graph) -> None:
-    """Each Identity of an initializer made an initializer of its own, under the Identity's
-    output name. The TorchScript exporter stores equal weights once (every BatchNorm's scale
-    starts at ones) and hands each module its copy through an Identity: trained through the
-    one tensor, they would be one weight, where PyTorch trains one per module."""
     inits = {i.name: i for i in graph.initializer}
     kept = []
     for node in graph.node:
