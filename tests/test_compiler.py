@@ -450,3 +450,26 @@ def test_deploy_refuses_a_wheelhouse_whose_onnxruntime_is_older_than_the_models_
     )
     assert runtime_problem(new, needed_runtime({"onnxruntime": "1.17"})) is None
     assert runtime_problem(old, needed_runtime({})) is None  # an artifact made at opset 18
+
+
+def test_a_weight_the_compiler_cannot_train_is_refused_not_left_behind():
+    """Issue 55, item 3: a weight reaching the loss only through an op with no rule that no
+    trained weight feeds (here an Einsum on the input; a recurrent layer over the input is the
+    real case) stayed as exported while the rest trained, and the compile said only a smaller
+    parameter count. It is refused, named; accepted, it is recorded as left untrained."""
+    m = _model(
+        [
+            n("Einsum", ["x", "W"], ["h"], equation="bi,ij->bj"),
+            n("MatMul", ["h", "V"], ["z"]),
+        ],
+        {"W": w(4, 5), "V": w(5, 3)},
+        [4],
+        "z",
+    )
+    with pytest.raises(CompileError) as e:
+        compile_model(m, "mse")
+    assert str(e.value).startswith(
+        "weight W [4, 5] would not be trained: it reaches the loss only through Einsum"
+    )
+    c = compile_model(m, "mse", accept_untrained=True)
+    assert [p.name for p in c.params] == ["V"] and c.untrained == ["W"]

@@ -27,14 +27,21 @@ def model() -> None:
 )
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True)
 @click.option(
+    "--accept-untrained",
+    is_flag=True,
+    help="Compile even where a weight of the model would stay as exported (it reaches the "
+    "loss only through an op the compiler does not differentiate); the manifest lists them.",
+)
+@click.option(
     "--json",
     "as_json",
     is_flag=True,
     help='Print the manifest: {"format", "source": {"file", "sha256"}, "loss", "input": '
     '{"name", "shape", "dtype"}, "output": {"shape"}, "classes", "params": {"count", '
-    '"layout"}, "state", "ops", "opset", "files", "digest", "out"}.',
+    '"layout"}, "state", "untrained", "ops", "opset", "onnxruntime", "files", "digest", '
+    '"out"}.',
 )
-def compile(source: Path, loss: str, out: Path, as_json: bool) -> None:
+def compile(source: Path, loss: str, out: Path, accept_untrained: bool, as_json: bool) -> None:
     """Compile SOURCE, an inference ONNX model (torch.onnx.export's, opset 13 or later, its
     initializers the parameters), into OUT: one training graph of standard ONNX ops (loss and
     gradient), an inference graph, the initial weights and a manifest. Runs on the operator's
@@ -46,15 +53,26 @@ def compile(source: Path, loss: str, out: Path, as_json: bool) -> None:
         fail(ONNX_MISSING, exit_codes.USAGE)
     from edgegossip.compiler.artifact import compile_file
 
-    manifest = compile_file(source, loss, out)  # CompileError: one line, exit 2 (app.py)
+    manifest = compile_file(source, loss, out, accept_untrained)  # CompileError: exit 2
     if as_json:
         emit(manifest, True)
         return
     shape = "x".join(str(d) for d in manifest["input"]["shape"])
+    layout = manifest["params"]["layout"]
     click.echo(
-        f"{source.name}: {manifest['params']['count']:,} parameters, input {shape}, "
-        f"{len(manifest['ops'])} kinds of op; compiled to {out} (digest "
-        f"{manifest['digest'][:12]})"
+        f"{source.name}: {manifest['params']['count']:,} parameters in {len(layout)} tensors, "
+        f"input {shape}, opset {manifest['opset']} (onnxruntime {manifest['onnxruntime']} or "
+        f"later); compiled to {out} (digest {manifest['digest'][:12]})"
+    )
+    click.echo("trains: " + _listed([f"{t['name']} {t['shape']}" for t in layout]))
+    if manifest["untrained"]:
+        click.echo("left as exported (--accept-untrained): " + _listed(manifest["untrained"]))
+
+
+def _listed(names: list[str], most: int = 8) -> str:
+    shown = ", ".join(names[:most])
+    return shown + (
+        f" and {len(names) - most} more (--json lists all)" if len(names) > most else ""
     )
 
 

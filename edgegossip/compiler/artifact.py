@@ -32,7 +32,7 @@ FILES = ("train.onnx", "infer.onnx", "initial.npy", "model.onnx")
 MAX_MODEL_BYTES = 1 << 30  # what `model compile` reads at the most
 
 
-def compile_file(source: Path, loss: str, out: Path) -> dict:
+def compile_file(source: Path, loss: str, out: Path, accept_untrained: bool = False) -> dict:
     """Compile the ONNX file `source` under `loss` into the folder `out`; the manifest."""
     try:
         size = source.stat().st_size
@@ -46,7 +46,7 @@ def compile_file(source: Path, loss: str, out: Path) -> dict:
         raise CompileError(f"{source}: not an ONNX model ({str(e).splitlines()[0]})") from None
     if model.ByteSize() > MAX_MODEL_BYTES:
         raise CompileError(f"{source}: {model.ByteSize()} bytes with its data; too large")
-    c = compile_model(model, loss)
+    c = compile_model(model, loss, accept_untrained)
     out.mkdir(parents=True, exist_ok=True)
     onnx.save(c.train, str(out / "train.onnx"))
     onnx.save(inference_graph(c), str(out / "infer.onnx"))
@@ -73,6 +73,7 @@ def _manifest(c: Compiled, loss: str, source: Path) -> dict:
             ],
         },
         "state": [{"output": o, "initializer": i, "shape": list(s)} for o, i, s in c.state],
+        "untrained": c.untrained,  # weights left as exported, by the user's choice
         "ops": c.ops,
         "opset": c.opset,
         "onnxruntime": RUNTIMES[c.opset][0],  # the oldest that runs it (fleet deploy checks)

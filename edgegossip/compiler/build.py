@@ -27,6 +27,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from edgegossip.compiler.coverage import refuse_untrained, untrained
 from edgegossip.compiler.emit import Emit
 from edgegossip.compiler.errors import CompileError
 from edgegossip.compiler.expand import expand
@@ -79,11 +80,13 @@ class Compiled:
     state: list[tuple[str, str, tuple[int, ...]]]  # (BatchNorm node, running-stat init, shape)
     ops: list[str]
     opset: int  # the training graph's (the model's own, or the floor)
+    untrained: list[str]  # weights left as exported (accepted by the user)
 
 
-def compile_model(model: onnx.ModelProto, loss: str) -> Compiled:
+def compile_model(model: onnx.ModelProto, loss: str, accept_untrained: bool = False) -> Compiled:
     """The training graph for `model` under `loss` (LOSSES); CompileError in one line for what
-    cannot be compiled."""
+    cannot be compiled, and for a weight it would leave untrained unless accept_untrained
+    (coverage.py)."""
     if loss not in LOSSES:
         raise CompileError(f"loss {loss!r}: choose {' or '.join(LOSSES)}")
     _check_tensors(model.graph)
@@ -104,6 +107,9 @@ def compile_model(model: onnx.ModelProto, loss: str) -> Compiled:
     g_logits = _loss(e, logits, loss)
     _flat_grad(e, params, _backward(e, graph, logits, g_logits, saved, params))
     state = _state(e, graph, saved, inits)
+    left = untrained(graph, params, state, live)
+    if not accept_untrained:
+        refuse_untrained(left)
     arrays = [numpy_helper.to_array(inits[p.name]).astype(dtype).ravel() for p in params]
     return Compiled(
         train=_model(e, graph, x_info, logits, loss, params, state, model.opset_import),
@@ -115,6 +121,7 @@ def compile_model(model: onnx.ModelProto, loss: str) -> Compiled:
         state=state,
         ops=sorted({n.op_type for n in graph.node}),
         opset=opset_of(model),
+        untrained=[name for name, _, _ in left],
     )
 
 

@@ -1,0 +1,51 @@
+"""What a compiled model trains, and what of the model it would leave untrained.
+
+A framework trains every weight of a model; the compiler trains the float initializers that
+reach the loss through the inputs its rules differentiate. A weight that reaches the loss
+another way (through an op with no rule that no trained weight feeds: a recurrent layer over
+the input, a lookup behind a cast) would silently stay as exported while the rest trains. So
+every float initializer of more than one element that reaches the loss is trained, or is the
+running statistics of a BatchNormalization (state), or is a constant an op's row declares
+its input (Resize's scales, Clip's bounds, a Pad value): anything else is refused, naming it
+and the op it feeds, unless the user accepts it (`model compile --accept-untrained`)."""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto
+
+from edgegossip.compiler.errors import CompileError
+from edgegossip.compiler.ops import OPS, diff_slots
+
+FLOATS = (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16)
+
+
+def untrained(graph, params, state, live: set[str]) -> list[tuple[str, list[int], str]]:
+    """(name, dims, the op it feeds) of each weight that reaches the loss and is not trained."""
+    trained = {p.name for p in params} | {s[1] for s in state}
+    out = []
+    for init in graph.initializer:
+        if (
+            init.data_type not in FLOATS
+            or init.name in trained
+            or init.name not in live
+            or int(np.prod(init.dims, dtype=np.int64)) < 2
+        ):
+            continue
+        feeds = [(n, k) for n in graph.node for k, i in enumerate(n.input) if i == init.name]
+        unknown = [n for n, k in feeds if n.op_type not in OPS or k in diff_slots(n)]
+        if unknown:
+            out.append((init.name, list(init.dims), unknown[0].op_type))
+    return out
+
+
+def refuse_untrained(found: list[tuple[str, list[int], str]]) -> None:
+    if not found:
+        return
+    name, dims, op = found[0]
+    more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+    raise CompileError(
+        f"weight {name} {dims} would not be trained: it reaches the loss only through {op}, "
+        f"which the compiler does not differentiate{more}; `model compile --accept-untrained` "
+        "trains the rest without it"
+    )
