@@ -11,7 +11,8 @@ once, by hand, in a throwaway venv:
 
 NAME-dynamo.onnx / NAME-torchscript.onnx, each with NAME-EXPORTER.npz: x, y, loss, value/P and
 grad/P for each parameter (by its ONNX initializer), `versions`; and zoo.json, what was made
-and what an exporter refused."""
+and what an exporter refused. Beside it, finetune/: a backbone and a head, with PyTorch's
+reference for fine-tuning the head on the backbone in eval mode."""
 
 import json
 import sys
@@ -298,6 +299,55 @@ def reference(model, x, y, path: Path) -> dict:
     return arrays
 
 
+class FineTune(nn.Module):
+    """A pretrained backbone and a new head: what a device fine-tunes (issue 56)."""
+
+    def __init__(self, classes=5):
+        super().__init__()
+        self.backbone = nn.Sequential(
+            nn.Conv2d(1, 8, 3, padding=1),
+            nn.BatchNorm2d(8),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(8, 16, 3, padding=1),
+            nn.BatchNorm2d(16),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+        )
+        self.head = nn.Linear(16, classes)
+
+    def forward(self, x):
+        return self.head(torch.flatten(self.backbone(x), 1))
+
+
+def finetune(out: Path) -> None:
+    """FINETUNE-EXPORTER.onnx with PyTorch's reference for `--freeze 'backbone.*'`: the
+    backbone in eval mode (BatchNorm on its running statistics, which are made non-trivial
+    first) and not trainable, the head trained."""
+    out.mkdir(parents=True, exist_ok=True)
+    for exporter in ("dynamo", "torchscript"):
+        torch.manual_seed(0)
+        model = FineTune()
+        with torch.no_grad():  # as if pretrained: running statistics of its own
+            model.train()
+            for _ in range(5):
+                model(torch.randn(32, 1, 12, 12) * 2 + 0.5)
+        x, y = torch.randn(8, 1, 12, 12), torch.randint(0, 5, (8,))
+        path = out / f"finetune-{exporter}.onnx"
+        export(model, x, path, exporter)
+        model.backbone.eval()
+        model.head.train()
+        for p in model.backbone.parameters():
+            p.requires_grad_(False)
+        value = nn.functional.cross_entropy(model(x), y)
+        value.backward()
+        arrays = {"x": x.numpy(), "y": y.numpy(), "loss": np.array(value.item())}
+        for key, p in model.head.named_parameters():
+            arrays[f"value/head.{key}"] = p.detach().numpy()
+            arrays[f"grad/head.{key}"] = p.grad.numpy()
+        np.savez(out / f"finetune-{exporter}.npz", **arrays)
+
+
 def main(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     versions = {"torch": torch.__version__, "onnx": onnx.__version__}
@@ -327,6 +377,7 @@ def main(out: Path) -> None:
     (out / "zoo.json").write_text(
         json.dumps({"versions": versions, "models": made}, indent=1) + "\n"
     )
+    finetune(out.parent / "finetune")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import pytest
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from edgegossip.compiler.build import compile_model
+from edgegossip.compiler.build import Choice, compile_model
 from edgegossip.compiler.errors import CompileError
 
 BATCH = 3
@@ -471,5 +471,5 @@ def test_a_weight_the_compiler_cannot_train_is_refused_not_left_behind():
     assert str(e.value).startswith(
         "weight W [4, 5] would not be trained: it reaches the loss only through Einsum"
     )
-    c = compile_model(m, "mse", accept_untrained=True)
+    c = compile_model(m, "mse", Choice(accept_untrained=True))
     assert [p.name for p in c.params] == ["V"] and c.untrained == ["W"]

@@ -27,6 +27,21 @@ def model() -> None:
 )
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True)
 @click.option(
+    "--freeze",
+    multiple=True,
+    metavar="GLOB",
+    help="Keep the weights whose names match as exported (repeatable; the names are the "
+    "module paths the exporter gave, e.g. 'backbone.*'). A BatchNorm frozen whole normalises "
+    "with its running statistics, as PyTorch's eval() does.",
+)
+@click.option(
+    "--train",
+    "train_only",
+    multiple=True,
+    metavar="GLOB",
+    help="Train only the weights whose names match (repeatable); the others are frozen.",
+)
+@click.option(
     "--accept-untrained",
     is_flag=True,
     help="Compile even where a weight of the model would stay as exported (it reaches the "
@@ -38,10 +53,18 @@ def model() -> None:
     is_flag=True,
     help='Print the manifest: {"format", "source": {"file", "sha256"}, "loss", "input": '
     '{"name", "shape", "dtype"}, "output": {"shape"}, "classes", "params": {"count", '
-    '"layout"}, "state", "untrained", "ops", "opset", "onnxruntime", "files", "digest", '
-    '"out"}.',
+    '"layout"}, "state", "untrained", "frozen", "ops", "opset", "onnxruntime", "files", '
+    '"digest", "out"}.',
 )
-def compile(source: Path, loss: str, out: Path, accept_untrained: bool, as_json: bool) -> None:
+def compile(
+    source: Path,
+    loss: str,
+    out: Path,
+    freeze: tuple[str, ...],
+    train_only: tuple[str, ...],
+    accept_untrained: bool,
+    as_json: bool,
+) -> None:
     """Compile SOURCE, an inference ONNX model (torch.onnx.export's, opset 13 or later, its
     initializers the parameters), into OUT: one training graph of standard ONNX ops (loss and
     gradient), an inference graph, the initial weights and a manifest. Runs on the operator's
@@ -52,8 +75,10 @@ def compile(source: Path, loss: str, out: Path, accept_untrained: bool, as_json:
     if not onnx_available():
         fail(ONNX_MISSING, exit_codes.USAGE)
     from edgegossip.compiler.artifact import compile_file
+    from edgegossip.compiler.build import Choice
 
-    manifest = compile_file(source, loss, out, accept_untrained)  # CompileError: exit 2
+    choice = Choice(freeze, train_only, accept_untrained)
+    manifest = compile_file(source, loss, out, choice)  # CompileError: one line, exit 2
     if as_json:
         emit(manifest, True)
         return
@@ -65,6 +90,8 @@ def compile(source: Path, loss: str, out: Path, accept_untrained: bool, as_json:
         f"later); compiled to {out} (digest {manifest['digest'][:12]})"
     )
     click.echo("trains: " + _listed([f"{t['name']} {t['shape']}" for t in layout]))
+    if manifest["frozen"]:
+        click.echo("frozen: " + _listed(manifest["frozen"]))
     if manifest["untrained"]:
         click.echo("left as exported (--accept-untrained): " + _listed(manifest["untrained"]))
 

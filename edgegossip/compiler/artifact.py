@@ -22,7 +22,14 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from edgegossip.compiler.build import RUNTIMES, Compiled, ancestors, compile_model, untied
+from edgegossip.compiler.build import (
+    RUNTIMES,
+    Choice,
+    Compiled,
+    ancestors,
+    compile_model,
+    untied,
+)
 from edgegossip.compiler.errors import CompileError
 from edgegossip.paths import sha256_of
 
@@ -32,7 +39,7 @@ FILES = ("train.onnx", "infer.onnx", "initial.npy", "model.onnx")
 MAX_MODEL_BYTES = 1 << 30  # what `model compile` reads at the most
 
 
-def compile_file(source: Path, loss: str, out: Path, accept_untrained: bool = False) -> dict:
+def compile_file(source: Path, loss: str, out: Path, choice: Choice | None = None) -> dict:
     """Compile the ONNX file `source` under `loss` into the folder `out`; the manifest."""
     try:
         size = source.stat().st_size
@@ -46,7 +53,7 @@ def compile_file(source: Path, loss: str, out: Path, accept_untrained: bool = Fa
         raise CompileError(f"{source}: not an ONNX model ({str(e).splitlines()[0]})") from None
     if model.ByteSize() > MAX_MODEL_BYTES:
         raise CompileError(f"{source}: {model.ByteSize()} bytes with its data; too large")
-    c = compile_model(model, loss, accept_untrained)
+    c = compile_model(model, loss, choice or Choice())
     out.mkdir(parents=True, exist_ok=True)
     onnx.save(c.train, str(out / "train.onnx"))
     onnx.save(inference_graph(c), str(out / "infer.onnx"))
@@ -74,6 +81,7 @@ def _manifest(c: Compiled, loss: str, source: Path) -> dict:
         },
         "state": [{"output": o, "initializer": i, "shape": list(s)} for o, i, s in c.state],
         "untrained": c.untrained,  # weights left as exported, by the user's choice
+        "frozen": c.frozen,  # weights the user froze (--freeze, --train)
         "ops": c.ops,
         "opset": c.opset,
         "onnxruntime": RUNTIMES[c.opset][0],  # the oldest that runs it (fleet deploy checks)

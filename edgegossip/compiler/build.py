@@ -20,6 +20,7 @@ product, and a tensor's gradient is the Sum of what every consumer gave it.
 from __future__ import annotations
 
 import ast
+import fnmatch
 import math
 from dataclasses import dataclass
 
@@ -81,12 +82,38 @@ class Compiled:
     ops: list[str]
     opset: int  # the training graph's (the model's own, or the floor)
     untrained: list[str]  # weights left as exported (accepted by the user)
+    frozen: list[str]  # weights the user froze (Choice)
 
 
-def compile_model(model: onnx.ModelProto, loss: str, accept_untrained: bool = False) -> Compiled:
-    """The training graph for `model` under `loss` (LOSSES); CompileError in one line for what
-    cannot be compiled, and for a weight it would leave untrained unless accept_untrained
-    (coverage.py)."""
+@dataclass(frozen=True)
+class Choice:
+    """What the user chose to train: weights matching a `freeze` glob stay as exported, and
+    with `train` globs only the weights matching one train (fnmatch, against the names the
+    exporter gave: the module path, `backbone.0.weight`)."""
+
+    freeze: tuple[str, ...] = ()
+    train: tuple[str, ...] = ()
+    accept_untrained: bool = False
+
+    def frozen(self, names: list[str]) -> set[str]:
+        for glob in (*self.freeze, *self.train):
+            if not any(fnmatch.fnmatchcase(n, glob) for n in names):
+                raise CompileError(f"{glob!r} matches no weight of the model ({names[0]}, ...)")
+        out = {n for n in names if any(fnmatch.fnmatchcase(n, g) for g in self.freeze)}
+        if self.train:
+            out |= {n for n in names if not any(fnmatch.fnmatchcase(n, g) for g in self.train)}
+        if out == set(names):
+            raise CompileError("every weight is frozen: nothing would train")
+        return out
+
+
+def compile_model(model: onnx.ModelProto, loss: str, choice: Choice = Choice()) -> Compiled:
+    """The training graph for `model` under `loss` (LOSSES), training what `choice` leaves;
+    CompileError in one line for what cannot be compiled, and for a weight it would leave
+    untrained unless the choice accepts that (coverage.py). A frozen weight is a constant of
+    the graph; a BatchNormalization whose scale and bias are both frozen runs as in inference
+    (its running statistics, as PyTorch's eval()), and is no state; no gradient is computed
+    for what lies before the earliest trained weight."""
     if loss not in LOSSES:
         raise CompileError(f"loss {loss!r}: choose {' or '.join(LOSSES)}")
     _check_tensors(model.graph)
@@ -99,16 +126,18 @@ def compile_model(model: onnx.ModelProto, loss: str, accept_untrained: bool = Fa
     shapes, types = _shapes(model, dtype)
     producer = {o: n for n in graph.node for o in n.output}
     logits = _logits(graph, producer, loss)
-    params = _params(graph, inits, logits, producer)
+    found = _params(graph, inits, logits, producer)
+    frozen = choice.frozen([p.name for p in found]) if found else set()
+    params = _laid_out([p for p in found if p.name not in frozen])
     live = ancestors(logits, producer)
     e = Emit(dtype, shapes, _values(graph, model.opset_import, shapes, live), types)
     _slice_params(e, params)
-    saved = _forward(e, graph, logits, producer)
+    saved = _forward(e, graph, logits, producer, frozen)
     g_logits = _loss(e, logits, loss)
     _flat_grad(e, params, _backward(e, graph, logits, g_logits, saved, params))
     state = _state(e, graph, saved, inits)
-    left = untrained(graph, params, state, live)
-    if not accept_untrained:
+    left = untrained(graph, params, state, live, frozen)
+    if not choice.accept_untrained:
         refuse_untrained(left)
     arrays = [numpy_helper.to_array(inits[p.name]).astype(dtype).ravel() for p in params]
     return Compiled(
@@ -122,6 +151,7 @@ def compile_model(model: onnx.ModelProto, loss: str, accept_untrained: bool = Fa
         ops=sorted({n.op_type for n in graph.node}),
         opset=opset_of(model),
         untrained=[name for name, _, _ in left],
+        frozen=sorted(frozen),
     )
 
 
@@ -319,12 +349,16 @@ def _params(graph, inits, logits: str, producer) -> list[Param]:
                     and name not in found
                 ):
                     found.append(name)
-    params, offset = [], 0
-    for name in found:
-        p = Param(name, tuple(inits[name].dims), offset)
-        params.append(p)
+    return _laid_out([Param(name, tuple(inits[name].dims), 0) for name in found])
+
+
+def _laid_out(params: list[Param]) -> list[Param]:
+    """The parameters one after another in the flat vector, in this order."""
+    out, offset = [], 0
+    for p in params:
+        out.append(Param(p.name, p.shape, offset))
         offset += p.size
-    return params
+    return out
 
 
 def ancestors(name: str, producer) -> set[str]:
@@ -349,16 +383,20 @@ def _slice_params(e: Emit, params: list[Param]) -> None:
         e.nodes.append(helper.make_node("Reshape", [part, shape], [p.name]))
 
 
-def _forward(e: Emit, graph, logits: str, producer) -> dict[int, dict]:
+def _forward(e: Emit, graph, logits: str, producer, frozen: set[str]) -> dict[int, dict]:
     """The model's nodes up to the logits; ops whose training differs run their training
-    form. Returns what each node's gradient rule needs, by node index."""
+    form, but for a BatchNormalization the user froze whole (its inference form). Returns what
+    each node's gradient rule needs, by node index."""
     needed = ancestors(logits, producer)
     saved: dict[int, dict] = {}
     for k, node in enumerate(graph.node):
         if not set(node.output) & needed:
             continue
         op = OPS.get(node.op_type)
-        saved[k] = op.forward(e, node) if op is not None else copy_node(e, node)
+        frozen_bn = (
+            node.op_type == "BatchNormalization" and {node.input[1], node.input[2]} <= frozen
+        )
+        saved[k] = copy_node(e, node) if op is None or frozen_bn else op.forward(e, node)
     return saved
 
 
@@ -505,8 +543,8 @@ def _state(e: Emit, graph, saved, inits) -> list[tuple[str, str, tuple[int, ...]
     producer = {o: n for n in graph.node for o in n.output}
     for k, s in sorted(saved.items()):
         node = graph.node[k]
-        if node.op_type != "BatchNormalization":
-            continue
+        if node.op_type != "BatchNormalization" or "mean" not in s:
+            continue  # not a BatchNorm, or one frozen whole: its running statistics stand
         for stat, source in (("mean", node.input[3]), ("var", node.input[4])):
             init = _initializer_behind(source, producer, inits)
             if init is None:

@@ -20,9 +20,13 @@ from edgegossip.compiler.ops import OPS, diff_slots
 FLOATS = (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16)
 
 
-def untrained(graph, params, state, live: set[str]) -> list[tuple[str, list[int], str]]:
-    """(name, dims, the op it feeds) of each weight that reaches the loss and is not trained."""
-    trained = {p.name for p in params} | {s[1] for s in state}
+def untrained(
+    graph, params, state, live: set[str], frozen: set[str]
+) -> list[tuple[str, list[int], str]]:
+    """(name, dims, the op it feeds) of each weight that reaches the loss and is neither
+    trained, nor BatchNorm's running statistics, nor frozen by the user."""
+    running = {n.input[k] for n in graph.node if n.op_type == "BatchNormalization" for k in (3, 4)}
+    trained = {p.name for p in params} | {s[1] for s in state} | frozen | running
     out = []
     for init in graph.initializer:
         if (
