@@ -122,8 +122,7 @@ class Timeline:
             done.append(e)
             with open(self.log, "a") as f:
                 f.write(
-                    json.dumps({"time": began, "at_s": round(elapsed_s, 1), **e.__dict__})
-                    + "\n"
+                    json.dumps({"time": began, "at_s": round(elapsed_s, 1), **e.__dict__}) + "\n"
                 )
         return done
 
