@@ -665,7 +665,7 @@ def test_a_compiled_model_trains_from_a_private_folder(root_only, tmp_path, mnis
     model = compile_to(softmax_regression(private / "softmax.onnx"), private / "net")
     res = CliRunner().invoke(
         cli,
-        ["emulate", "--nodes", "2", "--model", str(model), "--duration", "10"]
+        ["emulate", "--nodes", "2", "--model", str(model), "--duration", "5"]
         + ["--out", str(private / "run"), "--json"],
     )
     assert res.exit_code == 0, res.output

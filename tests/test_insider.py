@@ -25,8 +25,8 @@ from tests.test_agent import _start
 pytestmark = pytest.mark.timeout(240)
 A, B, C = 0, 1, 2
 SECRET = "insider-test-fleet-secret"
-ATTACK_S = 20
-WINDOW_S = 5  # merging between A and B is checked in every window of this while C sends
+ATTACK_S = 12
+WINDOW_S = 4  # merging between A and B is checked in every window of this while C sends
 
 
 def _cfgs(tmp_path, ports, kind) -> list[AgentConfig]:
