@@ -540,13 +540,12 @@ def _state(e: Emit, graph, saved, inits) -> list[tuple[str, str, tuple[int, ...]
     """Each BatchNormalization's batch mean and variance as outputs `state/NODE/mean|var`:
     (output, the running statistic's initializer, its shape)."""
     out = []
-    producer = {o: n for n in graph.node for o in n.output}
     for k, s in sorted(saved.items()):
         node = graph.node[k]
         if node.op_type != "BatchNormalization" or "mean" not in s:
             continue  # not a BatchNorm, or one frozen whole: its running statistics stand
         for stat, source in (("mean", node.input[3]), ("var", node.input[4])):
-            init = _initializer_behind(source, producer, inits)
+            init = source if source in inits else None  # untied(): Identity copies are inits
             if init is None:
                 raise CompileError(
                     f"node {node.name or node.output[0]}: BatchNormalization's running {stat} "
@@ -588,19 +587,6 @@ def _untie(graph) -> None:
         inits[copy.name] = copy
     del graph.node[:]
     graph.node.extend(kept)
-
-
-def _initializer_behind(name: str, producer, inits) -> str | None:
-    """The initializer a tensor is, directly or through Identity nodes (the TorchScript
-    exporter shares a weight that way), else None."""
-    for _ in range(16):
-        if name in inits:
-            return name
-        node = producer.get(name)
-        if node is None or node.op_type != "Identity":
-            return None
-        name = node.input[0]
-    return None
 
 
 def _type(e: Emit) -> int:

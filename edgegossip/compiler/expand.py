@@ -35,15 +35,22 @@ def expand(model: onnx.ModelProto, keep: set[str], opset: int) -> onnx.ModelProt
     return model
 
 
-def _has_body(node: onnx.NodeProto, keep: set[str], opset: int) -> bool:
+def _function_versions(node: onnx.NodeProto, keep: set[str], opset: int):
+    """(schema, context-dependent body versions, plain body versions) not past opset, of a
+    standard node outside keep whose op has a body; None otherwise."""
     if node.domain not in ("", "ai.onnx") or node.op_type in keep:
-        return False
+        return None
     try:
         schema: Any = defs.get_schema(node.op_type, opset)  # its stubs lack the function API
     except defs.SchemaError:
-        return False
-    versions = [*schema.context_dependent_function_opset_versions, *schema.function_opset_versions]
-    return any(v <= opset for v in versions)
+        return None
+    ctx = [v for v in schema.context_dependent_function_opset_versions if v <= opset]
+    plain = [v for v in schema.function_opset_versions if v <= opset]
+    return (schema, ctx, plain) if ctx or plain else None
+
+
+def _has_body(node: onnx.NodeProto, keep: set[str], opset: int) -> bool:
+    return _function_versions(node, keep, opset) is not None
 
 
 def _types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
@@ -61,16 +68,10 @@ def _bodies(model: onnx.ModelProto, keep: set[str], opset: int) -> list[onnx.Fun
     found: list[onnx.FunctionProto] = []
     types: dict[str, onnx.TypeProto] | None = None
     for k, node in enumerate(model.graph.node):
-        if node.domain not in ("", "ai.onnx") or node.op_type in keep:
+        found_versions = _function_versions(node, keep, opset)
+        if found_versions is None:
             continue
-        try:
-            schema: Any = defs.get_schema(node.op_type, opset)
-        except defs.SchemaError:
-            continue
-        ctx = [v for v in schema.context_dependent_function_opset_versions if v <= opset]
-        plain = [v for v in schema.function_opset_versions if v <= opset]
-        if not (ctx or plain):
-            continue
+        schema, ctx, plain = found_versions
         if ctx:
             types = types if types is not None else _types(model)
             if any(i and i not in types for i in node.input):
