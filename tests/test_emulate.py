@@ -84,14 +84,14 @@ def test_emulate_cli_json_observed_loss(root_only, tmp_path, mnist_data):
             "--model",
             "logreg",
             "--duration",
-            "15",
+            "10",
             "--loss",
             "0.2",
             "--p",
             "1/4",
             "--rate",
             "50mbit",
-            # float32: three times the datagrams of int8 in the same 15 s, so a tighter bound
+            # float32: three times the datagrams of int8 in the same 10 s, so a tighter bound
             "--payload",
             "float32",
             "--out",
@@ -230,10 +230,10 @@ def test_allreduce_ring_over_tcp_under_loss(fleet_factory, mnist_data):
     """The retransmitting baseline: a TCP ring through the same nftables loss. MLP blocks (3.9 MB)
     outgrow the TCP send buffer, so each is still in flight while the next phase runs; the
     replicas must stay bit-identical all the same. 3% loss, not 10%: with CUBIC (netns pins it)
-    10% random loss leaves this ring at about one step in 30 s; at 3% it took about 30."""
+    10% random loss leaves this ring at about one step in 30 s; at 3% about one a second."""
     from edgegossip import checkpoint
 
-    fleet = fleet_factory(algorithm="allreduce", model="mlp", loss=0.03, duration_s=30)
+    fleet = fleet_factory(algorithm="allreduce", model="mlp", loss=0.03, duration_s=15)
     _wait_done(fleet)
     assert not fleet.failed()
     s = summarize(fleet.spec.out, 3, "mlp", 0.03, "kernel", 0, None, mnist_data)

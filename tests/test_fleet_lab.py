@@ -175,7 +175,16 @@ def test_fleet_end_to_end(lab, tmp_path):
     )
     assert back["step"] >= step_before, "the agent did not resume from its checkpoint"
 
-    time.sleep(20)  # let the restarted one catch up with the fleet
+    until(  # the restarted one caught up with the fleet: its own held-out accuracy
+        lambda: (
+            (r := status(lab, "--only", victim)[victim])["accuracy"] is not None
+            and r["step"] > back["step"]
+            and r["accuracy"] >= 0.85
+        ),
+        timeout=120,
+        what="the restarted agent's held-out accuracy at 0.85",
+        every=1,
+    )
     out = tmp_path / "collected"
     col = js(
         "fleet",

@@ -16,7 +16,7 @@ from tests.helpers.waiting import until
 from tests.test_agent import _start
 
 pytestmark = pytest.mark.timeout(300)
-RUN_S = 60
+RUN_S = 40
 WINDOW_S = 20
 
 
