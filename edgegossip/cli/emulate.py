@@ -92,7 +92,11 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
 @options.setting(
     "--model", "model", help="mlp, logreg, cnn, or the folder of a compiled model (model compile)."
 )
-@options.dataset("What each agent's shard is cut from (edgegossip data fetch NAME).")
+@options.own_dataset(
+    "What the agents train on: a data set's shards (edgegossip data fetch NAME); a .npz of x, y "
+    "(x_eval, y_eval; x_test, y_test to score the average model) cut across the nodes; or a "
+    "folder of one .npz per node."
+)
 @options.setting("--p", "p")
 @options.setting(
     "--checkpoint-every-s",
@@ -153,7 +157,13 @@ def emulate(backend, out, cleanup, export_kind, base, as_json, **settings) -> No
         backend = options.resolve_network_backend(backend)
     if not settings["duration_s"] and not settings["epochs"]:
         fail("give --duration SECONDS or --epochs E", exit_codes.USAGE)
-    spec = _spec(settings, "netns" if export_kind else backend, out, check_plots=not export_kind)
+    spec = _spec(
+        settings,
+        "netns" if export_kind else backend,
+        out,
+        check_plots=not export_kind,
+        export_compose=bool(export_kind),
+    )
     if export_kind:
         _export(spec, base, as_json)
         return
@@ -182,9 +192,11 @@ def _cleanup(as_json: bool) -> None:
     )
 
 
-def _spec(settings: dict, backend: str, out: Path | None, check_plots: bool):
+def _spec(
+    settings: dict, backend: str, out: Path | None, check_plots: bool, export_compose: bool = False
+):
     """The FleetSpec of the options, each checked (one line and exit 2 or 4 if not)."""
-    from edgegossip.data import mnist
+    from edgegossip.data import mnist, own
     from edgegossip.emulate.fleet import FleetSpec
     from edgegossip.emulate.netns import link_cap
     from edgegossip.errors import UsageError
@@ -200,11 +212,16 @@ def _spec(settings: dict, backend: str, out: Path | None, check_plots: bool):
         )
         if check_plots:
             plot.require()  # refused now, not after the run
-        mnist.load(name=settings["data"])
+        if own.named(settings["data"]):
+            mnist.load(name=settings["data"])
+        else:
+            own.files_of(settings["data"], settings["nodes"])
     except (ValueError, UsageError) as e:
         fail(str(e), exit_codes.USAGE)
     except mnist.DataError as e:
         fail(str(e), exit_codes.MISSING_DATA)
+    if export_compose and not own.named(settings["data"]):
+        fail("--export compose takes a named data set (mnist, fashion-mnist)", exit_codes.USAGE)
     out = out or Path("runs") / time.strftime("emulate-%Y%m%d-%H%M%S")
     spec = FleetSpec(backend=backend, out=out, **settings)
     try:
@@ -221,7 +238,6 @@ def _spec(settings: dict, backend: str, out: Path | None, check_plots: bool):
 def _run(spec, as_json: bool) -> dict:
     """Run the fleet to its end with progress every 5 s (not with --json); its summary, written
     to OUT/summary.json beside OUT/report.html."""
-    from edgegossip.data import mnist
     from edgegossip.emulate import netns
     from edgegossip.emulate.fleet import EmulatedFleet
     from edgegossip.report import page
@@ -256,7 +272,7 @@ def _run(spec, as_json: bool) -> dict:
         loss_kind,
         time.monotonic() - t0,
         kernel,
-        mnist.load(name=spec.data),
+        fleet.test_set(),
     )
     from edgegossip.emulate import churn
 

@@ -37,6 +37,14 @@ def dataset(help: str):
     )
 
 
+def own_dataset(help: str):
+    """--data for a fleet on this machine: a data set `edgegossip data fetch` knows, or the
+    user's own (data/own.py)."""
+    return click.option(
+        "--data", metavar="NAME|FILE.npz|DIR", default="mnist", show_default=True, help=help
+    )
+
+
 class Number(click.ParamType):
     """A number within a declared range (config.Range); a float may be written as a fraction,
     1/32."""

@@ -154,11 +154,11 @@ def from_file(
     else:
         raise DataMismatch(f"data.path: {path}: use a .npz or a .csv file")
     row_shape = tuple(int(d) for d in np.shape(x)[1:])
-    x = x if isinstance(x, PackedRows) else _features(x, path, "x")
-    y = _labels(y, len(x), path, "y")
+    x = x if isinstance(x, PackedRows) else features(x, path, "x")
+    y = labels(y, len(x), path, "y")
     if held[0] is not None and held[1] is not None:
-        x_eval = held[0] if isinstance(held[0], PackedRows) else _features(held[0], path, "x_eval")
-        y_eval = _labels(held[1], len(x_eval), path, "y_eval")
+        x_eval = held[0] if isinstance(held[0], PackedRows) else features(held[0], path, "x_eval")
+        y_eval = labels(held[1], len(x_eval), path, "y_eval")
     else:
         order = np.random.default_rng(seed).permutation(len(y))
         k = max(1, int(round(eval_fraction * len(y)))) if len(y) > 1 else 0
@@ -194,7 +194,7 @@ def _pixel_rows(z, name: str) -> int:
     return int(shape[0]) if not fortran and len(shape) == 2 and dtype == np.uint8 else 0
 
 
-def _features(x: np.ndarray, path: Path, name: str) -> np.ndarray:
+def features(x: np.ndarray, path: Path, name: str) -> np.ndarray:
     if x.ndim < 2:
         raise DataMismatch(f"data.path: {path}: {name} must be [rows, features], not {x.shape}")
     x = x.reshape(len(x), -1)
@@ -207,7 +207,7 @@ def _features(x: np.ndarray, path: Path, name: str) -> np.ndarray:
     return np.ascontiguousarray(x)
 
 
-def _labels(y: np.ndarray, n: int, path: Path, name: str) -> np.ndarray:
+def labels(y: np.ndarray, n: int, path: Path, name: str) -> np.ndarray:
     y = np.asarray(y).reshape(-1)
     if len(y) != n:
         raise DataMismatch(f"data.path: {path}: {name} has {len(y)} labels for {n} rows")

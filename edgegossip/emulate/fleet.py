@@ -20,7 +20,7 @@ from pathlib import Path
 
 from edgegossip import config as agent_config
 from edgegossip.config import AgentConfig, Peer
-from edgegossip.data import mnist
+from edgegossip.data import mnist, own
 from edgegossip.dataplane import payload
 from edgegossip.emulate import device, netns
 from edgegossip.emulate.schedule import late
@@ -48,7 +48,9 @@ class FleetSpec:
     # the agents' settings; defaults and allowed values are config.py's
     transport: str = agent_config.default("transport")
     model: str = agent_config.default("model")
-    data: str = "mnist"  # the data set each agent's shard is cut from (data.source)
+    # a named data set each agent's shard is cut from (data.source), or the user's own: a .npz
+    # cut across the nodes or a folder of one per node (data/own.py)
+    data: str = "mnist"
     train_backend: str = agent_config.default("backend")
     p: float = agent_config.default("p")
     alpha: float = agent_config.default("alpha")
@@ -88,6 +90,7 @@ class EmulatedFleet:
         # the devices each agent's config lists: all but those the schedule joins later
         self.members = set(range(spec.nodes)) - late(list(spec.schedule))
         self.addrs: list[tuple[str, int]] = []
+        self.data_files: list[Path] = []  # the user's own data: each node's file (_own_data)
 
     def addresses(self) -> list[tuple[str, int]]:
         if self.lan is not None:
@@ -110,7 +113,8 @@ class EmulatedFleet:
             deadline = max(5.0, 3 * model_bits / ((link or pace) * 1e6))
         steps = 0
         if s.epochs:
-            steps = int(s.epochs * mnist.TRAIN_ROWS // s.nodes // s.batch)
+            rows = own.rows(self.data_files[i]) if self.data_files else mnist.TRAIN_ROWS // s.nodes
+            steps = int(s.epochs * rows // s.batch)
         return AgentConfig(
             id=i,
             listen=f"{addrs[i][0]}:{addrs[i][1]}",
@@ -120,7 +124,8 @@ class EmulatedFleet:
             output=str(s.out / f"agent{i}"),
             algorithm=s.algorithm,
             model=self.model_path,
-            source=s.data,
+            source="file" if self.data_files else s.data,
+            path=str(self.data_files[i]) if self.data_files else "",
             backend=s.train_backend,
             workers=s.nodes,
             seed=s.seed,
@@ -184,6 +189,8 @@ class EmulatedFleet:
             cfg = replace(cfg, output=device.STATE)
             if self.model_digest:  # and the compiled model in its cache, as a fleet's device
                 cfg = replace(cfg, model=f"{device.CACHE}/model", model_digest=self.model_digest)
+            if self.data_files:  # and its own data there too
+                cfg = replace(cfg, path=f"{device.CACHE}/data/{Path(cfg.path).name}")
         return agent_config.to_toml(cfg)
 
     def metrics_target(self, i: int, addrs) -> str:
@@ -194,10 +201,13 @@ class EmulatedFleet:
     def up(self) -> None:
         s = self.spec
         s.out.mkdir(parents=True, exist_ok=True)
+        if not own.named(s.data):  # refused before any namespace exists
+            self.data_files = self._own_data()
         if s.backend == "netns":
             self.lan = netns.Lan(
                 s.nodes, loss=s.loss, rate=s.rate, rates=dict(s.slow), model=s.links(), seed=s.seed
             ).up()
+        if s.backend == "netns":
             self.cache = self._shared_cache()  # before the configs: they name the model's copy
         addrs = self.addrs = self.addresses()
         self.configs = [self._config(i, addrs) for i in range(s.nodes)]
@@ -239,13 +249,37 @@ class EmulatedFleet:
         operator's cache, the run's folder and its parents may be private: a `mktemp -d`
         folder, a 0700 home), so the model's config path is the device's own mount of it."""
         dest = self.spec.out / "shared-cache"
-        device.share_read_only(mnist.cache_path(self.spec.data), dest)
+        if own.named(self.spec.data):
+            device.share_read_only(mnist.cache_path(self.spec.data), dest)
         if self.spec.model not in NAMED:
             for f in sorted(Path(self.spec.model).iterdir()):
                 device.share_read_only(f, dest / "model")
             self.model_path = str((dest / "model").resolve())  # checked here; a device reads
             self.model_digest = read_manifest(dest / "model")[1]  # its own mount (_config_text)
         return dest
+
+    def _own_data(self) -> list[Path]:
+        """Each node's file of the user's data, in the folder every device mounts read-only
+        (a user's folder may be private to them, as the model's may)."""
+        s = self.spec
+        dest = s.out / "shared-cache" / "data"
+        files = own.per_node(s.data, s.nodes, s.seed, dest)
+        files = [f if f.parent == dest else device.share_read_only(f, dest) for f in files]
+        for f in files:
+            f.chmod(0o444)
+        for d in (dest, dest.parent):
+            d.chmod(0o755)
+        return files
+
+    def test_set(self):
+        """What the summary scores each model on: the named data set's test split, or the
+        user's own (data/own.py)."""
+        if own.named(self.spec.data):
+            return mnist.load(name=self.spec.data)
+        files = self.data_files or own.files_of(self.spec.data, self.spec.nodes)
+        return own.test_set(
+            self.spec.data, files, agent_config.default("eval_fraction"), self.spec.seed
+        )
 
     def _signal(self, p: subprocess.Popen, sig: int) -> None:
         """To the agent's whole process group: unshare does not pass signals on to the agent."""

@@ -1,0 +1,114 @@
+"""A user's own data for an emulated fleet (`emulate --data`): one .npz cut across the nodes, or
+a folder holding one .npz per node, each in the format data/device.py reads (arrays x and y,
+optionally x_eval and y_eval). What the fleet's average model is scored on: the file's x_test and
+y_test if it has them, else every node's held-out rows together.
+
+The cut is iid (a seeded permutation): a user who wants skew writes the folder themselves, which
+is also how a real fleet's devices hold their data."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from edgegossip.data import device, mnist
+from edgegossip.data.split import _save
+
+
+@dataclass(frozen=True)
+class TestSet:
+    """What summaries score a model on (the shape of mnist.Mnist's test arrays)."""
+
+    x_test: np.ndarray
+    y_test: np.ndarray
+
+
+def named(data: str) -> bool:
+    """A data set `edgegossip data fetch` knows, as opposed to a path of the user's."""
+    return data in mnist.DATASETS
+
+
+def files_of(data: str | Path, nodes: int) -> list[Path]:
+    """A folder's .npz files in node order (device-2 before device-10), one per node, or the one
+    file to cut; a one-line error otherwise."""
+    p = Path(data)
+    if p.is_dir():
+        files = sorted(p.glob("*.npz"), key=_natural)
+        if len(files) != nodes:
+            raise device.DataMismatch(
+                f"--data {p}: {len(files)} .npz files for {nodes} nodes (one file per node)"
+            )
+        return files
+    if p.is_file() and p.suffix == ".npz":
+        return [p]
+    if p.exists():
+        raise device.DataMismatch(f"--data {p}: a .npz file or a folder of them, one per node")
+    raise device.DataError(f"--data {p}: no such data set, file or folder")
+
+
+def _natural(p: Path) -> list:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p.stem)]
+
+
+def per_node(data: str | Path, nodes: int, seed: int, out: Path) -> list[Path]:
+    """One file per node: a folder's own, or the one file's rows cut into out/device-i.npz
+    (training rows and, if it has them, held-out rows, each in nodes near-equal iid parts)."""
+    files = files_of(data, nodes)
+    if len(files) == nodes and Path(data).is_dir():
+        for f in files:  # each checked now, not by an agent a minute into the run
+            device.from_file(f)
+        return files
+    arrays = _arrays(files[0])
+    rng = np.random.default_rng(seed)
+    parts = {
+        k: np.array_split(rng.permutation(len(arrays[y])), nodes)
+        for k, y in (("train", "y"), ("eval", "y_eval"))
+        if y in arrays
+    }
+    if min(len(p) for p in parts["train"]) == 0:
+        raise device.DataMismatch(f"--data {files[0]}: fewer training rows than nodes ({nodes})")
+    out.mkdir(parents=True, exist_ok=True)
+    dests = []
+    for i in range(nodes):
+        own = {"x": arrays["x"][parts["train"][i]], "y": arrays["y"][parts["train"][i]]}
+        if "eval" in parts:
+            own.update(
+                x_eval=arrays["x_eval"][parts["eval"][i]], y_eval=arrays["y_eval"][parts["eval"][i]]
+            )
+        dests.append(out / f"device-{i}.npz")
+        _save(dests[-1], **own)
+    return dests
+
+
+def rows(path: Path) -> int:
+    """Training rows in one node's file."""
+    with np.load(path, allow_pickle=False) as z:
+        return int(z["y"].shape[0])
+
+
+def _arrays(path: Path) -> dict[str, np.ndarray]:
+    """The file's arrays, checked as a device would check them (one line if not)."""
+    device.from_file(path)
+    with np.load(path, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    if ("x_eval" in arrays) != ("y_eval" in arrays):
+        raise device.DataMismatch(f"--data {path}: x_eval and y_eval come together")
+    return arrays
+
+
+def test_set(data: str | Path, files: list[Path], eval_fraction: float, seed: int) -> TestSet:
+    """The file's own test arrays, else the nodes' held-out rows as each agent holds them out."""
+    p = Path(data)
+    if p.is_file():
+        with np.load(p, allow_pickle=False) as z:
+            if "x_test" in z.files and "y_test" in z.files:
+                x = device.features(z["x_test"], p, "x_test")
+                return TestSet(device.ready(x), device.labels(z["y_test"], len(x), p, "y_test"))
+    held = [device.from_file(f, eval_fraction, seed=seed) for f in files]
+    return TestSet(
+        np.concatenate([device.ready(h.x_eval) for h in held]),
+        np.concatenate([h.y_eval for h in held]),
+    )
