@@ -146,12 +146,16 @@ def ops() -> str:
         )
     out += [
         "",
-        "## Trained through their function bodies",
+        "## Trained through their function bodies, or unrolled",
         "",
         "ONNX defines these ops as functions of others; the compiler expands each to its "
         "body (`edgegossip/compiler/expand.py`, at the newest body not past the model's "
         "opset) and the rules above train it. Any other op with a function body is expanded "
-        "the same way; these are checked by their own cases:",
+        "the same way. GRU, LSTM and RNN are unrolled over their steps into the same "
+        "primitives (`edgegossip/compiler/recurrent.py`: a static number of steps, the "
+        "default activations, no clip, sequence_lens or peepholes). Each is checked by its "
+        "own cases, its gradient against central differences and its output against onnx's "
+        "reference implementation of the op:",
         "",
         "| op | checked by |",
         "|---|---|",

@@ -473,3 +473,35 @@ def test_a_weight_the_compiler_cannot_train_is_refused_not_left_behind():
     )
     c = compile_model(m, "mse", Choice(accept_untrained=True))
     assert [p.name for p in c.params] == ["V"] and c.untrained == ["W"]
+
+
+def test_a_recurrent_op_it_cannot_unroll_is_refused_in_one_line_naming_it():
+    """GRU, LSTM and RNN are unrolled over a static number of steps with their default
+    activations (compiler/recurrent.py); anything else is one line naming the node."""
+    weights = {"W": w(1, 6, 2), "R": w(1, 6, 2)}
+    for attrs, x_shape, said in (
+        ({"activations": ["Relu", "Tanh"]}, [3, 2], "GRU with activations ['Relu', 'Tanh']"),
+        ({"clip": 2.0}, [3, 2], "GRU with clip"),
+        ({}, ["steps", 2], "GRU with a sequence of unknown length"),
+    ):
+        m = _model(
+            [n("GRU", ["x", "W", "R"], ["/rnn/GRU"], hidden_size=2, layout=1, **attrs)],
+            weights,
+            x_shape,
+            "/rnn/GRU",
+        )
+        with pytest.raises(CompileError) as e:
+            compile_model(m, "mse")
+        assert str(e.value).startswith(f"layer rnn, node /rnn/GRU: {said}"), str(e.value)
+        assert "\n" not in str(e.value)
+
+
+def test_a_value_named_as_the_training_step_names_its_own_is_renamed():
+    """An exporter may name a value y, loss or grad: the step's own target and outputs keep
+    those names, the model's value is renamed; an input so named is refused."""
+    m = _model([n("Mul", ["x", "W"], ["y"]), n("Tanh", ["y"], ["loss"])], {"W": w(4)}, [4], "loss")
+    c = _check(m, [4])
+    assert c.output_shape == [4]
+    m = _model([n("Mul", ["x", "grad"], ["z"])], {"grad": w(4)}, [4], "z")
+    with pytest.raises(CompileError, match="the model's 'grad' is a name the training step uses"):
+        compile_model(m, "mse")

@@ -49,12 +49,24 @@ def test_every_rule_against_central_differences(op, c):
 
 @pytest.mark.parametrize("op, c", EXPANDED_CASES, ids=[f"{op}: {c.id}" for op, c in EXPANDED_CASES])
 def test_every_function_op_through_its_body(op, c):
-    """Issue 55, item 2: ONNX's function ops (LayerNormalization, Gelu, HardSwish, ...) have no
-    rule of their own; they are expanded to their spec bodies and trained by the primitives'
-    rules: checked the same way, and the op must really have been expanded."""
+    """Issue 55, item 2: ONNX's function ops (LayerNormalization, Gelu, HardSwish, ...) and its
+    recurrent ops (GRU, LSTM, RNN) have no rule of their own; they are expanded to their spec
+    bodies, or unrolled over their steps, and trained by the primitives' rules: checked the
+    same way, the op must really have been replaced, and the result must compute what onnx's
+    reference implementation of the op computes."""
     model = build(c, np.random.default_rng(7))
     compiled = _check(model, list(c.x), c.loss, c.eps, c.rtol, c.atol, c.runtime)
     assert op not in {n.op_type for n in compiled.train.graph.node}
+    # and it computes what onnx's own op computes (its reference implementation)
+    x = np.random.default_rng(8).normal(size=(BATCH, *c.x))
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    out = c.nodes[-1][2][0]
+    got = ReferenceEvaluator(compiled.train).run(
+        [out], {"params": compiled.initial, "x": x, "y": np.zeros_like(want)}
+    )[0]
+    # float64 throughout but for a body computing its statistics in float32 (LayerNormalization's
+    # stash_type), which rounds at 1e-7: a wrong expansion is off by far more
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-9)
 
 
 def _check_random(model, c: Case, rng) -> None:

@@ -19,7 +19,6 @@ product, and a tensor's gradient is the Sum of what every consumer gave it.
 
 from __future__ import annotations
 
-import ast
 import fnmatch
 import math
 from dataclasses import dataclass
@@ -30,9 +29,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 from edgegossip.compiler.coverage import refuse_untrained, untrained
 from edgegossip.compiler.emit import Emit
-from edgegossip.compiler.errors import CompileError
+from edgegossip.compiler.errors import CompileError, where
 from edgegossip.compiler.expand import expand
 from edgegossip.compiler.ops import OPS, copy_node, diff_slots
+from edgegossip.compiler.recurrent import unroll
 
 # The opsets a training graph is made at, each with the oldest onnxruntime that runs it and the
 # IR version that runtime reads (onnxruntime's docs/compatibility table). A model is compiled at
@@ -48,6 +48,7 @@ MAX_FOLD_TOTAL = 1 << 26  # all of them together (256 MB of float32)
 _COMPLEX = (TensorProto.COMPLEX64, TensorProto.COMPLEX128)
 LOSSES = ("cross-entropy", "mse")
 _FINAL = ("Softmax", "LogSoftmax")
+FOLD_ROUNDS = 3  # shape inference and folding in turn; torch's RNN exports need one more
 _RANDOM = (
     "Dropout",
     "RandomNormal",
@@ -119,18 +120,18 @@ def compile_model(model: onnx.ModelProto, loss: str, choice: Choice = Choice()) 
     _check_tensors(model.graph)
     _check_domains(model.graph)
     model = _at_opset(model)
-    model = untied(expand(model, set(OPS), opset_of(model)))
+    model = _clear_of_step_names(untied(unroll(expand(model, set(OPS), opset_of(model)))))
     graph = model.graph
     inits = {i.name: i for i in graph.initializer}
     x_info, dtype = _data_input(graph, inits)
-    shapes, types = _shapes(model, dtype)
     producer = {o: n for n in graph.node for o in n.output}
     logits = _logits(graph, producer, loss)
     found = _params(graph, inits, logits, producer)
     frozen = choice.frozen([p.name for p in found]) if found else set()
     params = _laid_out([p for p in found if p.name not in frozen])
     live = ancestors(logits, producer)
-    e = Emit(dtype, shapes, _values(graph, model.opset_import, shapes, live), types)
+    shapes, types, values = _constants(model, dtype, live)
+    e = Emit(dtype, shapes, values, types)
     _slice_params(e, params)
     saved = _forward(e, graph, logits, producer, frozen)
     g_logits = _loss(e, logits, loss)
@@ -153,6 +154,32 @@ def compile_model(model: onnx.ModelProto, loss: str, choice: Choice = Choice()) 
         untrained=[name for name, _, _ in left],
         frozen=sorted(frozen),
     )
+
+
+STEP_NAMES = ("params", "y", "loss", "grad")  # the training graph's own inputs and outputs
+
+
+def _clear_of_step_names(model: onnx.ModelProto) -> onnx.ModelProto:
+    """model with a tensor its nodes compute under one of STEP_NAMES renamed (an exporter may
+    name a value `y`); an input or a weight so named is refused."""
+    g = model.graph
+    for v in (*g.input, *g.initializer):
+        if v.name in STEP_NAMES:
+            raise CompileError(
+                f"the model's {v.name!r} is a name the training step uses: rename it"
+            )
+    taken = {o for n in g.node for o in n.output} & set(STEP_NAMES)
+    if not taken:
+        return model
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    new = {name: f"{name}.model" for name in taken}
+    for n in copy.graph.node:
+        n.input[:] = [new.get(i, i) for i in n.input]
+        n.output[:] = [new.get(o, o) for o in n.output]
+    for o in copy.graph.output:
+        o.name = new.get(o.name, o.name)
+    return copy
 
 
 def _data_input(graph, inits) -> tuple[onnx.ValueInfoProto, np.dtype]:
@@ -277,6 +304,38 @@ def _shapes(model: onnx.ModelProto, dtype) -> tuple[dict[str, list[int | None]],
     return out, types
 
 
+def _constants(model: onnx.ModelProto, dtype, live: set[str]):
+    """(shapes, types, constant values), each knowing more with the other: a Shape node whose
+    dims are known is a constant, and what that constant sizes (dynamo slices an RNN's weights
+    by a hidden size it reads with Shape) is then known to shape inference; in rounds until
+    nothing new is found."""
+    shapes, types = _shapes(model, dtype)
+    values = _values(model.graph, model.opset_import, shapes, live)
+    for _ in range(FOLD_ROUNDS):
+        shapes, types = _shapes(_folded(model, values), dtype)
+        more = _values(model.graph, model.opset_import, shapes, live)
+        if more.keys() == values.keys():
+            break
+        values = more
+    return shapes, types, values
+
+
+def _folded(model: onnx.ModelProto, values: dict[str, np.ndarray]) -> onnx.ModelProto:
+    """model with every node whose outputs are all known replaced by those constants."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    g = copy.graph
+    known = {o for n in g.node if all(o in values for o in n.output if o) for o in n.output if o}
+    kept = [n for n in g.node if not all(o in values for o in n.output if o)]
+    have = {i.name for i in g.initializer}
+    g.initializer.extend(
+        numpy_helper.from_array(np.asarray(values[k]), k) for k in sorted(known - have)
+    )
+    del g.node[:]
+    g.node.extend(kept)
+    return copy
+
+
 def _values(graph, opsets, shapes, live: set[str]) -> dict[str, np.ndarray]:
     """What the model holds as constants: its initializers, and every node on the way to the
     output computed from constants alone (exporters build axes and shapes out of Constant
@@ -289,10 +348,13 @@ def _values(graph, opsets, shapes, live: set[str]) -> dict[str, np.ndarray]:
     out = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
     total = 0
     for node in graph.node:
-        if node.op_type in _RANDOM or not all(i in out for i in node.input if i):
-            continue
         if not set(node.output) & live:
             continue  # nothing the model computes needs it
+        if node.op_type == "Shape" and (dims := _static_part(node, shapes)) is not None:
+            out[node.output[0]] = np.array(dims, np.int64)  # the dims it reads are known
+            continue
+        if node.op_type in _RANDOM or not all(i in out for i in node.input if i):
+            continue
         sizes = [_elements(shapes.get(o)) for o in node.output if o]
         known = [n for n in sizes if n is not None]
         if len(known) < len(sizes):
@@ -321,6 +383,17 @@ def _values(graph, opsets, shapes, live: set[str]) -> dict[str, np.ndarray]:
             continue
         out.update({o: np.asarray(v) for o, v in zip(node.output, got) if o})
     return out
+
+
+def _static_part(node: onnx.NodeProto, shapes) -> list[int] | None:
+    """The dims a Shape node reads (its start to its end), if every one of them is known: an
+    exporter's way to size a weight's slice from a layer's hidden size."""
+    dims = shapes.get(node.input[0])
+    if dims is None:
+        return None
+    a = {x.name: helper.get_attribute_value(x) for x in node.attribute}
+    part = dims[slice(a.get("start", 0), a.get("end"))]
+    return None if any(d is None for d in part) else [int(d) for d in part]
 
 
 def _elements(shape: list[int | None] | None) -> int | None:
@@ -451,34 +524,6 @@ def _backward(e: Emit, graph, logits, g_logits, saved, params) -> dict[str, str]
                 g = e.unbroadcast(g, node.input[slot], node.output[0])
             parts.setdefault(node.input[slot], []).append(g)
     return {p: g for p in wanted if (g := _total(e, parts.get(p, []))) is not None}
-
-
-def where(node: onnx.NodeProto) -> str:
-    """The node as the user can find it: the layer of their model it came from (the dynamo
-    exporter's name scopes and module class, or the TorchScript exporter's /layer/Op node
-    names) beside the node's own name."""
-    meta = {p.key: p.value for p in node.metadata_props}
-    name = node.name or node.output[0]
-    scopes = _literal_list(meta.get("pkg.torch.onnx.name_scopes"))
-    classes = _literal_list(meta.get("pkg.torch.onnx.class_hierarchy"))
-    if len(scopes) > 2:  # ['', 'rnn', 'gru']: the model, its layers, the aten op
-        layer = ".".join(scopes[1:-1])
-        kind = classes[-2].rsplit(".", 1)[-1] if len(classes) >= 2 else ""
-        return f"layer {layer}" + (f" ({kind})" if kind else "") + f", node {name}"
-    parts = [p for p in name.split("/") if p]
-    if name.startswith("/") and len(parts) > 1:  # TorchScript: /rnn/GRU
-        return f"layer {'.'.join(parts[:-1])}, node {name}"
-    return f"node {name}"
-
-
-def _literal_list(text: str | None) -> list[str]:
-    if not text:
-        return []
-    try:
-        value = ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return []
-    return [str(v) for v in value] if isinstance(value, list) else []
 
 
 def _refuse_unsupported(on_path) -> None:

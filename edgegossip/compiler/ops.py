@@ -605,6 +605,16 @@ OPS: dict[str, Op] = {
                 en=np.array([9, 2**62]),
                 ax=np.array([1, 2]),
             ),
+            case(
+                "a weight's rows (axis 0 of a static tensor: dynamo's RNN gates)",
+                node("Slice W st en ax -> w"),
+                node("MatMul x w -> z"),
+                x=(3,),
+                W=(6, 3),
+                st=np.array([2]),
+                en=np.array([5]),
+                ax=np.array([0]),
+            ),
         ),
     ),
     "Pad": Op(
@@ -656,6 +666,22 @@ OPS: dict[str, Op] = {
                 x=(5, 3),
                 E=(4, 3),
                 ids=np.array([0, 2, 2, 3, 0]),
+            ),
+            case(
+                "a sequence's last step (axis 1, index -1)",
+                node("Mul x W -> h"),
+                node("Gather h i -> z", axis=1),
+                x=(5, 3),
+                W=(5, 3),
+                i=np.array(-1),
+            ),
+            case(
+                "steps of a sequence (axis 1, repeated and negative)",
+                node("Mul x W -> h"),
+                node("Gather h i -> z", axis=1),
+                x=(5, 3),
+                W=(5, 3),
+                i=np.array([[0, -1], [2, 2]]),
             ),
         ),
     ),
@@ -829,8 +855,10 @@ def diff_slots(node: NodeProto) -> tuple[int, ...]:
     return OPS[node.op_type].slots(node)
 
 
-# ONNX's function ops that train through their bodies (compiler/expand.py), each with the
-# graphs that check it as the rows' cases check theirs: no rule of their own, the primitives'
+# ONNX's function ops that train through their bodies (compiler/expand.py) and its recurrent
+# ops unrolled over their steps (compiler/recurrent.py), each with the graphs that check it as
+# the rows' cases check theirs (and against onnx's own op, forward): no rule of their own, the
+# primitives'
 EXPANDED: dict[str, tuple[Case, ...]] = {
     "LayerNormalization": (
         case(
@@ -883,6 +911,69 @@ EXPANDED: dict[str, tuple[Case, ...]] = {
     "Selu": (case("defaults", node("Mul x W -> h"), node("Selu h -> z"), W=(4,), opset=20),),
     "Softplus": (
         case("softplus", node("Mul x W -> h"), node("Softplus h -> z"), W=(4,), opset=20),
+    ),
+    "GRU": (
+        case(
+            "as torch exports it: linear_before_reset, steps first",
+            node("Transpose x -> xt", perm=[1, 0, 2]),
+            node("GRU xt W R B -> y", hidden_size=2, linear_before_reset=1),
+            node("Transpose y -> z", perm=[2, 0, 1, 3]),
+            x=(3, 2),
+            W=(1, 6, 2),
+            R=(1, 6, 2),
+            B=(1, 12),
+        ),
+        case(
+            "reset first, bidirectional, batch first, the last state",
+            node("GRU x W R B -> y yh", hidden_size=2, layout=1, direction="bidirectional"),
+            node("Identity yh -> z"),
+            x=(3, 2),
+            W=(2, 6, 2),
+            R=(2, 6, 2),
+            B=(2, 12),
+        ),
+        case(
+            "reverse, no bias, an initial state",
+            node("ReduceSum x ax -> s", keepdims=1),
+            node("MatMul s V -> h0"),
+            node('GRU x W R "" "" h0 -> z', hidden_size=2, layout=1, direction="reverse"),
+            x=(3, 2),
+            V=(2, 2),
+            W=(1, 6, 2),
+            R=(1, 6, 2),
+            ax=_AX,
+        ),
+    ),
+    "LSTM": (
+        case(
+            "as torch exports it, steps first",
+            node("Transpose x -> xt", perm=[1, 0, 2]),
+            node("LSTM xt W R B -> y", hidden_size=2),
+            node("Transpose y -> z", perm=[2, 0, 1, 3]),
+            x=(3, 2),
+            W=(1, 8, 2),
+            R=(1, 8, 2),
+            B=(1, 16),
+        ),
+        case(
+            "bidirectional, batch first, the last cell state",
+            node("LSTM x W R B -> y yh yc", hidden_size=2, layout=1, direction="bidirectional"),
+            node("Identity yc -> z"),
+            x=(3, 2),
+            W=(2, 8, 2),
+            R=(2, 8, 2),
+            B=(2, 16),
+        ),
+    ),
+    "RNN": (
+        case(
+            "batch first, with bias",
+            node("RNN x W R B -> z", hidden_size=2, layout=1),
+            x=(3, 2),
+            W=(1, 2, 2),
+            R=(1, 2, 2),
+            B=(1, 4),
+        ),
     ),
     "PRelu": (
         case(

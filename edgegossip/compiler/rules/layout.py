@@ -100,7 +100,9 @@ def slice_vjp(e, n, g, s):
     pads = [0] * (2 * rank)
     for a, lo, hi in zip(axes, starts, ends):
         a %= rank
-        if a == 0:
+        if dims[a] < 0:  # the batch axis, its size the step's: only taken whole (x[:, -1])
+            if lo == 0 and hi >= 2**31:
+                continue
             raise CompileError(f"node {n.name or n.output[0]}: Slice of the batch axis")
         size = dims[a]
         lo = min(max(lo + size if lo < 0 else lo, 0), size)
@@ -136,18 +138,33 @@ def split_vjp(e, n, g, s):
 
 
 def gather_vjp(e, n, g, s):
-    """y = data[indices] along axis 0 (an embedding's lookup):  gdata = zeros of data's shape
-    with g added at each index (ScatterND, reduction add: an id used twice gets both)."""
-    if attr(n, "axis", 0) != 0:
-        raise CompileError(
-            f"node {n.name or n.output[0]}: Gather's gradient along an axis other than 0"
-        )
+    """y = data[.., indices, ..] along an axis (an embedding's lookup on axis 0, a sequence's
+    last step on axis 1):  gdata = zeros of data's shape with g added at each index
+    (ScatterND, reduction add: an index used twice gets both), the axis moved to the front for
+    it and back; a negative index counts from the end."""
     data, idx = n.input
-    zeros = e.op("Mul", data, e.const(0.0, like=data))
+    rank = len(e.shape(data) or e.static(data, "Gather's gradient"))
+    axis = attr(n, "axis", 0) % rank
+    q = np.ndim(e.values[idx]) if idx in e.values else len(e.shape(idx) or [None])
+    size = e.op("Gather", e.op("Shape", data), e.const([axis]))
+    idx = e.op("Where", e.op("Less", idx, e.const(0)), e.op("Add", idx, size), idx)
+    to_front = [axis, *(i for i in range(rank) if i != axis)]
+    front = e.op("Transpose", data, perm=to_front) if axis else data
+    if axis and q:  # g [data's dims before the axis, idx's dims, after]: idx's to the front
+        g0 = e.op(
+            "Transpose",
+            g[0],
+            perm=[*range(axis, axis + q), *range(axis), *range(axis + q, rank + q - 1)],
+        )
+    else:
+        g0 = g[0]
+    zeros = e.op("Mul", front, e.const(0.0, like=data))
     flat = e.op("Reshape", idx, e.const([-1, 1]))
-    rest = e.op("Slice", e.op("Shape", data), e.const([1]), e.const([np.iinfo(np.int64).max]))
-    rows = e.op("Reshape", g[0], e.op("Concat", e.const([-1]), rest, axis=0))
-    return [e.op("ScatterND", zeros, flat, rows, reduction="add"), None]
+    rest = e.op("Slice", e.op("Shape", front), e.const([1]), e.const([np.iinfo(np.int64).max]))
+    rows = e.op("Reshape", g0, e.op("Concat", e.const([-1]), rest, axis=0))
+    added = e.op("ScatterND", zeros, flat, rows, reduction="add")
+    back = [to_front.index(i) for i in range(rank)]
+    return [e.op("Transpose", added, perm=back) if axis else added, None]
 
 
 def none_vjp(e, n, g, s):
