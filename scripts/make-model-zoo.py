@@ -235,6 +235,84 @@ class LSTMNet(nn.Module):
         return self.head(self.rnn(x)[0][:, -1])
 
 
+class Embedding(nn.Module):
+    """Token ids (int64) through an embedding table, mean-pooled, to a linear head: a small
+    text or event-log classifier."""
+
+    def __init__(self, vocab=50, d=8, classes=4):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.head = nn.Linear(d, classes)
+
+    def forward(self, x):
+        return self.head(self.emb(x).mean(1))
+
+
+class ConvAutoencoder(nn.Module):
+    """A convolutional autoencoder for anomaly detection: strided convolutions down,
+    transposed convolutions back up, trained to reconstruct its input (mse)."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Sequential(
+            nn.Conv2d(1, 4, 3, stride=2, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(4, 8, 3, stride=2, padding=1),
+        )
+        self.dec = nn.Sequential(
+            nn.ConvTranspose2d(8, 4, 3, stride=2, padding=1, output_padding=1),
+            nn.ReLU(),
+            nn.ConvTranspose2d(4, 1, 3, stride=2, padding=1, output_padding=1),
+        )
+
+    def forward(self, x):
+        return self.dec(self.enc(x))
+
+
+class UpsampleAutoencoder(nn.Module):
+    """An autoencoder that upsamples (nearest, then bilinear) and convolves instead of
+    transposed convolutions."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Sequential(
+            nn.Conv2d(1, 4, 3, stride=2, padding=1), nn.ReLU(), nn.MaxPool2d(2)
+        )
+        self.dec = nn.Sequential(
+            nn.Upsample(scale_factor=2, mode="nearest"),
+            nn.Conv2d(4, 4, 3, padding=1),
+            nn.ReLU(),
+            nn.Upsample(scale_factor=2, mode="bilinear"),
+            nn.Conv2d(4, 1, 3, padding=1),
+        )
+
+    def forward(self, x):
+        return self.dec(self.enc(x))
+
+
+class DenseAutoencoder(nn.Module):
+    """MLPerf Tiny's anomaly detection model in miniature: dense layers down to a bottleneck
+    and back, over a window of spectrogram features."""
+
+    def __init__(self, n=40):
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Linear(n, 16),
+            nn.BatchNorm1d(16),
+            nn.ReLU(),
+            nn.Linear(16, 4),
+            nn.ReLU(),
+            nn.Linear(4, 16),
+            nn.ReLU(),
+            nn.Linear(16, n),
+        )
+
+    def forward(self, x):
+        return self.net(x)
+
+
+# name -> (the model, a batch's shape, its targets: the number of classes for cross-entropy,
+# "mse" to reconstruct the input, ("ids", vocabulary, classes) for token ids)
 ZOO = {
     "ds_cnn": (DSCNN, (8, 1, 20, 10), 6),
     "mobilenet_v2": (MobileNetV2Tiny, (8, 3, 16, 16), 5),
@@ -247,7 +325,20 @@ ZOO = {
     "gelu_mlp": (GeluMLP, (8, 12), 3),
     "gru": (GRUNet, (8, 10, 3), 4),
     "lstm": (LSTMNet, (8, 10, 3), 4),
+    "embedding": (Embedding, (8, 12), ("ids", 50, 4)),
+    "conv_autoencoder": (ConvAutoencoder, (8, 1, 16, 16), "mse"),
+    "upsample_autoencoder": (UpsampleAutoencoder, (8, 1, 16, 16), "mse"),
+    "dense_autoencoder": (DenseAutoencoder, (8, 40), "mse"),
 }
+
+
+def batch(shape, target) -> tuple:
+    """(x, y) for a zoo model: y the classes, or x itself for mse."""
+    if isinstance(target, tuple):
+        _, vocab, classes = target
+        return torch.randint(0, vocab, shape), torch.randint(0, classes, (shape[0],))
+    x = torch.randn(*shape)
+    return (x, x.clone()) if target == "mse" else (x, torch.randint(0, target, (shape[0],)))
 
 
 def export(model, x, path: Path, exporter: str) -> None:
@@ -276,7 +367,10 @@ def export(model, x, path: Path, exporter: str) -> None:
 
 def reference(model, x, y, path: Path) -> dict:
     model.train()
-    value = nn.functional.cross_entropy(model(x), y)
+    if y.dtype.is_floating_point:  # mse: the mean over every element, as model compile's
+        value = nn.functional.mse_loss(model(x), y)
+    else:
+        value = nn.functional.cross_entropy(model(x), y)
     model.zero_grad()
     value.backward()
     graph = onnx.load(str(path)).graph
@@ -285,6 +379,7 @@ def reference(model, x, y, path: Path) -> dict:
         if n.op_type == "Identity" and n.input[0] in inits:
             inits.setdefault(n.output[0], inits[n.input[0]])
     arrays = {"x": x.numpy(), "y": y.numpy(), "loss": np.array(value.item())}
+    arrays["loss_kind"] = np.array("mse" if y.dtype.is_floating_point else "cross-entropy")
     for key, p in model.named_parameters():
         match = [k for k in inits if k == key] or [
             k
@@ -352,12 +447,11 @@ def main(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     versions = {"torch": torch.__version__, "onnx": onnx.__version__}
     made = {}
-    for name, (cls, shape, classes) in ZOO.items():
+    for name, (cls, shape, target) in ZOO.items():
         for exporter in ("dynamo", "torchscript"):
             torch.manual_seed(0)
             model = cls()
-            x = torch.randn(*shape)
-            y = torch.randint(0, classes, (shape[0],))
+            x, y = batch(shape, target)
             path = out / f"{name}-{exporter}.onnx"
             try:
                 export(model, x, path, exporter)

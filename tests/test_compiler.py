@@ -31,8 +31,10 @@ def _model(nodes, inits: dict, x_shape, out: str, dtype=np.float64) -> onnx.Mode
 
 
 def _typed(v, dtype) -> np.ndarray:
+    """Floats in the model's type, but a float32 array as it is: an input ONNX types so
+    whatever the model's type (Resize's scales)."""
     a = np.asarray(v)
-    return a.astype(dtype) if a.dtype.kind == "f" else a
+    return a.astype(dtype) if a.dtype.kind == "f" and a.dtype != np.float32 else a
 
 
 def n(op, inputs, outputs, **attrs):
@@ -56,13 +58,23 @@ def _run(train, params, x, y, runtime="reference"):
     return float(loss), grad
 
 
+def _infer(model, x, runtime="reference"):
+    """The source model's output on x."""
+    if runtime == "reference":
+        return ReferenceEvaluator(model).run(None, {"x": x})[0]
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, {"x": x})[0]
+
+
 def _check(model, x_shape, loss="mse", eps=1e-6, rtol=1e-5, atol=1e-8, runtime="reference"):
     """The compiled gradient against central differences of the compiled loss, every
     parameter, run by onnx's reference evaluator (or onnxruntime, in float64 too)."""
     c = compile_model(model, loss)
     x = RNG.normal(size=(BATCH, *x_shape))
     if loss == "mse":
-        logits = ReferenceEvaluator(model).run(None, {"x": x})[0]
+        logits = _infer(model, x, runtime)
         y = RNG.normal(size=logits.shape)
     else:
         y = RNG.integers(0, c.output_shape[0], BATCH).astype(np.int64)

@@ -70,7 +70,7 @@ def _manifest(c: Compiled, loss: str, source: Path) -> dict:
         "format": FORMAT,
         "source": {"file": source.name, "sha256": sha256_of(source)},
         "loss": loss,
-        "input": {"name": c.input_name, "shape": c.input_shape, "dtype": "float32"},
+        "input": {"name": c.input_name, "shape": c.input_shape, "dtype": c.input_dtype},
         "output": {"shape": c.output_shape},
         "classes": c.output_shape[0] if loss == "cross-entropy" else None,
         "params": {

@@ -84,6 +84,7 @@ class Compiled:
     opset: int  # the training graph's (the model's own, or the floor)
     untrained: list[str]  # weights left as exported (accepted by the user)
     frozen: list[str]  # weights the user froze (Choice)
+    input_dtype: str = "float32"  # the batch's element type: int64 for token ids
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,7 @@ def compile_model(model: onnx.ModelProto, loss: str, choice: Choice = Choice()) 
         params=params,
         initial=np.concatenate(arrays) if arrays else np.zeros(0, dtype),
         input_name=x_info.name,
+        input_dtype=str(helper.tensor_dtype_to_np_dtype(x_info.type.tensor_type.elem_type)),
         input_shape=shapes.get(x_info.name, [None])[1:],
         output_shape=(shapes.get(logits) or [None])[1:],
         state=state,
@@ -156,6 +158,7 @@ def compile_model(model: onnx.ModelProto, loss: str, choice: Choice = Choice()) 
     )
 
 
+INDEX_INPUTS = (np.dtype(np.int64), np.dtype(np.int32))  # an embedding's token ids
 STEP_NAMES = ("params", "y", "loss", "grad")  # the training graph's own inputs and outputs
 
 
@@ -191,8 +194,11 @@ def _data_input(graph, inits) -> tuple[onnx.ValueInfoProto, np.dtype]:
         raise CompileError(f"the model needs one input (a batch), it has {len(names)}: {names}")
     x_info = data_inputs[0]
     dtype = helper.tensor_dtype_to_np_dtype(x_info.type.tensor_type.elem_type)
+    if dtype in INDEX_INPUTS:  # token ids: the model computes in its weights' float type
+        weights = [numpy_helper.to_array(i).dtype for i in graph.initializer]
+        return x_info, next((w for w in weights if w.kind == "f"), np.dtype(np.float32))
     if dtype.kind != "f":
-        raise CompileError(f"input {x_info.name!r} is {dtype}, not a float tensor")
+        raise CompileError(f"input {x_info.name!r} is {dtype}, not a float or an index tensor")
     return x_info, dtype
 
 

@@ -23,6 +23,7 @@ from onnx import NodeProto
 
 from edgegossip.compiler.rules.conv import (
     avgpool_vjp,
+    conv_transpose_vjp,
     conv_vjp,
     global_avgpool_vjp,
     maxpool_forward,
@@ -64,6 +65,7 @@ from edgegossip.compiler.rules.layout import (
     reduce_mean_vjp,
     reduce_sum_vjp,
     reshape_back_vjp,
+    resize_vjp,
     slice_vjp,
     split_vjp,
     transpose_vjp,
@@ -269,6 +271,77 @@ OPS: dict[str, Op] = {
                 x=(1, 8),
                 W=(3, 1, 2),
                 B=(3,),
+            ),
+        ),
+    ),
+    "ConvTranspose": Op(
+        (0, 1, 2),
+        conv_transpose_vjp,
+        cases=(
+            case(
+                "2-D, stride 2, pads 1, output padding 1 (a decoder's)",
+                node("Mul x V -> h"),
+                node(
+                    "ConvTranspose h W B -> z",
+                    strides=[2, 2],
+                    pads=[1, 1, 1, 1],
+                    output_padding=[1, 1],
+                ),
+                x=(2, 3, 3),
+                V=(2, 3, 3),
+                W=(2, 3, 3, 3),
+                B=(3,),
+            ),
+            case(
+                "1-D, stride 3, dilation 2, no bias",
+                node("Mul x V -> h"),
+                node("ConvTranspose h W -> z", strides=[3], dilations=[2]),
+                x=(4, 5),
+                V=(4, 5),
+                W=(4, 2, 3),
+            ),
+        ),
+    ),
+    "Resize": Op(
+        (0,),
+        resize_vjp,
+        cases=(
+            case(
+                "nearest, scales 2, as nn.Upsample",
+                node("Mul x W -> h"),
+                node(
+                    'Resize h "" sc -> z',
+                    mode="nearest",
+                    coordinate_transformation_mode="asymmetric",
+                    nearest_mode="floor",
+                ),
+                x=(2, 3, 3),
+                W=(2, 3, 3),
+                sc=np.array([1, 1, 2, 2], np.float32),
+            ),
+            case(
+                "linear, half-pixel, scales 2, as bilinear",
+                node("Mul x W -> h"),
+                node(
+                    'Resize h "" sc -> z',
+                    mode="linear",
+                    coordinate_transformation_mode="pytorch_half_pixel",
+                ),
+                x=(2, 3, 3),
+                W=(2, 3, 3),
+                sc=np.array([1, 1, 2, 2], np.float32),
+            ),
+            case(
+                "linear, align corners, 1-D, sizes 4 to 7",
+                node("Mul x W -> h"),
+                node(
+                    'Resize h "" "" sz -> z',
+                    mode="linear",
+                    coordinate_transformation_mode="align_corners",
+                ),
+                x=(2, 4),
+                W=(2, 4),
+                sz=np.array([3, 2, 7]),  # the cases' batch is 3
             ),
         ),
     ),

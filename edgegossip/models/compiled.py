@@ -120,6 +120,13 @@ class CompiledModel(Model):
         self.classes = int(m["classes"]) if m.get("classes") else int(np.prod(m["output"]["shape"]))
         self.loss = m["loss"]
         self.input_name = m["input"]["name"]
+        # float32 features, or token ids (int64): the data layer holds either as float32,
+        # exact for ids below 2^24
+        kinds = {"float32": np.float32, "int64": np.int64, "int32": np.int32}
+        kind = m["input"].get("dtype", "float32")
+        if not isinstance(kind, str) or kind not in kinds:
+            raise ArtifactError(f"{self.folder}/{MANIFEST}: input dtype {kind!r}")
+        self.input_dtype = np.dtype(kinds[kind])
         self._threads = threads
         self._train: Any = None  # onnxruntime sessions, opened at first use
         self._infer: Any = None
@@ -158,7 +165,7 @@ class CompiledModel(Model):
         return x.copy()
 
     def _batch(self, x: np.ndarray) -> np.ndarray:
-        return np.ascontiguousarray(x, np.float32).reshape(len(x), *self.input_shape)
+        return np.ascontiguousarray(x, self.input_dtype).reshape(len(x), *self.input_shape)
 
     def loss_grad(self, params, grad, x, y, rng) -> float:
         """Mean loss on (x, y); writes d loss / d params into grad. Dropout, if the model has

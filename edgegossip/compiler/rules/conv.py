@@ -42,15 +42,26 @@ def conv_vjp(e, n, g, s):
     kernel = ws[2:]
     extra = _output_padding(xs, ys, nd, strides, pads, dil, kernel)
     geo = {"strides": strides, "pads": pads, "dilations": dil, "output_padding": extra}
-    swap = [1, 0] + list(range(2, 2 + nd))
-    xg = _groups(e, x, xs[1], groups)
     gg = _groups(e, g[0], ys[1], groups)
     wg = _groups(e, w, ws[0], groups, axis=0)
     # group by group (a grouped ConvTranspose is not in every runtime's kernels)
     gxs = [e.op("ConvTranspose", gi, wi, **geo) for gi, wi in zip(gg, wg)]
     gx = gxs[0] if groups == 1 else e.op("Concat", *gxs, axis=1)
+    gw = _weight_grad(e, x, xs[1], g[0], ys[1], groups, strides, pads, dil, kernel)
+    out: Grads = [gx, gw]
+    if len(n.input) > 2 and n.input[2]:
+        out.append(e.reduce_sum(g[0], [0] + list(range(2, 2 + nd)), keepdims=0))
+    return out
+
+
+def _weight_grad(e: Emit, inp, in_ch, g, out_ch, groups, strides, pads, dil, kernel) -> str:
+    """d <g, conv(inp, W)> / dW, W [out_ch, in_ch / groups, *kernel]: per group,
+    conv(inp^T, g^T) with stride and dilation swapped, cut to the kernel (^T swaps the batch
+    and channel axes)."""
+    nd = len(kernel)
+    swap = [1, 0] + list(range(2, 2 + nd))
     parts = []
-    for xi, gi in zip(xg, gg):
+    for xi, gi in zip(_groups(e, inp, in_ch, groups), _groups(e, g, out_ch, groups)):
         full = e.op(
             "Conv",
             e.op("Transpose", xi, perm=swap),
@@ -63,7 +74,26 @@ def conv_vjp(e, n, g, s):
             "Slice", full, e.const([0] * nd), e.const(kernel), e.const(list(range(2, 2 + nd)))
         )
         parts.append(e.op("Transpose", cut, perm=swap))
-    gw = parts[0] if groups == 1 else e.op("Concat", *parts, axis=0)
+    return parts[0] if groups == 1 else e.op("Concat", *parts, axis=0)
+
+
+def conv_transpose_vjp(e, n, g, s):
+    """y = conv_transpose(x, W) + b (W [C_in, C_out, *k]), stride s, pads p, dilation d: the
+    adjoint of conv(., W) with the same s, p, d, which maps y's space back to x's. So
+    gx = conv(g, W) with those; gW = the weight gradient of that conv with g as its input and
+    x as its output's gradient (as Conv's rule computes it); gb = sum over batch and space of
+    g. Groups are refused: no float64 runtime here runs a grouped ConvTranspose to check
+    them."""
+    where = f"node {n.name or n.output[0]}"
+    if attr(n, "output_shape") is not None:
+        raise CompileError(f"{where}: ConvTranspose with output_shape")
+    if attr(n, "group", 1) != 1:
+        raise CompileError(f"{where}: ConvTranspose with groups")
+    x, w = n.input[0], n.input[1]
+    xs, ys, nd, strides, pads, dil = _conv_geometry(e, n, "ConvTranspose's gradient")
+    kernel = e.static(w, "ConvTranspose's gradient")[2:]
+    gx = e.op("Conv", g[0], w, strides=strides, pads=pads, dilations=dil)
+    gw = _weight_grad(e, g[0], ys[1], x, xs[1], 1, strides, pads, dil, kernel)
     out: Grads = [gx, gw]
     if len(n.input) > 2 and n.input[2]:
         out.append(e.reduce_sum(g[0], [0] + list(range(2, 2 + nd)), keepdims=0))

@@ -7,7 +7,7 @@ from onnx import NodeProto
 
 from edgegossip.compiler.emit import Emit
 from edgegossip.compiler.errors import CompileError
-from edgegossip.compiler.table import attr
+from edgegossip.compiler.table import attr, attrs_of
 
 
 def reshape_back_vjp(e, n, g, s):
@@ -165,6 +165,64 @@ def gather_vjp(e, n, g, s):
     added = e.op("ScatterND", zeros, flat, rows, reduction="add")
     back = [to_front.index(i) for i in range(rank)]
     return [e.op("Transpose", added, perm=back) if axis else added, None]
+
+
+def resize_vjp(e, n, g, s):
+    """y = x resized over its spatial axes (any mode, 1-D or 2-D: nearest, linear, cubic are
+    each linear in x and separable, y = M_h x M_w^T with M [out, in] per axis):
+    gx = M_h^T g M_w. Each M is computed here, once, by resizing the identity along that axis
+    alone with the node's own attributes (onnx's reference Resize)."""
+    where = f"node {n.name or n.output[0]}"
+    a = attrs_of(n)
+    if a.get("coordinate_transformation_mode") in (b"tf_crop_and_resize", "tf_crop_and_resize"):
+        raise CompileError(f"{where}: Resize with tf_crop_and_resize")
+    if "axes" in a or a.get("antialias"):
+        raise CompileError(f"{where}: Resize with axes or antialias")
+    xs = e.static(n.input[0], "Resize's gradient")
+    ys = e.static(n.output[0], "Resize's gradient")
+    nd = len(xs) - 2
+    if nd not in (1, 2) or xs[1] != ys[1]:
+        raise CompileError(f"{where}: Resize of other than 1 or 2 spatial axes")
+    scales = e.values.get(n.input[2]) if len(n.input) > 2 and n.input[2] else None
+    gx = g[0]
+    for i in range(nd):
+        axis = 2 + i
+        scale = float(scales[axis]) if scales is not None and len(scales) else None
+        m = _resize_matrix(a, xs[axis], ys[axis], scale, n.input[0])
+        if m.shape[0] == m.shape[1] and np.array_equal(m, np.eye(len(m))):
+            continue
+        if i == nd - 1:  # the last axis: g [.., out] M [out, in]
+            gx = e.op("MatMul", gx, e.const(m))
+        else:  # the one before it: M^T [in, out] g [.., out, w]
+            gx = e.op("MatMul", e.const(m.T), gx)
+    return [gx] + [None] * (len(n.input) - 1)
+
+
+def _resize_matrix(a: dict, n_in: int, n_out: int, scale: float | None, name: str) -> np.ndarray:
+    """[n_out, n_in]: Resize with attributes a along one axis, of the identity."""
+    from onnx import TensorProto, helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    basis = np.eye(n_in).reshape(n_in, 1, n_in)
+    inputs = ["x", "", "scales"] if scale is not None else ["x", "", "", "sizes"]
+    consts = (
+        {"scales": np.array([1.0, 1.0, scale], np.float32)}
+        if scale is not None
+        else {"sizes": np.array([n_in, 1, n_out], np.int64)}
+    )
+    node = helper.make_node("Resize", inputs, ["y"], **a)
+    graph = helper.make_graph(
+        [node],
+        "basis",
+        [helper.make_tensor_value_info("x", TensorProto.DOUBLE, list(basis.shape))],
+        [helper.make_tensor_value_info("y", TensorProto.DOUBLE, None)],
+        [numpy_helper.from_array(v, k) for k, v in consts.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    out = ReferenceEvaluator(model).run(None, {"x": basis})[0]
+    if out.shape != (n_in, 1, n_out):
+        raise CompileError(f"Resize of {name!r}: cannot tell its interpolation along an axis")
+    return np.ascontiguousarray(out[:, 0, :].T)
 
 
 def none_vjp(e, n, g, s):
