@@ -69,6 +69,14 @@ METRICS: tuple[Metric, ...] = (
         status="accuracy",
     ),
     Metric(
+        "eval_mse",
+        "mean squared error per element on the held-out slice (a model trained with mse; its "
+        "accuracy is null)",
+        prometheus="heldout_mse",
+        summary="last",
+        status="mse",
+    ),
+    Metric(
         "exchanges_initiated_per_step",
         "exchanges this agent opened per step of this run, beside train.p",
         summary="last",

@@ -25,7 +25,7 @@ from edgegossip.data import partition
 from edgegossip.data.mnist import Mnist
 from edgegossip.dataplane import payload, wire
 from edgegossip.dataplane.chunking import ChunkPlan
-from edgegossip.models import make_model, resolved
+from edgegossip.models import NAMED, make_model, resolved
 from edgegossip.models.optim import NesterovSGD
 from edgegossip.transport.lossmodel import LossModel
 
@@ -56,6 +56,11 @@ class SimConfig:
             if getattr(self, name) not in agent_config.CHOICES[name]:
                 raise ValueError(f"{name} must be one of {', '.join(agent_config.CHOICES[name])}")
         resolved(self.model)  # a name or a compiled model's folder, else ValueError
+        if self.model not in NAMED and make_model(self.model).loss != "cross-entropy":
+            raise ValueError(
+                "simulate trains classifiers on MNIST's labels; a model trained with mse "
+                "trains in emulate (--data FILE.npz)"
+            )
         if self.workers < 1 or (self.workers < 2 and algorithms.get(self.algorithm).datagrams):
             raise ValueError(f"workers must be at least 2 for {self.algorithm}")
         if not 0 <= self.loss <= 1:

@@ -94,3 +94,89 @@ def test_a_transformer_learns_from_each_devices_own_file_under_loss(root_only, t
     # 15 s of a few thousand steps each: well above chance on a busy machine too
     assert s["average_model_accuracy"] > 2 * CHANCE, s
     assert all(a["steps"] > 100 and a["accuracy"] > 2 * CHANCE for a in s["agents"]), s["agents"]
+
+
+def _compiled(tmp_path, name: str, loss: str):
+    from edgegossip.compiler.artifact import compile_file
+
+    compile_file(ZOO / f"{name}-dynamo.onnx", loss, tmp_path / name)
+    from edgegossip.models.compiled import CompiledModel
+
+    return CompiledModel(tmp_path / name)
+
+
+def _latent(n: int, seed: int) -> np.ndarray:
+    """40 features from 4 latent factors and a little noise: what the dense autoencoder can
+    learn to reconstruct (error floor 0.01, the noise's variance)."""
+    rng = np.random.default_rng(seed)
+    mix = np.random.default_rng(99).normal(size=(4, 40))
+    return (rng.normal(size=(n, 4)) @ mix / 2 + 0.1 * rng.normal(size=(n, 40))).astype(np.float32)
+
+
+def test_an_mse_models_targets_come_from_y_or_are_its_input(tmp_path):
+    """Item 5: targets in the output's shape (regression), or no y at all (an autoencoder:
+    the input is its own target, held once); a target of the wrong size is one line."""
+    from edgegossip.agent.shard import Shard
+    from edgegossip.config import AgentConfig
+
+    x = _latent(60, 0)
+    np.savez(tmp_path / "ae.npz", x=x)
+    np.savez(tmp_path / "reg.npz", x=x, y=x[:, :40] * 2)
+    np.savez(tmp_path / "bad.npz", x=x, y=x[:, :3])
+    model = _compiled(tmp_path, "dense_autoencoder", "mse")
+    for name in ("ae", "reg"):
+        cfg = AgentConfig(
+            id=0,
+            listen="127.0.0.1:1",
+            algorithm="local",
+            source="file",
+            path=str(tmp_path / f"{name}.npz"),
+        )
+        data = device.from_file(cfg.path, targets=True)
+        device.check(data, 40, model.classes, model.input_shape, "mse")
+        xb, yb = Shard(cfg, data).batch_at(0)
+        assert yb.shape == (len(xb), 40)
+        assert (yb is xb) == (name == "ae")  # no second copy of an autoencoder's rows
+        scores = data.evaluate(model, model.init(0), 100)
+        assert scores["accuracy"] is None and scores["eval_mse"] > 0.1
+    bad = device.from_file(tmp_path / "bad.npz", targets=True)
+    with pytest.raises(device.DataMismatch, match="targets have 3 values; the model outputs 40"):
+        device.check(bad, 40, model.classes, model.input_shape, "mse")
+
+
+def test_token_ids_feed_an_embedding_and_pixels_are_refused_as_ids(tmp_path):
+    model = _compiled(tmp_path, "embedding", "cross-entropy")
+    assert model.input_dtype == np.int64
+    ids = np.random.default_rng(0).integers(0, 50, (16, 12))
+    np.savez(tmp_path / "ids.npz", x=ids, y=ids[:, 0] % 4)
+    data = device.from_file(tmp_path / "ids.npz")
+    device.check(data, 12, 4, model.input_shape, ids=True)
+    p, g = model.init(0), np.zeros(model.n_params, np.float32)
+    first = model.loss_grad(p, g, data.x[:8], data.y[:8], None)
+    for _ in range(50):
+        model.loss_grad(p, g, data.x[:8], data.y[:8], None)
+        p -= 0.5 * g
+    assert model.loss_grad(p, g, data.x[:8], data.y[:8], None) < first / 2
+    np.savez(tmp_path / "px.npz", x=ids.astype(np.uint8), y=ids[:, 0] % 4)
+    with pytest.raises(device.DataMismatch, match="uint8 pixels; store token ids as int64"):
+        device.check(device.from_file(tmp_path / "px.npz"), 12, 4, model.input_shape, ids=True)
+
+
+def test_an_autoencoder_learns_from_its_own_rows_in_an_emulated_fleet(tmp_path):
+    """Two agents on loopback with 10% loss, each with its part of a file holding only x: the
+    average model's test error (per element) well below the data's own variance, which is
+    what predicting nothing would score."""
+    x_test = _latent(1000, 2)
+    np.savez(tmp_path / "ae.npz", x=_latent(6000, 1), x_test=x_test)
+    _compiled(tmp_path, "dense_autoencoder", "mse")
+    res = CliRunner().invoke(
+        cli,
+        ["emulate", "--nodes", "2", "--backend", "loopback", "--loss", "0.1"]
+        + ["--model", str(tmp_path / "dense_autoencoder"), "--data", str(tmp_path / "ae.npz")]
+        + ["--duration", "10", "--out", str(tmp_path / "run"), "--json"],
+    )
+    assert res.exit_code == 0, res.output
+    s = json.loads(res.output.strip().splitlines()[-1])
+    assert s["average_model_accuracy"] is None
+    assert s["average_model_mse"] < 0.25 * float(np.square(x_test).mean()), s
+    assert all(a["mse"] is not None and a["eval_mse"] is not None for a in s["agents"])

@@ -66,11 +66,7 @@ class Agent:
         self.restart = False  # stopped to restart on a changed config
         self.live: Live | None = None  # what a reload reaches, while run() runs
         self.reader: Reader | None = None  # reads agent.toml on SIGHUP, while run() runs
-        self.data = (
-            data
-            if data is not None
-            else load_data(cfg, not self.model.light_step, self.model.input_shape)
-        )
+        self.data = data if data is not None else load_data(cfg, self.model)
         self.codec = payload.codec(cfg.payload)
         self.plan = self.codec.plan(self.model.n_params, cfg.chunk_bytes)
         self.shard = Shard(cfg, self.data)
@@ -188,6 +184,7 @@ class Agent:
             "state": state,
             "loss": last.get("loss"),
             "accuracy": last.get("accuracy"),
+            "eval_mse": last.get("eval_mse"),
             "uptime_s": round(time.monotonic() - self._t0, 1),
         }
 
@@ -379,11 +376,10 @@ class Agent:
                 self.checkpoints.in_background(self.x, self.step)
 
     def _record(self, losses, ctx: Context, sender, inbox, protocol) -> dict:
-        acc = self.data.accuracy(self.model, self.x, self.cfg.eval_examples)
         return {
             **self._counters(ctx, sender, inbox, protocol),
             "loss": round(float(np.mean(losses)), 5) if losses else None,
-            "accuracy": acc,
+            **self.data.evaluate(self.model, self.x, self.cfg.eval_examples),
             # the rate that really ran, to set beside train.p (this run's steps only)
             "exchanges_initiated_per_step": round(
                 ctx.exchanges["initiated"] / max(1, self.step - self._first_step), 5

@@ -16,27 +16,30 @@ class Shard:
         self.data = data
         self.batch = cfg.batch
         self.seed, self.worker = cfg.seed, cfg.id
-        self.steps_per_epoch = max(1, len(data.y) // self.batch)
-        self._epoch, self._order = -1, np.arange(len(data.y))
+        self.steps_per_epoch = max(1, data.rows // self.batch)
+        self._epoch, self._order = -1, np.arange(data.rows)
 
     def batch_at(self, step: int) -> tuple[np.ndarray, np.ndarray]:
         epoch, pos = divmod(step, self.steps_per_epoch)
         if epoch != self._epoch:
             self._order = np.random.default_rng([self.seed, self.worker, epoch]).permutation(
-                len(self.data.y)
+                self.data.rows
             )
             self._epoch = epoch
         return self.data.batch(self._order[pos * self.batch : (pos + 1) * self.batch])
 
 
-def load_data(
-    cfg: AgentConfig, packed: bool = True, input_shape: tuple[int, ...] = ()
-) -> device.DeviceData:
+def load_data(cfg: AgentConfig, model) -> device.DeviceData:
     """This device's data as its [data] table says, checked against the model's shapes; the
     shard of MNIST or Fashion-MNIST (cached as the source's name), pixel rows held deflated
-    (data/packed.py) when packed."""
+    (data/packed.py) unless the model's step is too light for that. A model trained with mse
+    gets targets from a file's y, or its input as its own target (an autoencoder; a data
+    set's labels are dropped)."""
+    packed, mse = not model.light_step, model.loss == "mse"
     if cfg.source == "file":
-        data = device.from_file(cfg.path, cfg.eval_fraction, cfg.label_column, cfg.seed, packed)
+        data = device.from_file(
+            cfg.path, cfg.eval_fraction, cfg.label_column, cfg.seed, packed, targets=mse
+        )
     else:
         data = device.from_mnist(
             cfg.id,
@@ -47,5 +50,8 @@ def load_data(
             mnist.cache_path(cfg.source),
             packed,
         )
-    device.check(data, cfg.inputs, cfg.classes, input_shape)
+        if mse:
+            data.y = data.y_eval = None
+    ids = np.dtype(model.input_dtype).kind == "i"
+    device.check(data, cfg.inputs, cfg.classes, model.input_shape, model.loss, ids)
     return data

@@ -54,7 +54,14 @@ m = make_model(name)
 p = m.init(0); g = np.zeros_like(p); opt = NesterovSGD(m.n_params)
 rng = np.random.default_rng(0)
 shape, classes = m.input_shape or (784,), getattr(m, "classes", 10)
-x = rng.standard_normal((batch, *shape), dtype=np.float32); y = rng.integers(0, classes, batch)
+if getattr(m, "input_dtype", np.dtype(np.float32)).kind == "i":  # token ids: row 0 is in range
+    x = np.zeros((batch, *shape), np.float32)
+else:
+    x = rng.standard_normal((batch, *shape), dtype=np.float32)
+if getattr(m, "loss", "cross-entropy") == "mse":  # targets in the output's shape
+    y = rng.standard_normal((batch, classes), dtype=np.float32)
+else:
+    y = rng.integers(0, classes, batch)
 grad = m
 if backend == "onnx":
     from edgegossip.models.onnx_backend import OnnxTrainer
@@ -80,17 +87,30 @@ spec = importlib.util.spec_from_file_location("reference_model", path)
 mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
 m = getattr(mod, cls)()
 manifest = json.load(open(f"{folder}/manifest.json"))
-n = sum(p.numel() for p in m.parameters())
+frozen = set(manifest.get("frozen", []))  # as model compile --freeze: not trained, and a
+for name, p in m.named_parameters():  # BatchNorm frozen whole runs on its running statistics
+    p.requires_grad_(name not in frozen)
+n = sum(p.numel() for p in m.parameters() if p.requires_grad)
 if n != manifest["params"]["count"]:
-    sys.exit(f"{path}:{cls} has {n} parameters, the compiled model {manifest['params']['count']}")
+    sys.exit(f"{path}:{cls} trains {n} parameters, the compiled model "
+             f"{manifest['params']['count']}")
 torch.set_num_threads(1); torch.manual_seed(0)
-x = torch.randn(batch, *manifest["input"]["shape"])
+if manifest["input"].get("dtype", "float32").startswith("int"):
+    x = torch.zeros(batch, *manifest["input"]["shape"], dtype=torch.int64)
+else:
+    x = torch.randn(batch, *manifest["input"]["shape"])
 if manifest["loss"] == "cross-entropy":
     y, loss = torch.randint(0, manifest["classes"], (batch,)), torch.nn.functional.cross_entropy
 else:
     y, loss = torch.randn(batch, *manifest["output"]["shape"]), torch.nn.functional.mse_loss
 m.train()
-opt = torch.optim.SGD(m.parameters(), lr=0.001, momentum=0.99, nesterov=True)
+for mod in m.modules():
+    if isinstance(mod, torch.nn.modules.batchnorm._BatchNorm) and mod.affine and not (
+        mod.weight.requires_grad or mod.bias.requires_grad
+    ):
+        mod.eval()
+opt = torch.optim.SGD([p for p in m.parameters() if p.requires_grad], lr=0.001, momentum=0.99,
+                      nesterov=True)
 def step():
     opt.zero_grad(); loss(m(x), y).backward(); opt.step()
 ms = best_ms(step, steps)

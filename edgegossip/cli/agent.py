@@ -10,7 +10,7 @@ import threading
 import click
 
 from edgegossip import exit_codes
-from edgegossip.cli.render import fail
+from edgegossip.cli.render import fail, score
 
 
 @click.command()
@@ -64,5 +64,6 @@ def agent(config_path: str, as_json: bool) -> None:
         click.echo(json.dumps(final))
     else:
         click.echo(
-            f"agent {cfg.id} stopped at step {final['step']}, accuracy {final['accuracy']:.4f}"
+            f"agent {cfg.id} stopped at step {final['step']}, "
+            f"{score(final.get('accuracy'), final.get('eval_mse'))}"
         )

@@ -13,7 +13,7 @@ from edgegossip import catalog, exit_codes
 from edgegossip.algorithms import DEFAULT as DEFAULT_ALGORITHM
 from edgegossip.algorithms import NAMES as ALGORITHMS
 from edgegossip.cli import options
-from edgegossip.cli.render import fail, table
+from edgegossip.cli.render import fail, score, table
 from edgegossip.dataplane.drops import KINDS
 
 # the table printed at the end (without --json)
@@ -25,7 +25,8 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
         return f"  agent {i}: starting" if alive else f"  agent {i}: not running"
     ex = r.get("exchanges", {})
     return (
-        f"  agent {i}: step {r['step']:>6}  loss {r.get('loss') or 0:.3f}  acc {r['accuracy']:.4f}"
+        f"  agent {i}: step {r['step']:>6}  loss {r.get('loss') or 0:.3f}  "
+        f"{score(r.get('accuracy'), r.get('eval_mse'))}"
         f"  exchanges {sum(ex.values()):>4} ({ex.get('partial', 0)} partial, "
         f"{ex.get('timed_out', 0)} timed out)  datagrams "
         + ", ".join(f"{k} {r.get(f'datagrams_{k}', 0)}" for k in KINDS)
@@ -325,14 +326,18 @@ def _watch(fleet, out: Path, as_json: bool, t0: float) -> None:
 
 
 def _show(summary: dict, loss: float) -> None:
-    rows = [{k: a[k] for k in COLUMNS} for a in summary["agents"]]
-    rows.append({"agent": "average", "accuracy": summary["average_model_accuracy"]})
-    click.echo(table(rows, list(COLUMNS)))
+    # an mse model's rows carry its test error where a classifier's carry accuracy
+    mse = summary.get("average_model_mse") is not None
+    columns = [("mse" if k == "accuracy" and mse else k) for k in COLUMNS]
+    rows = [{k: a.get(k) for k in columns} for a in summary["agents"]]
+    rows.append({"agent": "average", columns[1]: summary[f"average_model_{columns[1]}"]})
+    average = score(summary["average_model_accuracy"], summary.get("average_model_mse"))
+    click.echo(table(rows, columns))
     obs, burst = summary["observed_loss"], summary["observed_burst_mean"]
     seen = "n/a (TCP)" if obs is None else f"{obs:.1%}, in bursts of {burst or 0:g} on average"
     click.echo(
         f"loss configured {loss:.1%} ({summary['loss_kind']}), observed by receivers {seen}; "
-        f"test accuracy of the average model {summary['average_model_accuracy']:.4f}"
+        f"the average model's test {average}"
     )
     for a in summary["agents"]:
         if a["alarms"] or a["silent_peers"]:

@@ -25,6 +25,13 @@ def _fmt(v) -> str:
     return "" if v is None else str(v)
 
 
+def score(accuracy, mse=None) -> str:
+    """A model's held-out score as one phrase: a classifier's accuracy, an mse model's error."""
+    if accuracy is not None:
+        return f"accuracy {accuracy:.4f}"
+    return f"mse {mse:.5g}" if mse is not None else "accuracy n/a"
+
+
 def emit(obj: dict, as_json: bool, columns: list[str] | None = None, title: str = "") -> None:
     if as_json:
         click.echo(json.dumps(obj))

@@ -4,8 +4,10 @@ held-out slice, never the whole data set (a Pi Zero 2 W has 512 MB for everythin
 Sources (the agent's [data] table):
 - source = "mnist": this worker's shard of MNIST (train.partition), cut from the cache;
 - source = "file", path = FILE.npz: arrays `x` [n, features] (float32 used as given, or uint8
-  pixels normalised as MNIST's are) and `y` [n] (int labels 0 .. classes - 1), optionally
-  `x_eval` and `y_eval` (the held-out split; otherwise eval_fraction of the rows is held out);
+  pixels normalised as MNIST's are; whole numbers for a model of token ids) and `y` [n] (int
+  labels 0 .. classes - 1; for a model trained with mse, targets [n, *output], or no `y` at
+  all: the target is the input itself, an autoencoder's), optionally `x_eval` and `y_eval`
+  (the held-out split; otherwise eval_fraction of the rows is held out);
   `edgegossip data split` writes one such file per device;
 - source = "file", path = FILE.csv: numeric rows, one label column (`label_column`: its header
   name, or its index; by default a column headed "label", else the last column), an optional
@@ -38,25 +40,46 @@ class DeviceData:
     # uint8 pixels, held deflated (packed.py) and normalised per batch, or float32 features,
     # [n, inputs]
     x: np.ndarray | PackedRows
-    y: np.ndarray  # int64 [n]
+    # int64 [n] labels; float32 [n, outputs] targets (an mse model); None: the target is the
+    # input itself (an autoencoder: no second copy of the rows)
+    y: np.ndarray | None
     x_eval: np.ndarray | PackedRows  # like x, [m, inputs]
-    y_eval: np.ndarray  # int64 [m]
+    y_eval: np.ndarray | None  # like y, [m]
     row_shape: tuple[int, ...] = ()  # one example's shape as the file held it (before flattening)
 
+    @property
+    def rows(self) -> int:
+        return len(self.x)
+
     def batch(self, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return ready(self.x[pos]), self.y[pos]
+        x = ready(self.x[pos])
+        return x, (x if self.y is None else self.y[pos])
+
+    def held_out(self, i: int, j: int) -> tuple[np.ndarray, np.ndarray]:
+        x = ready(self.x_eval[i:j])
+        return x, (x if self.y_eval is None else self.y_eval[i:j])
+
+    def evaluate(self, model, params: np.ndarray, limit: int, batch: int = 64) -> dict:
+        """The model's held-out scores (Model.evaluate) on the first `limit` held-out examples,
+        in small batches: the CNN's im2col over 250 images alone took 70 MB, and a device has
+        no such room."""
+        n = min(limit, len(self.x_eval))
+        if model.loss != "mse":
+            hits = 0
+            for i in range(0, n, batch):
+                x, y = self.held_out(i, min(i + batch, n))
+                hits += int((model.logits(params, x).argmax(1) == y).sum())
+            return {"accuracy": hits / n if n else 0.0}
+        total, elements = 0.0, 0
+        for i in range(0, n, batch):
+            x, y = self.held_out(i, min(i + batch, n))
+            total += model.squared_error(params, x, y)
+            elements += y.size
+        return {"accuracy": None, "eval_mse": round(total / elements, 6) if elements else None}
 
     def accuracy(self, model, params: np.ndarray, limit: int, batch: int = 64) -> float:
-        """Accuracy on the first `limit` held-out examples, in small batches: the CNN's im2col
-        over 250 images alone took 70 MB, and a device has no such room."""
-        n = min(limit, len(self.y_eval))
-        hits = 0
-        for i in range(0, n, batch):
-            j = min(i + batch, n)
-            hits += int(
-                (model.logits(params, ready(self.x_eval[i:j])).argmax(1) == self.y_eval[i:j]).sum()
-            )
-        return hits / n if n else 0.0
+        """A classifier's held-out accuracy (evaluate)."""
+        return self.evaluate(model, params, limit, batch)["accuracy"]
 
 
 def ready(x: np.ndarray | PackedRows) -> np.ndarray:
@@ -138,32 +161,37 @@ def from_file(
     label_column: str = "",
     seed: int = 0,
     packed: bool = False,
+    targets: bool = False,
 ) -> DeviceData:
+    """This device's file; with targets (a model trained with mse), y holds float targets,
+    or is absent: the input is its own target."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"data.path: {path} does not exist")
     if path.suffix == ".npz":
         arrays = _read_npz(path, packed)
-        if "x" not in arrays or "y" not in arrays:
+        if "x" not in arrays or ("y" not in arrays and not targets):
             raise DataMismatch(f"data.path: {path} needs arrays x and y (has {', '.join(arrays)})")
-        x, y = arrays["x"], arrays["y"]
-        held = (arrays.get("x_eval"), arrays.get("y_eval"))
+        x, y = arrays["x"], arrays.get("y")
+        held = (arrays.get("x_eval"), arrays.get("y_eval") if y is not None else None)
     elif path.suffix == ".csv":
         x, y = _read_csv(path, label_column)
         held = (None, None)
     else:
         raise DataMismatch(f"data.path: {path}: use a .npz or a .csv file")
+    target = targets_of if targets else labels
     row_shape = tuple(int(d) for d in np.shape(x)[1:])
     x = x if isinstance(x, PackedRows) else features(x, path, "x")
-    y = labels(y, len(x), path, "y")
-    if held[0] is not None and held[1] is not None:
+    y = None if y is None else target(y, len(x), path, "y")
+    if held[0] is not None and (held[1] is not None or y is None):
         x_eval = held[0] if isinstance(held[0], PackedRows) else features(held[0], path, "x_eval")
-        y_eval = labels(held[1], len(x_eval), path, "y_eval")
+        y_eval = None if y is None else target(held[1], len(x_eval), path, "y_eval")
     else:
-        order = np.random.default_rng(seed).permutation(len(y))
-        k = max(1, int(round(eval_fraction * len(y)))) if len(y) > 1 else 0
-        x_eval, y_eval, x, y = x[order[:k]], y[order[:k]], x[order[k:]], y[order[k:]]
-    if len(y) == 0:
+        order = np.random.default_rng(seed).permutation(len(x))
+        k = max(1, int(round(eval_fraction * len(x)))) if len(x) > 1 else 0
+        x_eval, x = x[order[:k]], x[order[k:]]
+        y_eval, y = (None, None) if y is None else (y[order[:k]], y[order[k:]])
+    if len(x) == 0:
         raise DataMismatch(f"data.path: {path} holds no training rows")
     return DeviceData(x, y, x_eval, y_eval, row_shape)
 
@@ -216,6 +244,19 @@ def labels(y: np.ndarray, n: int, path: Path, name: str) -> np.ndarray:
     return y.astype(np.int64)
 
 
+def targets_of(y: np.ndarray, n: int, path: Path, name: str) -> np.ndarray:
+    """An mse model's targets: n finite rows, each flattened."""
+    y = np.asarray(y)
+    if len(y) != n:
+        raise DataMismatch(f"data.path: {path}: {name} has {len(y)} targets for {n} rows")
+    if not np.issubdtype(y.dtype, np.number):
+        raise DataMismatch(f"data.path: {path}: {name} is not numeric ({y.dtype})")
+    y = np.ascontiguousarray(y.reshape(n, -1), np.float32)
+    if not np.isfinite(y).all():
+        raise DataMismatch(f"data.path: {path}: {name} holds NaN or Inf")
+    return y
+
+
 def _read_csv(path: Path, label_column: str) -> tuple[np.ndarray, np.ndarray]:
     with open(path, newline="") as f:
         rows = [r for r in csv.reader(f) if r]
@@ -245,9 +286,18 @@ def _read_csv(path: Path, label_column: str) -> tuple[np.ndarray, np.ndarray]:
     return np.delete(table, col, axis=1).astype(np.float32), table[:, col]
 
 
-def check(data: DeviceData, inputs: int, classes: int, input_shape: tuple[int, ...] = ()) -> None:
+def check(
+    data: DeviceData,
+    inputs: int,
+    classes: int,
+    input_shape: tuple[int, ...] = (),
+    loss: str = "cross-entropy",
+    ids: bool = False,
+) -> None:
     """One-line errors for data that does not fit the model: input_shape is a compiled model's
-    (its manifest's) example shape, which examples stored with more than one axis must have."""
+    (its manifest's) example shape, which examples stored with more than one axis must have;
+    an mse model's targets must have its output's size (classes: its elements), and a model
+    of token ids needs whole numbers from 0."""
     takes = "x".join(map(str, input_shape)) if input_shape else f"{inputs} (set train.inputs)"
     if input_shape and len(data.row_shape) > 1 and data.row_shape != tuple(input_shape):
         have = "x".join(map(str, data.row_shape))
@@ -257,6 +307,21 @@ def check(data: DeviceData, inputs: int, classes: int, input_shape: tuple[int, .
             raise DataMismatch(
                 f"data: the {name} have {x.shape[1]} features; the model takes {takes}"
             )
+    if ids:
+        for name, x in (("training rows", data.x), ("held-out rows", data.x_eval)):
+            if isinstance(x, PackedRows) or x.dtype == np.uint8:
+                raise DataMismatch(f"data: the {name} are uint8 pixels; store token ids as int64")
+            if len(x) and ((x != np.round(x)).any() or x.min() < 0 or x.max() >= 2**24):
+                raise DataMismatch(f"data: the {name} are not token ids (whole, 0 to 2^24)")
+    if loss == "mse":
+        for name, y in (("training", data.y), ("held-out", data.y_eval)):
+            width = inputs if y is None else y.shape[1]
+            if width != classes:
+                what = "targets have" if y is not None else "rows (their own targets) have"
+                raise DataMismatch(
+                    f"data: the {name} {what} {width} values; the model outputs {classes}"
+                )
+        return
     top = max(int(data.y.max(initial=0)), int(data.y_eval.max(initial=0)))
     if top >= classes:
         raise DataMismatch(

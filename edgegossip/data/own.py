@@ -64,19 +64,19 @@ def per_node(data: str | Path, nodes: int, seed: int, out: Path) -> list[Path]:
     arrays = _arrays(files[0])
     rng = np.random.default_rng(seed)
     parts = {
-        k: np.array_split(rng.permutation(len(arrays[y])), nodes)
-        for k, y in (("train", "y"), ("eval", "y_eval"))
-        if y in arrays
+        k: np.array_split(rng.permutation(len(arrays[x])), nodes)
+        for k, x in (("train", "x"), ("eval", "x_eval"))
+        if x in arrays
     }
     if min(len(p) for p in parts["train"]) == 0:
         raise device.DataMismatch(f"--data {files[0]}: fewer training rows than nodes ({nodes})")
     out.mkdir(parents=True, exist_ok=True)
     dests = []
     for i in range(nodes):
-        own = {"x": arrays["x"][parts["train"][i]], "y": arrays["y"][parts["train"][i]]}
+        own = {k: arrays[k][parts["train"][i]] for k in ("x", "y") if k in arrays}
         if "eval" in parts:
             own.update(
-                x_eval=arrays["x_eval"][parts["eval"][i]], y_eval=arrays["y_eval"][parts["eval"][i]]
+                {k: arrays[k][parts["eval"][i]] for k in ("x_eval", "y_eval") if k in arrays}
             )
         dests.append(out / f"device-{i}.npz")
         _save(dests[-1], **own)
@@ -91,24 +91,30 @@ def rows(path: Path) -> int:
 
 def _arrays(path: Path) -> dict[str, np.ndarray]:
     """The file's arrays, checked as a device would check them (one line if not)."""
-    device.from_file(path)
+    with np.load(path, allow_pickle=False) as z:
+        targets = "y" not in z.files or z["y"].dtype.kind == "f"
+    device.from_file(path, targets=targets)
     with np.load(path, allow_pickle=False) as z:
         arrays = {k: z[k] for k in z.files}
-    if ("x_eval" in arrays) != ("y_eval" in arrays):
+    if "y" in arrays and ("x_eval" in arrays) != ("y_eval" in arrays):
         raise device.DataMismatch(f"--data {path}: x_eval and y_eval come together")
     return arrays
 
 
-def test_set(data: str | Path, files: list[Path], eval_fraction: float, seed: int) -> TestSet:
-    """The file's own test arrays, else the nodes' held-out rows as each agent holds them out."""
+def test_set(
+    data: str | Path, files: list[Path], eval_fraction: float, seed: int, targets: bool = False
+) -> TestSet:
+    """The file's own test arrays, else the nodes' held-out rows as each agent holds them out;
+    with targets (an mse model), y as targets, or x itself where the data has no y."""
     p = Path(data)
+    target = device.targets_of if targets else device.labels
     if p.is_file():
         with np.load(p, allow_pickle=False) as z:
-            if "x_test" in z.files and "y_test" in z.files:
-                x = device.features(z["x_test"], p, "x_test")
-                return TestSet(device.ready(x), device.labels(z["y_test"], len(x), p, "y_test"))
-    held = [device.from_file(f, eval_fraction, seed=seed) for f in files]
-    return TestSet(
-        np.concatenate([device.ready(h.x_eval) for h in held]),
-        np.concatenate([h.y_eval for h in held]),
-    )
+            if "x_test" in z.files and ("y_test" in z.files or targets):
+                x = device.ready(device.features(z["x_test"], p, "x_test"))
+                y = target(z["y_test"], len(x), p, "y_test") if "y_test" in z.files else x
+                return TestSet(x, y)
+    held = [device.from_file(f, eval_fraction, seed=seed, targets=targets) for f in files]
+    xs = [device.ready(h.x_eval) for h in held]
+    ys = [x if h.y_eval is None else h.y_eval for x, h in zip(xs, held)]
+    return TestSet(np.concatenate(xs), np.concatenate(ys))

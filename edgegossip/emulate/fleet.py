@@ -277,9 +277,9 @@ class EmulatedFleet:
         if own.named(self.spec.data):
             return mnist.load(name=self.spec.data)
         files = self.data_files or own.files_of(self.spec.data, self.spec.nodes)
-        return own.test_set(
-            self.spec.data, files, agent_config.default("eval_fraction"), self.spec.seed
-        )
+        mse = make_model(self.spec.model).loss == "mse"
+        fraction = agent_config.default("eval_fraction")
+        return own.test_set(self.spec.data, files, fraction, self.spec.seed, targets=mse)
 
     def _signal(self, p: subprocess.Popen, sig: int) -> None:
         """To the agent's whole process group: unshare does not pass signals on to the agent."""

@@ -104,11 +104,17 @@ def collect(
         verb="fetched",
     )
     got = [d for d, r in zip(devices, rows) if r["ok"]]
-    data, calibration = evaluation.load(fleet, devices, test)
+    data, calibration = evaluation.load(fleet, devices, test, targets=model.loss == "mse")
     summary = (
         summarize(out, [d.id for d in got], name, None, "fleet", 0.0, None, data)
         if got
-        else {"average_model_accuracy": None, "agents": [], "plots": [], "observed_loss": None}
+        else {
+            "average_model_accuracy": None,
+            "average_model_mse": None,
+            "agents": [],
+            "plots": [],
+            "observed_loss": None,
+        }
     )
     by_id = {a["agent"]: a for a in summary["agents"]}
     for d, r in zip(devices, rows):
@@ -117,6 +123,7 @@ def collect(
         r.update(
             agent=d.id,
             accuracy=a.get("accuracy"),
+            mse=a.get("mse"),
             peak_rss_mb=a.get("peak_rss_mb"),
             step=int(state["step"]) if state is not None else None,
         )

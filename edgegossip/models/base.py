@@ -53,6 +53,10 @@ class Model(ABC):
     # a backward pass that hands each block of gradient to the optimiser as soon as it is
     # known (loss_grad_layerwise), so no whole-model gradient exists (the NumPy MLP)
     layerwise: bool = False
+    # what it is trained on: class labels (cross-entropy), or targets in its output's shape
+    # (mse: regression, an autoencoder's reconstruction), scored by evaluate() accordingly
+    loss: str = "cross-entropy"
+    input_dtype: np.dtype = np.dtype(np.float32)  # int64: token ids (a compiled embedding)
 
     @property
     def n_params(self) -> int:
@@ -97,3 +101,23 @@ class Model(ABC):
         for i in range(0, len(x), batch):
             hits += int((self.logits(params, x[i : i + batch]).argmax(1) == y[i : i + batch]).sum())
         return hits / len(x)
+
+    def squared_error(
+        self, params: np.ndarray, x: np.ndarray, y: np.ndarray, batch: int = 2000
+    ) -> float:
+        """The sum over examples and elements of (output - target)^2 (y flat per example)."""
+        total = 0.0
+        for i in range(0, len(x), batch):
+            out = self.logits(params, x[i : i + batch]).astype(np.float64)
+            total += float(np.square(out - y[i : i + batch].reshape(len(out), -1)).sum())
+        return total
+
+    def evaluate(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> dict:
+        """The held-out scores for this model's loss: accuracy for a classifier; for an mse
+        model its mean squared error per element (eval_mse), accuracy null."""
+        if not len(x):
+            return {"accuracy": None} if self.loss == "mse" else {"accuracy": 0.0}
+        if self.loss != "mse":
+            return {"accuracy": self.accuracy(params, x, y)}
+        elements = len(x) * (y[0].size if y.ndim > 1 else 1)
+        return {"accuracy": None, "eval_mse": round(self.squared_error(params, x, y) / elements, 6)}

@@ -119,6 +119,7 @@ class CompiledModel(Model):
         self.inputs = int(np.prod(self.input_shape))
         self.classes = int(m["classes"]) if m.get("classes") else int(np.prod(m["output"]["shape"]))
         self.loss = m["loss"]
+        self.output_shape = tuple(int(d) for d in m["output"]["shape"])
         self.input_name = m["input"]["name"]
         # float32 features, or token ids (int64): the data layer holds either as float32,
         # exact for ids below 2^24
@@ -200,7 +201,7 @@ class CompiledModel(Model):
     def _labels(self, y: np.ndarray) -> np.ndarray:
         if self.loss == "cross-entropy":
             return np.ascontiguousarray(y, np.int64)
-        return np.ascontiguousarray(y, np.float32)
+        return np.ascontiguousarray(y, np.float32).reshape(len(y), *self.output_shape)
 
     def logits(self, params: np.ndarray, x: np.ndarray) -> np.ndarray:
         if self._infer is None:

@@ -33,15 +33,15 @@ def summarize(
         last = ([r for r in recs if "step" in r] or [{}])[-1]  # a resumed agent's records go on
         histories[i] = [r for r in recs if r.get("accuracy") is not None]
         state = checkpoint.load(out / f"agent{i}")
-        acc = None
+        scores: dict = {}
         if state is not None:
             params.append(state["params"])
-            acc = model.accuracy(state["params"], data.x_test, data.y_test)
-        agents.append(_agent_row(i, acc, last, recs))
-    avg_acc = None
+            scores = model.evaluate(state["params"], data.x_test, _targets(model, data))
+        agents.append(_agent_row(i, scores, last, recs))
+    avg_scores: dict = {}
     if params:
-        avg = average(params)
-        avg_acc = model.accuracy(avg, data.x_test, data.y_test)
+        avg_scores = model.evaluate(average(params), data.x_test, _targets(model, data))
+    avg_acc = avg_scores.get("accuracy")
     # from sequence gaps on each incoming link: immune to agents starting or stopping at
     # different moments; injected loss never reaches the inbox, so it counts as lost
     arrived = sum(a["link_arrived"] for a in agents)
@@ -60,6 +60,7 @@ def summarize(
         "loss_kind": loss_kind,
         "loss_alarm": alarm,
         "average_model_accuracy": avg_acc,
+        "average_model_mse": avg_scores.get("eval_mse"),  # a model trained with mse
         "elapsed_s": round(elapsed_s, 1),
         "kernel_dropped_packets": kernel_dropped,
         "agents": agents,
@@ -73,12 +74,21 @@ def records(path: Path) -> list[dict]:
     return [r for r in read_metrics(path) if invalid(r) is None] if path.is_file() else []
 
 
-def _agent_row(i: int, acc: float | None, last: dict, recs: list[dict]) -> dict:
-    """One agent's row: its test accuracy, and what its last metrics record and all of its
+def _targets(model, data) -> np.ndarray:
+    """What the test set's outputs are scored against: its labels, or for a model trained
+    with mse its targets, or its input where it has only labels (an autoencoder)."""
+    if model.loss == "mse" and data.y_test.ndim == 1:
+        return data.x_test
+    return data.y_test
+
+
+def _agent_row(i: int, scores: dict, last: dict, recs: list[dict]) -> dict:
+    """One agent's row: its test scores, and what its last metrics record and all of its
     records say."""
     return {
         "agent": i,
-        "accuracy": acc,
+        "accuracy": scores.get("accuracy"),
+        "mse": scores.get("eval_mse"),
         **summary_row(last, recs),
         "restarts": sum(1 for r in recs if r.get("event") == "start") - 1,
     }

@@ -8,7 +8,7 @@ import click
 
 from edgegossip import exit_codes
 from edgegossip.cli.fleet import exit_for, fleet_options, open_fleet, select
-from edgegossip.cli.render import emit, fail, table
+from edgegossip.cli.render import emit, fail, score, table
 from edgegossip.fleet.evaluation import TESTS
 
 
@@ -33,9 +33,10 @@ def collect(out, live, test, fleet_dir, as_json, concurrency, timeout_s, only) -
     estimated from training data), and write
     OUT/summary.json, the plots `emulate` draws (PNG and SVG) and OUT/report.html.
 
-    --json: {"average_model_accuracy", "onnx" (path or null), "onnx_error", "model", "fleet",
+    --json: {"average_model_accuracy", "average_model_mse" (a model trained with mse: its test
+    error, accuracy null), "onnx" (path or null), "onnx_error", "model", "fleet",
     "observed_loss", "plots", "report", "devices": [{"name", "ok", "error", "agent", "accuracy",
-    "step", "peak_rss_mb", "seconds"}], ...}"""
+    "mse", "step", "peak_rss_mb", "seconds"}], ...}"""
     from edgegossip.data.mnist import DataError
     from edgegossip.errors import UsageError
     from edgegossip.fleet.collect import collect as run
@@ -53,12 +54,13 @@ def collect(out, live, test, fleet_dir, as_json, concurrency, timeout_s, only) -
     if as_json:
         emit(s, True)
     else:
+        score_of = "mse" if s.get("average_model_mse") is not None else "accuracy"
         click.echo(
-            table(s["devices"], ["name", "ok", "agent", "accuracy", "step", "peak_rss_mb", "error"])
+            table(s["devices"], ["name", "ok", "agent", score_of, "step", "peak_rss_mb", "error"])
         )
-        acc = s["average_model_accuracy"]
+        average = score(s["average_model_accuracy"], s.get("average_model_mse"))
         click.echo(
-            f"average model: test accuracy {'n/a' if acc is None else f'{acc:.4f}'}; "
+            f"average model: test {average}; "
             f"onnx: {s['onnx'] or s['onnx_error']}; report: {s['report']}"
         )
     exit_for(s["devices"])
