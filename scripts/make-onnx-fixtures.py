@@ -8,7 +8,8 @@ installing one. Run once, by hand, in a throwaway venv with torch and onnx:
     /tmp/torchenv/bin/python scripts/make-onnx-fixtures.py tests/fixtures/onnx
 
 Each NAME.onnx comes with NAME.npz: x, y, the loss, and for every parameter (by its ONNX
-initializer name) its value and its gradient; `versions` names the exporter."""
+initializer name) its value and its gradient; `versions` names the exporter. Beside it,
+readme/net.onnx and net.onnx.data: the README's `Net` exported by its one-liner."""
 
 import json
 import sys
@@ -79,6 +80,40 @@ CASES = {
 }
 
 
+class Net(nn.Module):
+    """The README's `Net`: a small convolutional classifier for 28x28 digits."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 8, 5, stride=2)
+        self.head = nn.Linear(8 * 12 * 12, 10)
+
+    def forward(self, x):
+        return self.head(torch.flatten(torch.relu(self.conv(x)), 1))
+
+
+def readme_net(out: Path) -> None:
+    """out/net.onnx and out/net.onnx.data, written by the README's own export one-liner word
+    for word (the default exporter keeps the weights in net.onnx.data beside the graph)."""
+    import os
+
+    out.mkdir(parents=True, exist_ok=True)
+    here = os.getcwd()
+    os.chdir(out)
+    try:
+        torch.manual_seed(0)
+        torch.onnx.export(
+            Net().eval(),
+            (torch.randn(1, 1, 28, 28),),
+            "net.onnx",
+            input_names=["x"],
+            dynamic_shapes={"x": {0: torch.export.Dim("batch")}},
+            optimize=False,
+        )  # noqa: E501
+    finally:
+        os.chdir(here)
+
+
 def main(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     versions = {"torch": torch.__version__, "onnx": onnx.__version__}
@@ -129,3 +164,4 @@ def main(out: Path) -> None:
 
 if __name__ == "__main__":
     main(Path(sys.argv[1]))
+    readme_net(Path(sys.argv[1]).parent / "readme")

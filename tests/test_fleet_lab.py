@@ -1,7 +1,8 @@
 """The fleet commands end to end against a lab of booted Debian containers (root, CI): lab up ->
 deploy -> status -> set p=1/16 (rolling) -> an agent killed -> status shows it down -> start ->
-it resumes -> collect (the average of a compiled softmax regression >= 0.85 on the test set,
-written back into its ONNX file) -> lab down leaves nothing. And
+it resumes -> collect (the average of the README's own model, exported by its one-liner with
+the weights in net.onnx.data and compiled, >= 0.85 on the test set, written back into its ONNX
+file, which stock onnxruntime runs) -> lab down leaves nothing. And
 the ways it must fail: unreachable host, wrong SSH key, full disk, a control key not allowed."""
 
 import json
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.onnx_models import compile_to, softmax_regression
+from tests.helpers.onnx_models import compile_to
 from tests.helpers.waiting import until
 
 pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -67,10 +68,13 @@ def leftovers():
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory, root_only_module):
     out = tmp_path_factory.mktemp("lab") / "fleet"
-    # the fleet trains a compiled model (issue 43): a softmax regression as an exporter writes
-    # it, compiled here, copied into the fleet folder and shipped by deploy with onnxruntime
+    # the fleet trains a compiled model (issues 43, 55): the README's Net as its export
+    # one-liner writes it (scripts/make-onnx-fixtures.py), compiled here, copied into the
+    # fleet folder and shipped by deploy with onnxruntime
     model = tmp_path_factory.mktemp("model")
-    compiled = compile_to(softmax_regression(model / "softmax.onnx"), model / "compiled")
+    readme = Path(__file__).parent / "fixtures" / "readme" / "net.onnx"
+    assert readme.with_suffix(".onnx.data").is_file()  # the weights beside the graph
+    compiled = compile_to(readme, model / "compiled")
     before = set(leftovers())
     try:
         up = js(
@@ -207,7 +211,8 @@ def test_fleet_end_to_end(lab, tmp_path):
 
     test = mnist.load()
     s = ort.InferenceSession(col["onnx"], providers=["CPUExecutionProvider"])
-    acc = float((s.run(None, {"x": test.x_test})[0].argmax(1) == test.y_test).mean())
+    x = test.x_test.reshape(-1, 1, 28, 28)
+    acc = float((s.run(None, {"x": x})[0].argmax(1) == test.y_test).mean())
     assert abs(acc - col["average_model_accuracy"]) < 1e-3, (acc, col["average_model_accuracy"])
     assert Path(col["report"]).is_file() and all(Path(p).is_file() for p in col["plots"])
     html = Path(col["report"]).read_text()
