@@ -92,6 +92,41 @@ class Net(nn.Module):
         return self.head(torch.flatten(torch.relu(self.conv(x)), 1))
 
 
+class Regularised(nn.Module):
+    """Conv-BatchNorm-ReLU, Dropout and a linear head: what an exporter may change."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 3)
+        self.bn = nn.BatchNorm2d(4)
+        self.drop = nn.Dropout(0.25)
+        self.head = nn.Linear(4 * 6 * 6, 3)
+
+    def forward(self, x):
+        return self.head(self.drop(torch.flatten(torch.relu(self.bn(self.conv(x))), 1)))
+
+
+def exports(out: Path) -> None:
+    """out/EXPORT.onnx: one model as four exports change it or keep it: eval mode (dynamo:
+    Dropout left as an Identity), dynamo's optimize=True (BatchNorm folded into the Conv),
+    TorchScript's constant folding (BatchNorm folded, weights renamed onnx::...), and train
+    mode with optimize=False (both kept)."""
+    out.mkdir(parents=True, exist_ok=True)
+    x = torch.randn(2, 1, 8, 8)
+    dynamic = {"x": {0: torch.export.Dim("batch")}}
+    for name, train, kw in (
+        ("eval-dynamo", False, {"dynamic_shapes": dynamic, "optimize": False}),
+        ("optimized-dynamo", False, {"dynamic_shapes": dynamic, "optimize": True}),
+        ("folded-torchscript", False, {"dynamo": False, "dynamic_axes": {"x": {0: "batch"}}}),
+        ("train-dynamo", True, {"dynamic_shapes": dynamic, "optimize": False}),
+    ):
+        torch.manual_seed(0)
+        model = Regularised().train(train)
+        if kw.get("dynamo", True):  # dynamo: the weights inside the file, as fixtures are
+            kw["external_data"] = False
+        torch.onnx.export(model, (x,), str(out / f"{name}.onnx"), input_names=["x"], **kw)
+
+
 def readme_net(out: Path) -> None:
     """out/net.onnx and out/net.onnx.data, written by the README's own export one-liner word
     for word (the default exporter keeps the weights in net.onnx.data beside the graph)."""
@@ -103,13 +138,13 @@ def readme_net(out: Path) -> None:
     try:
         torch.manual_seed(0)
         torch.onnx.export(
-            Net().eval(),
+            Net().train(),
             (torch.randn(1, 1, 28, 28),),
             "net.onnx",
             input_names=["x"],
             dynamic_shapes={"x": {0: torch.export.Dim("batch")}},
             optimize=False,
-        )  # noqa: E501
+        )
     finally:
         os.chdir(here)
 
@@ -165,3 +200,4 @@ def main(out: Path) -> None:
 if __name__ == "__main__":
     main(Path(sys.argv[1]))
     readme_net(Path(sys.argv[1]).parent / "readme")
+    exports(Path(sys.argv[1]).parent / "exports")

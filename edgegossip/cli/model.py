@@ -53,8 +53,8 @@ def model() -> None:
     is_flag=True,
     help='Print the manifest: {"format", "source": {"file", "sha256"}, "loss", "input": '
     '{"name", "shape", "dtype"}, "output": {"shape"}, "classes", "params": {"count", '
-    '"layout"}, "state", "untrained", "frozen", "ops", "opset", "onnxruntime", "files", '
-    '"digest", "out"}.',
+    '"layout"}, "state", "untrained", "frozen", "exporter_changes" (one line each), "ops", '
+    '"opset", "onnxruntime", "files", "digest", "out"}.',
 )
 def compile(
     source: Path,
@@ -94,6 +94,8 @@ def compile(
         click.echo("frozen: " + _listed(manifest["frozen"]))
     if manifest["untrained"]:
         click.echo("left as exported (--accept-untrained): " + _listed(manifest["untrained"]))
+    for line in manifest["exporter_changes"]:
+        click.echo(f"note: {line}")
 
 
 def _listed(names: list[str], most: int = 8) -> str:

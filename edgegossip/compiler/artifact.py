@@ -82,6 +82,7 @@ def _manifest(c: Compiled, loss: str, source: Path) -> dict:
         "state": [{"output": o, "initializer": i, "shape": list(s)} for o, i, s in c.state],
         "untrained": c.untrained,  # weights left as exported, by the user's choice
         "frozen": c.frozen,  # weights the user froze (--freeze, --train)
+        "exporter_changes": c.exporter_changes,  # what the export changed of the model
         "ops": c.ops,
         "opset": c.opset,
         "onnxruntime": RUNTIMES[c.opset][0],  # the oldest that runs it (fleet deploy checks)

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import fnmatch
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from edgegossip.compiler.coverage import refuse_untrained, untrained
+from edgegossip.compiler.coverage import exporter_changes, refuse_untrained, untrained
 from edgegossip.compiler.emit import Emit
 from edgegossip.compiler.errors import CompileError, where
 from edgegossip.compiler.expand import expand
@@ -85,6 +85,7 @@ class Compiled:
     untrained: list[str]  # weights left as exported (accepted by the user)
     frozen: list[str]  # weights the user froze (Choice)
     input_dtype: str = "float32"  # the batch's element type: int64 for token ids
+    exporter_changes: list[str] = field(default_factory=list)  # coverage.exporter_changes
 
 
 @dataclass(frozen=True)
@@ -155,6 +156,7 @@ def compile_model(model: onnx.ModelProto, loss: str, choice: Choice = Choice()) 
         opset=opset_of(model),
         untrained=[name for name, _, _ in left],
         frozen=sorted(frozen),
+        exporter_changes=exporter_changes(graph, params),
     )
 
 

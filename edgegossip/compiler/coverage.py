@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
-from edgegossip.compiler.errors import CompileError
+from edgegossip.compiler.errors import CompileError, where
 from edgegossip.compiler.ops import OPS, diff_slots
 
 FLOATS = (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16)
@@ -53,3 +53,50 @@ def refuse_untrained(found: list[tuple[str, list[int], str]]) -> None:
         f"which the compiler does not differentiate{more}; `model compile --accept-untrained` "
         "trains the rest without it"
     )
+
+
+FOLDED_INTO = ("Conv", "ConvTranspose", "Gemm", "MatMul")  # what an exporter folds BatchNorm into
+
+
+def exporter_changes(graph, params) -> list[str]:
+    """One line for each change the exporter made to the user's model that the compiler can
+    tell, with the export setting that keeps the model as written: a Dropout exported in eval
+    mode (dynamo leaves an Identity with the Dropout's module metadata; TorchScript leaves no
+    trace), a BatchNorm folded into the op before it (dynamo's optimize=True leaves the
+    BatchNorm's metadata on that op), weights computed by TorchScript's constant folding (a
+    BatchNorm folded, a weight transposed: named onnx::..., not as the user's layers)."""
+    out = []
+    for n in graph.node:
+        classes = _classes(n)
+        if n.op_type == "Identity" and any(".dropout." in c for c in classes):
+            out.append(
+                f"{where(n)}: exported in eval mode, this Dropout is gone and the devices train "
+                "without it; export the model in train mode (Net().train()) to keep it"
+            )
+        elif n.op_type in FOLDED_INTO and any(".batchnorm." in c for c in classes):
+            out.append(
+                f"{where(n)}: the exporter folded this BatchNorm into the {n.op_type} before "
+                "it and the devices train without it; export with optimize=False to keep it"
+            )
+    computed = [p.name for p in params if p.name.startswith("onnx::")]
+    if computed:
+        out.append(
+            f"weights {', '.join(computed[:3])}{' ...' if len(computed) > 3 else ''} were "
+            "computed by the exporter's constant folding (a BatchNorm folded into them, or a "
+            "transpose), not named as your layers; export with do_constant_folding=False to "
+            "train your model's own weights and layers"
+        )
+    return out
+
+
+def _classes(node) -> list[str]:
+    """The module classes the dynamo exporter records a node came from (its class_hierarchy),
+    without the aten op at its end."""
+    import ast
+
+    meta = {p.key: p.value for p in node.metadata_props}
+    try:
+        value = ast.literal_eval(meta.get("pkg.torch.onnx.class_hierarchy", "[]"))
+    except (ValueError, SyntaxError):
+        return []
+    return [str(v) for v in value[:-1]] if isinstance(value, list) else []
