@@ -266,6 +266,14 @@ OPS: dict[str, Op] = {
                 B=(2,),
             ),
             case(
+                "2-D depthwise, stride 2, pads 1, after a trained layer",
+                node("Mul x V -> h"),
+                node("Conv h W -> z", group=3, strides=[2, 2], pads=[1, 1, 1, 1]),
+                x=(3, 5, 5),
+                V=(3, 5, 5),
+                W=(3, 1, 3, 3),
+            ),
+            case(
                 "1-D, stride 3, pads 2 0",
                 node("Conv x W B -> z", strides=[3], pads=[2, 0]),
                 x=(1, 8),

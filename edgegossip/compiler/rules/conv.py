@@ -33,8 +33,10 @@ def _output_padding(x, y, nd, strides, pads, dil, kernel) -> list[int]:
 def conv_vjp(e, n, g, s):
     """y = conv(x, W) + b, stride s, pads p, dilation d, groups G (1-D and 2-D):
     gx = conv_transpose(g, W) with the same s, p, d, G (and the output padding that gives back
-    x's size); gW, per group, = conv(x^T, g^T) with stride d and dilation s, where ^T swaps the
-    batch and channel axes, cut to W's kernel size; gb = sum over batch and space of g."""
+    x's size); gW = conv(x', g') with stride d and dilation s, cut to W's kernel size, where x'
+    holds x's batch as channels and its channels within a group as batch, and g' g's batch as
+    channels (_weight_grad); gb = sum over batch and space of g. Each is one op whatever the
+    groups (a depthwise convolution's gradient was once one op per channel)."""
     x, w = n.input[0], n.input[1]
     xs, ys, nd, strides, pads, dil = _conv_geometry(e, n, "Conv's gradient")
     ws = e.static(w, "Conv's gradient")
@@ -42,39 +44,55 @@ def conv_vjp(e, n, g, s):
     kernel = ws[2:]
     extra = _output_padding(xs, ys, nd, strides, pads, dil, kernel)
     geo = {"strides": strides, "pads": pads, "dilations": dil, "output_padding": extra}
-    gg = _groups(e, g[0], ys[1], groups)
-    wg = _groups(e, w, ws[0], groups, axis=0)
-    # group by group (a grouped ConvTranspose is not in every runtime's kernels)
-    gxs = [e.op("ConvTranspose", gi, wi, **geo) for gi, wi in zip(gg, wg)]
-    gx = gxs[0] if groups == 1 else e.op("Concat", *gxs, axis=1)
-    gw = _weight_grad(e, x, xs[1], g[0], ys[1], groups, strides, pads, dil, kernel)
+    gx = e.op("ConvTranspose", g[0], w, group=groups, **geo)
+    gw = _weight_grad(e, x, xs, g[0], ys, groups, strides, pads, dil, kernel)
     out: Grads = [gx, gw]
     if len(n.input) > 2 and n.input[2]:
         out.append(e.reduce_sum(g[0], [0] + list(range(2, 2 + nd)), keepdims=0))
     return out
 
 
-def _weight_grad(e: Emit, inp, in_ch, g, out_ch, groups, strides, pads, dil, kernel) -> str:
-    """d <g, conv(inp, W)> / dW, W [out_ch, in_ch / groups, *kernel]: per group,
-    conv(inp^T, g^T) with stride and dilation swapped, cut to the kernel (^T swaps the batch
-    and channel axes)."""
+def _weight_grad(e: Emit, inp, in_dims, g, out_dims, groups, strides, pads, dil, kernel) -> str:
+    """d <g, conv(inp, W)> / dW, W [out_ch, in_ch / G, *kernel], as one convolution of G groups:
+    x' [in_ch / G, G N, *space] (x' [i, k N + n] = inp [n, k in_ch / G + i]) by
+    g' [out_ch, N, *space'] (g' [o, n] = g [n, o]), stride and dilation swapped, gives
+    [in_ch / G, out_ch, ...]: each output channel o of group k sums over the batch its
+    correlation with its own group's input channels; cut to the kernel and transposed."""
     nd = len(kernel)
-    swap = [1, 0] + list(range(2, 2 + nd))
-    parts = []
-    for xi, gi in zip(_groups(e, inp, in_ch, groups), _groups(e, g, out_ch, groups)):
-        full = e.op(
-            "Conv",
-            e.op("Transpose", xi, perm=swap),
-            e.op("Transpose", gi, perm=swap),
-            strides=dil,
-            dilations=strides,
-            pads=pads,
+    out_ch = out_dims[1]
+    if groups > 1 and groups == in_dims[1] == out_ch:
+        return _depthwise_weight_grad(e, inp, g, out_dims, strides, pads, dil, kernel)
+    space = list(range(3, 3 + nd))
+    per, sizes = in_dims[1] // groups, list(in_dims[2:])
+    # [N, C, *s] -> [N, G, C/G, *s] -> [C/G, G, N, *s] -> [C/G, G N, *s]
+    xg = e.op("Reshape", inp, e.const([0, groups, per] + sizes))
+    xg = e.op("Transpose", xg, perm=[2, 1, 0] + space)
+    xg = e.op("Reshape", xg, e.const([per, -1] + sizes))
+    gg = e.op("Transpose", g, perm=[1, 0] + list(range(2, 2 + nd)))  # [out_ch, N, *s']
+    full = e.op("Conv", xg, gg, group=groups, strides=dil, dilations=strides, pads=pads)
+    cut = e.op("Slice", full, e.const([0] * nd), e.const(kernel), e.const(list(range(2, 2 + nd))))
+    return e.op("Transpose", cut, perm=[1, 0] + list(range(2, 2 + nd)))
+
+
+def _depthwise_weight_grad(e: Emit, x, g, out, strides, pads, dil, kernel) -> str:
+    """A depthwise convolution's gW [C, 1, *k] (g [N, C, *out]): for each kernel offset, the
+    padded input's window at that offset (a strided slice) times g, summed over batch and
+    space. As a grouped convolution of the batch (as _weight_grad does the rest) onnxruntime
+    took 5.4 ms for [128, 32, 8, 8] at 3x3; this way 3.7 ms."""
+    nd = len(kernel)
+    xp = e.op("Pad", x, e.const([0, 0, *pads[:nd], 0, 0, *pads[nd:]]))
+    axes = list(range(2, 2 + nd))
+    sums = []
+    for offset in np.ndindex(*kernel):
+        starts = [o * d for o, d in zip(offset, dil)]
+        ends = [st + s * (o - 1) + 1 for st, s, o in zip(starts, strides, out[2:])]
+        window = e.op(
+            "Slice", xp, e.const(starts), e.const(ends), e.const(axes), e.const(list(strides))
         )
-        cut = e.op(
-            "Slice", full, e.const([0] * nd), e.const(kernel), e.const(list(range(2, 2 + nd)))
-        )
-        parts.append(e.op("Transpose", cut, perm=swap))
-    return parts[0] if groups == 1 else e.op("Concat", *parts, axis=0)
+        sums.append(e.reduce_sum(e.op("Mul", window, g), [0, *axes], keepdims=0))
+    stacked = e.op("Reshape", e.op("Concat", *sums, axis=0), e.const([*kernel, out[1]]))
+    per_channel = e.op("Transpose", stacked, perm=[nd, *range(nd)])
+    return e.op("Unsqueeze", per_channel, e.const([1]))
 
 
 def conv_transpose_vjp(e, n, g, s):
@@ -93,17 +111,11 @@ def conv_transpose_vjp(e, n, g, s):
     xs, ys, nd, strides, pads, dil = _conv_geometry(e, n, "ConvTranspose's gradient")
     kernel = e.static(w, "ConvTranspose's gradient")[2:]
     gx = e.op("Conv", g[0], w, strides=strides, pads=pads, dilations=dil)
-    gw = _weight_grad(e, g[0], ys[1], x, xs[1], 1, strides, pads, dil, kernel)
+    gw = _weight_grad(e, g[0], ys, x, xs, 1, strides, pads, dil, kernel)
     out: Grads = [gx, gw]
     if len(n.input) > 2 and n.input[2]:
         out.append(e.reduce_sum(g[0], [0] + list(range(2, 2 + nd)), keepdims=0))
     return out
-
-
-def _groups(e: Emit, t: str, size: int, groups: int, axis: int = 1) -> list[str]:
-    if groups == 1:
-        return [t]
-    return e.op_n("Split", t, e.const([size // groups] * groups), axis=axis, n_out=groups)
 
 
 def _tiles(e: Emit, node: NodeProto) -> tuple[list[int], list[int]] | None:
