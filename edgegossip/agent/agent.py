@@ -23,7 +23,7 @@ from edgegossip.agent import report
 from edgegossip.agent.checkpoints import Checkpoints
 from edgegossip.agent.keys import link_keys
 from edgegossip.agent.reload import Live, Reader, apply, config_hash
-from edgegossip.agent.shard import Shard, load_data
+from edgegossip.agent.shard import Shard, after_prefix, load_data
 from edgegossip.config import AgentConfig, ConfigError
 from edgegossip.control.server import Controls
 from edgegossip.data import device
@@ -67,6 +67,7 @@ class Agent:
         self.live: Live | None = None  # what a reload reaches, while run() runs
         self.reader: Reader | None = None  # reads agent.toml on SIGHUP, while run() runs
         self.data = data if data is not None else load_data(cfg, self.model)
+        self.data = after_prefix(self.model, self.data)  # a frozen prefix: computed once
         self.codec = payload.codec(cfg.payload)
         self.plan = self.codec.plan(self.model.n_params, cfg.chunk_bytes)
         self.shard = Shard(cfg, self.data)
@@ -317,6 +318,8 @@ class Agent:
                 "resumed": self.resumed,
                 "algorithm": cfg.algorithm,
                 "transport": cfg.transport,
+                # trains on a frozen prefix's outputs, computed once (compiler/prefix.py)
+                "prefix_cached": getattr(self.model, "on_prefix", False),
             }
         )
         waited = time.monotonic()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from edgegossip.config import AgentConfig
@@ -55,3 +57,21 @@ def load_data(cfg: AgentConfig, model) -> device.DeviceData:
     ids = np.dtype(model.input_dtype).kind == "i"
     device.check(data, cfg.inputs, cfg.classes, model.input_shape, model.loss, ids)
     return data
+
+
+PREFIX_BUDGET_MB = 64  # the most a device holds of a frozen prefix's outputs
+
+
+def after_prefix(model, data: device.DeviceData) -> device.DeviceData:
+    """The training rows as the model's frozen prefix computes them, once (compiler/prefix.py),
+    the model then trained on them, where it has such a prefix, the rows have labels or
+    targets of their own and their outputs fit in PREFIX_BUDGET_MB; else data as it was. The
+    held-out rows stay as they are: evaluation runs the whole model."""
+    shape = getattr(model, "prefix_shape", None)
+    if shape is None or data.y is None:
+        return data
+    if data.rows * 4 * int(np.prod(shape)) > PREFIX_BUDGET_MB * 2**20:
+        return data
+    parts = [model.features(device.ready(data.x[i : i + 256])) for i in range(0, data.rows, 256)]
+    model.use_prefix()
+    return replace(data, x=np.concatenate(parts), row_shape=tuple(shape))

@@ -3,7 +3,9 @@
 Each (model, backend) pair runs in a fresh process so its peak RSS is its own. The step is the
 whole thing a device does per batch: forward, backward and the Nesterov update. A compiled
 model's folder (`edgegossip model compile`) is measured as its agent runs it: backend
-"compiled", onnxruntime on one thread, random inputs of its manifest's shape. Beside it, with
+"compiled", onnxruntime on one thread, random inputs of its manifest's shape; a model with a
+frozen prefix also as "compiled-prefix", trained on the prefix's outputs computed once
+(compiler/prefix.py). Beside it, with
 `reference` (the model's own PyTorch class, FILE.py:CLASS), the same step of the same model in
 PyTorch on one thread, timed alike in the same run: backend "pytorch", and each compiled row's
 `vs_reference` is its time over PyTorch's at that batch. PyTorch runs in its own interpreter
@@ -63,6 +65,8 @@ if getattr(m, "loss", "cross-entropy") == "mse":  # targets in the output's shap
 else:
     y = rng.integers(0, classes, batch)
 grad = m
+if backend == "compiled-prefix":  # the frozen prefix's outputs, computed once, trained on
+    x = m.features(x); m.use_prefix()
 if backend == "onnx":
     from edgegossip.models.onnx_backend import OnnxTrainer
     grad = OnnxTrainer(m)

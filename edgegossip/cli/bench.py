@@ -185,7 +185,12 @@ def train(
     from edgegossip.bench import train as t
 
     compiled = _reference_file(reference, folder) if reference is not None else None
-    cases = [(folder, "compiled")] if folder else t.CASES
+    cases = t.CASES
+    if folder:  # with a frozen prefix, also as a device trains it: on the prefix's outputs
+        from edgegossip.models.compiled import read_manifest
+
+        prefix = "features.onnx" in read_manifest(folder)[0]["files"]
+        cases = [(folder, "compiled")] + ([(folder, "compiled-prefix")] if prefix else [])
     result = t.run(cases=cases, steps=steps)
     columns = ["model", "backend", "batch", "params", "ms_per_step", "peak_rss_mb"]
     if reference is not None and compiled is not None:

@@ -5,6 +5,8 @@ fleet trains from.
     DIR/train.onnx      params, x, y -> loss, grad, logits, BatchNorm batch statistics
     DIR/infer.onnx      params, x -> logits (BatchNorm on the batch's statistics, no dropout)
     DIR/initial.npy     the exported weights, flat float32, laid out as params
+    DIR/features.onnx   (a model fine-tuned after a frozen prefix) x -> the prefix's output,
+    DIR/train-cached.onnx   and that output, y -> loss, grad: compiler/prefix.py
     DIR/model.onnx      the user's own inference model: `fleet collect` writes the trained
                         parameters back into it. As given, but in one file (an exporter's
                         external data, NAME.onnx.data, read in) and with each weight the
@@ -36,6 +38,7 @@ from edgegossip.paths import sha256_of
 FORMAT = "edgegossip-model/1"
 MANIFEST = "manifest.json"
 FILES = ("train.onnx", "infer.onnx", "initial.npy", "model.onnx")
+PREFIX_FILES = ("features.onnx", "train-cached.onnx")  # with a frozen prefix (prefix.py)
 MAX_MODEL_BYTES = 1 << 30  # what `model compile` reads at the most
 
 
@@ -60,7 +63,13 @@ def compile_file(source: Path, loss: str, out: Path, choice: Choice | None = Non
     np.save(out / "initial.npy", c.initial.astype(np.float32))
     onnx.save(untied(model), str(out / "model.onnx"), save_as_external_data=False)
     manifest = _manifest(c, loss, source)
-    manifest["files"] = {name: sha256_of(out / name) for name in FILES}
+    files = list(FILES)
+    if c.prefix is not None:
+        onnx.save(c.prefix.features, str(out / PREFIX_FILES[0]))
+        onnx.save(c.prefix.train.train, str(out / PREFIX_FILES[1]))
+        files += PREFIX_FILES
+        manifest["prefix"] = {"input": c.prefix.name, "shape": c.prefix.shape}
+    manifest["files"] = {name: sha256_of(out / name) for name in files}
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return {**manifest, "digest": sha256_of(out / MANIFEST), "out": str(out)}
 

@@ -27,6 +27,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from edgegossip.compiler import prefix
 from edgegossip.compiler.coverage import exporter_changes, refuse_untrained, untrained
 from edgegossip.compiler.emit import Emit
 from edgegossip.compiler.errors import CompileError, where
@@ -86,6 +87,7 @@ class Compiled:
     frozen: list[str]  # weights the user froze (Choice)
     input_dtype: str = "float32"  # the batch's element type: int64 for token ids
     exporter_changes: list[str] = field(default_factory=list)  # coverage.exporter_changes
+    prefix: prefix.Prefix | None = None  # a frozen prefix computed once per example
 
 
 @dataclass(frozen=True)
@@ -110,7 +112,9 @@ class Choice:
         return out
 
 
-def compile_model(model: onnx.ModelProto, loss: str, choice: Choice = Choice()) -> Compiled:
+def compile_model(
+    model: onnx.ModelProto, loss: str, choice: Choice = Choice(), with_prefix: bool = True
+) -> Compiled:
     """The training graph for `model` under `loss` (LOSSES), training what `choice` leaves;
     CompileError in one line for what cannot be compiled, and for a weight it would leave
     untrained unless the choice accepts that (coverage.py). A frozen weight is a constant of
@@ -157,7 +161,29 @@ def compile_model(model: onnx.ModelProto, loss: str, choice: Choice = Choice()) 
         untrained=[name for name, _, _ in left],
         frozen=sorted(frozen),
         exporter_changes=exporter_changes(graph, params),
+        prefix=_prefix(model, x_info.name, logits, params, live, loss, choice)
+        if frozen and with_prefix
+        else None,
     )
+
+
+def _prefix(model, x: str, logits: str, params, live, loss: str, choice: Choice):
+    """The frozen prefix a device may compute once per example, and the graph that trains on
+    its output with the same parameters (compiler/prefix.py); None where there is none."""
+    name = prefix.cut(model.graph, x, {p.name for p in params}, live)
+    if name is None:
+        return None
+    head, tail = prefix.split(model, x, name, logits)
+    shape = prefix.shape_of(head, name)
+    if shape is None:
+        return None
+    keep = Choice(train=tuple(p.name for p in params), accept_untrained=choice.accept_untrained)
+    train = compile_model(tail, loss, keep, with_prefix=False)
+    if [(p.name, p.shape) for p in train.params] != [(p.name, p.shape) for p in params]:
+        return None
+    version = next(o.version for o in head.opset_import if o.domain in ("", "ai.onnx"))
+    head.ir_version = RUNTIMES[version][1]
+    return prefix.Prefix(head, train, name, shape)
 
 
 INDEX_INPUTS = (np.dtype(np.int64), np.dtype(np.int32))  # an embedding's token ids

@@ -129,7 +129,16 @@ class CompiledModel(Model):
             raise ArtifactError(f"{self.folder}/{MANIFEST}: input dtype {kind!r}")
         self.input_dtype = np.dtype(kinds[kind])
         self._threads = threads
+        # a frozen prefix computed once per example (compiler/prefix.py): what a step trains
+        # on once the device has (use_prefix)
+        prefix = m.get("prefix")
+        self.prefix_shape: tuple[int, ...] | None = None
+        if isinstance(prefix, dict) and "features.onnx" in m["files"]:
+            self.prefix_shape = tuple(int(d) for d in prefix["shape"])
+        self._train_file, self._train_input = "train.onnx", self.input_name
+        self._train_shape = self.input_shape
         self._train: Any = None  # onnxruntime sessions, opened at first use
+        self._features: Any = None
         self._infer: Any = None
         self._loss_out = np.zeros((), np.float32)
 
@@ -151,7 +160,7 @@ class CompiledModel(Model):
     def _training(self) -> None:
         """The training graph's session and its IO binding, opened at first use."""
         if self._train is None:
-            self._train = self._session("train.onnx")
+            self._train = self._session(self._train_file)
             self._io = self._train.io_binding()
 
     def shapes(self, inputs: int, classes: int) -> tuple[int, int]:
@@ -168,13 +177,46 @@ class CompiledModel(Model):
     def _batch(self, x: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(x, self.input_dtype).reshape(len(x), *self.input_shape)
 
+    def features(self, x: np.ndarray, batch: int = 256) -> np.ndarray:
+        """The frozen prefix's output for each row of x, flat float32 [n, prefix size] (its
+        session kept until use_prefix)."""
+        if self._features is None:
+            self._features = self._session("features.onnx")
+        session = self._features
+        name = session.get_inputs()[0].name
+        out = [
+            session.run(None, {name: self._batch(x[i : i + batch])})[0].reshape(
+                min(batch, len(x) - i), -1
+            )
+            for i in range(0, len(x), batch)
+        ]
+        return np.ascontiguousarray(np.concatenate(out), np.float32)
+
+    @property
+    def on_prefix(self) -> bool:
+        """Trains on the frozen prefix's outputs (use_prefix)."""
+        return self._train_file != "train.onnx"
+
+    def use_prefix(self) -> None:
+        """Train from here on on the prefix's output (features()) instead of the input."""
+        if self.prefix_shape is None:
+            raise ArtifactError(f"{self.folder}: no frozen prefix to train after")
+        self._train_file = "train-cached.onnx"
+        self._train_input = self.manifest["prefix"]["input"]
+        self._train_shape = self.prefix_shape
+        self._train = self._features = None  # the prefix's session is not needed again
+
     def loss_grad(self, params, grad, x, y, rng) -> float:
         """Mean loss on (x, y); writes d loss / d params into grad. Dropout, if the model has
         it, draws its masks in onnxruntime (rng is not used)."""
         self._training()
         io = self._io
         io.bind_input("params", "cpu", 0, np.float32, [self.n_params], params.ctypes.data)
-        io.bind_cpu_input(self.input_name, self._batch(x))
+        if not self.on_prefix:
+            io.bind_cpu_input(self.input_name, self._batch(x))
+        else:
+            rows = np.ascontiguousarray(x, np.float32).reshape(len(x), *self._train_shape)
+            io.bind_cpu_input(self._train_input, rows)
         io.bind_cpu_input("y", self._labels(y))
         io.bind_output("loss", "cpu", 0, np.float32, [], self._loss_out.ctypes.data)
         io.bind_output("grad", "cpu", 0, np.float32, [self.n_params], grad.ctypes.data)
@@ -190,12 +232,13 @@ class CompiledModel(Model):
         if not state:
             return {}
         self._training()
+        whole = self._session("train.onnx") if self.on_prefix else self._train
         feed = {
             "params": np.ascontiguousarray(params, np.float32),
             self.input_name: self._batch(x),
             "y": self._labels(y),
         }
-        got = self._train.run([s["output"] for s in state], feed)
+        got = whole.run([s["output"] for s in state], feed)
         return {s["initializer"]: v for s, v in zip(state, got)}
 
     def _labels(self, y: np.ndarray) -> np.ndarray:
