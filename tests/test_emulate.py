@@ -170,9 +170,9 @@ def _converged(fleet, floor: float = 0.85) -> None:
 
 
 def test_cut_link_then_heal_still_converges(fleet_factory, mnist_data):
-    fleet = fleet_factory(duration_s=30)
+    fleet = fleet_factory(duration_s=22)
     fleet.set_loss(2, 1.0)  # node 2 hears nothing from anyone
-    time.sleep(10)
+    time.sleep(6)  # six exchange deadlines
     fleet.set_loss(2, 0.0)
     _wait_done(fleet)
     s = summarize(fleet.spec.out, 3, "logreg", 0.0, "kernel", 0, None, mnist_data)
@@ -270,7 +270,7 @@ def test_rps_reaches_every_agent(tmp_path, mnist_data):
             "--loss",
             "0",
             "--duration",
-            "10",
+            "6",
             "--out",
             str(tmp_path / "rps"),
             "--json",
@@ -440,7 +440,7 @@ def test_compressed_payloads_between_real_agents(tmp_path, mnist_data, codec):
             "--model",
             "logreg",
             "--duration",
-            "8",
+            "5",
             "--loss",
             "0.1",
             "--p",
