@@ -180,3 +180,26 @@ def test_an_autoencoder_learns_from_its_own_rows_in_an_emulated_fleet(tmp_path):
     assert s["average_model_accuracy"] is None
     assert s["average_model_mse"] < 0.25 * float(np.square(x_test).mean()), s
     assert all(a["mse"] is not None and a["eval_mse"] is not None for a in s["agents"])
+
+
+def test_epochs_over_the_users_own_files_count_each_nodes_rows(tmp_path):
+    """--epochs with --data FILE: each node's steps from its own part's rows."""
+    from edgegossip.emulate.fleet import EmulatedFleet, FleetSpec
+
+    x, y = tokens(100, 0)
+    np.savez(tmp_path / "own.npz", x=x, y=y)
+    spec = FleetSpec(
+        2,
+        "elastic-gossip",
+        0.0,
+        None,
+        "loopback",
+        tmp_path / "run",
+        epochs=2.0,
+        batch=10,
+        data=str(tmp_path / "own.npz"),
+    )
+    fleet = EmulatedFleet(spec)
+    fleet.data_files = fleet._own_data()
+    cfg = fleet._config(0, fleet.addresses())
+    assert cfg.source == "file" and cfg.max_steps == 2 * 50 // 10

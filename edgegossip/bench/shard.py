@@ -28,7 +28,7 @@ def run(workers: int = 4, eval_examples: int = 2000, batch: int = 32) -> dict:
     g = np.zeros(model.n_params, np.float32)
     opt = NesterovSGD(model.n_params)
     rng = np.random.default_rng(0)
-    order = rng.permutation(len(packed.y))
+    order = rng.permutation(packed.rows)
     xb, yb = plain.batch(order[:batch])
 
     def train_step() -> None:
@@ -53,7 +53,7 @@ def run(workers: int = 4, eval_examples: int = 2000, batch: int = 32) -> dict:
         rows.append(
             {
                 "rows": name,
-                "examples": len(data.y) + len(data.y_eval),
+                "examples": data.rows + len(data.x_eval),
                 "mb": round(held / 1e6, 2),
                 "batch_us": round(batch_us, 1),
                 "eval_ms": round(eval_ms, 1),

@@ -10,10 +10,16 @@ backbone. The cached graph trains the same parameters, laid out the same."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
 import onnx.utils
+
+from edgegossip.compiler.inference import for_inference
+
+if TYPE_CHECKING:
+    from edgegossip.compiler.build import Compiled
 
 RANDOM = ("Dropout", "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike")
 
@@ -21,7 +27,7 @@ RANDOM = ("Dropout", "RandomNormal", "RandomNormalLike", "RandomUniform", "Rando
 @dataclass
 class Prefix:
     features: onnx.ModelProto  # x -> the cut tensor, every BatchNorm on its statistics
-    train: object  # build.Compiled: the cut, y -> loss, grad; the same parameter layout
+    train: Compiled  # the cut, y -> loss, grad; the same parameter layout
     name: str  # the cut tensor
     shape: list[int]  # one example's
 
@@ -70,16 +76,11 @@ def split(model: onnx.ModelProto, x: str, name: str, logits: str):
     off name where it was read off x)."""
     inferred = onnx.shape_inference.infer_shapes(model)
     head = onnx.utils.Extractor(inferred).extract_model([x], [name])
+    for_inference(head.graph)  # a frozen BatchNorm normalises with its running statistics
     for n in inferred.graph.node:
         if _batch_size(n, x):
             n.input[0] = name
     tail = onnx.utils.Extractor(inferred).extract_model([name], [logits])
-    for n in head.graph.node:  # a frozen BatchNorm normalises with its running statistics
-        if n.op_type == "BatchNormalization":
-            for a in n.attribute:
-                if a.name == "training_mode":
-                    a.i = 0
-            del n.output[1:]
     return head, tail
 
 
@@ -88,8 +89,9 @@ def shape_of(model: onnx.ModelProto, name: str) -> list[int] | None:
     for o in model.graph.output:
         if o.name == name:
             dims = o.type.tensor_type.shape.dim
-            got = [d.dim_value if d.HasField("dim_value") else None for d in dims[1:]]
-            return None if None in got or not got else [int(d) for d in got]
+            if not dims[1:] or not all(d.HasField("dim_value") for d in dims[1:]):
+                return None
+            return [int(d.dim_value) for d in dims[1:]]
     return None
 
 

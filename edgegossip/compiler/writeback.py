@@ -20,6 +20,7 @@ import onnx
 from onnx import numpy_helper
 
 from edgegossip.compiler.errors import CompileError
+from edgegossip.compiler.inference import for_inference
 from edgegossip.models.compiled import CompiledModel
 
 
@@ -43,23 +44,6 @@ def running_statistics(
     return out
 
 
-def _for_inference(graph) -> None:
-    """A model exported in train mode, made what a deployed model is: each BatchNormalization
-    on its running statistics (training_mode 0, its statistics outputs dropped where nothing
-    reads them) and each Dropout passing its input through (its training_mode input
-    removed, which defaults to false)."""
-    read = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
-    for n in graph.node:
-        if n.op_type == "BatchNormalization":
-            for a in n.attribute:
-                if a.name == "training_mode":
-                    a.i = 0
-            if not read & set(n.output[1:]):
-                del n.output[1:]
-        elif n.op_type == "Dropout" and len(n.input) > 2:
-            del n.input[2:]
-
-
 def write(
     model: CompiledModel, params: np.ndarray, out: Path, running: dict[str, np.ndarray]
 ) -> Path:
@@ -78,7 +62,7 @@ def write(
         dtype = numpy_helper.to_array(old).dtype
         new = numpy_helper.from_array(np.asarray(v).reshape(shape).astype(dtype), name)
         old.CopyFrom(new)
-    _for_inference(source.graph)
+    for_inference(source.graph)  # a model exported in train mode, as deployed
     onnx.checker.check_model(source)
     onnx.save(source, str(out))
     return out

@@ -185,7 +185,9 @@ def from_file(
     y = None if y is None else target(y, len(x), path, "y")
     if held[0] is not None and (held[1] is not None or y is None):
         x_eval = held[0] if isinstance(held[0], PackedRows) else features(held[0], path, "x_eval")
-        y_eval = None if y is None else target(held[1], len(x_eval), path, "y_eval")
+        y_eval = (
+            None if y is None or held[1] is None else target(held[1], len(x_eval), path, "y_eval")
+        )
     else:
         order = np.random.default_rng(seed).permutation(len(x))
         k = max(1, int(round(eval_fraction * len(x)))) if len(x) > 1 else 0
@@ -322,6 +324,8 @@ def check(
                     f"data: the {name} {what} {width} values; the model outputs {classes}"
                 )
         return
+    if data.y is None or data.y_eval is None:  # from_file reads labels for a classifier
+        raise DataMismatch("data: a classifier needs labels y")
     top = max(int(data.y.max(initial=0)), int(data.y_eval.max(initial=0)))
     if top >= classes:
         raise DataMismatch(

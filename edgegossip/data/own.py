@@ -73,7 +73,9 @@ def per_node(data: str | Path, nodes: int, seed: int, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     dests = []
     for i in range(nodes):
-        own = {k: arrays[k][parts["train"][i]] for k in ("x", "y") if k in arrays}
+        own: dict[str, np.ndarray] = {
+            k: arrays[k][parts["train"][i]] for k in ("x", "y") if k in arrays
+        }
         if "eval" in parts:
             own.update(
                 {k: arrays[k][parts["eval"][i]] for k in ("x_eval", "y_eval") if k in arrays}

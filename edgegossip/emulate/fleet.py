@@ -100,13 +100,13 @@ class EmulatedFleet:
     def _config(self, i: int, addrs: list[tuple[str, int]]) -> AgentConfig:
         s = self.spec
         link = netns.rate_to_mbps(s.rate)  # sets the fixed deadline
-        own = netns.rate_to_mbps(dict(s.slow).get(i, s.rate))  # this node's pacing
+        paced = netns.rate_to_mbps(dict(s.slow).get(i, s.rate))  # this node's pacing
         # under a cap, pace just below it; an uncapped link, as a device paces by default
         # (net.rate_mbps): paced at 200 Mbit/s, the receivers, busy training on shared cores,
         # read 4.6 times the bytes, kept 0.74 of local's steps against 0.87 under a 20 Mbit/s
         # cap, and overflowed their buffers (1.5 points of loss beyond the network's; `bench
         # overhead --seconds 60 --rate none`, docs/results.md)
-        pace = 0.9 * own if own else agent_config.default("rate_mbps")
+        pace = 0.9 * paced if paced else agent_config.default("rate_mbps")
         deadline = s.deadline_s
         if not deadline:
             model_bits = 8 * payload.codec(s.payload).itemsize * make_model(s.model).n_params

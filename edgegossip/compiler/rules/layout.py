@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 from onnx import NodeProto
 
@@ -219,7 +221,7 @@ def _resize_matrix(a: dict, n_in: int, n_out: int, scale: float | None, name: st
         [numpy_helper.from_array(v, k) for k, v in consts.items()],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
-    out = ReferenceEvaluator(model).run(None, {"x": basis})[0]
+    out = np.asarray(cast(list, ReferenceEvaluator(model).run(None, {"x": basis}))[0])
     if out.shape != (n_in, 1, n_out):
         raise CompileError(f"Resize of {name!r}: cannot tell its interpolation along an axis")
     return np.ascontiguousarray(out[:, 0, :].T)
