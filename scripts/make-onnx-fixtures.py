@@ -119,12 +119,39 @@ def exports(out: Path) -> None:
         ("optimized-dynamo", False, {"dynamic_shapes": dynamic, "optimize": True}),
         ("folded-torchscript", False, {"dynamo": False, "dynamic_axes": {"x": {0: "batch"}}}),
         ("train-dynamo", True, {"dynamic_shapes": dynamic, "optimize": False}),
+        # torch.onnx.export's default: the example's batch of 2 fixed in the graph
+        ("static-dynamo", True, {"optimize": False}),
+        ("static-torchscript", True, {"dynamo": False, "do_constant_folding": False}),
     ):
         torch.manual_seed(0)
         model = Regularised().train(train)
         if kw.get("dynamo", True):  # dynamo: the weights inside the file, as fixtures are
             kw["external_data"] = False
         torch.onnx.export(model, (x,), str(out / f"{name}.onnx"), input_names=["x"], **kw)
+
+
+class BatchCentred(nn.Module):
+    """Subtracts the batch's mean: its examples are not independent of each other."""
+
+    def __init__(self):
+        super().__init__()
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.head(x - x.mean(0))
+
+
+def mixing(out: Path) -> None:
+    """out/mixing-static-dynamo.onnx: a model that mixes its batch, exported with the batch
+    fixed (torch.onnx.export's default)."""
+    torch.manual_seed(0)
+    torch.onnx.export(
+        BatchCentred(),
+        (torch.randn(2, 8),),
+        str(out / "mixing-static-dynamo.onnx"),
+        input_names=["x"],
+        external_data=False,
+    )
 
 
 def readme_net(out: Path) -> None:
@@ -201,3 +228,4 @@ if __name__ == "__main__":
     main(Path(sys.argv[1]))
     readme_net(Path(sys.argv[1]).parent / "readme")
     exports(Path(sys.argv[1]).parent / "exports")
+    mixing(Path(sys.argv[1]).parent / "exports")

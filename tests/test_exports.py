@@ -62,3 +62,30 @@ def test_a_train_mode_export_is_written_back_for_inference(tmp_path):
     np.testing.assert_array_equal(outs["train-dynamo"][0], outs["train-dynamo"][1])
     np.testing.assert_allclose(outs["train-dynamo"][0], outs["eval-dynamo"][0], rtol=1e-5)
     np.testing.assert_allclose(outs["train-dynamo"][2], outs["eval-dynamo"][0], rtol=1e-5)
+
+
+@pytest.mark.parametrize("export", ["static-dynamo", "static-torchscript"])
+def test_an_export_with_a_fixed_batch_trains_on_any_batch(export, tmp_path):
+    """torch.onnx.export's default fixes the example's batch (2 here) in the input and in the
+    views' shapes (dynamo: a Reshape to a Concat of Constants [2, 144]): compiled, it takes a
+    device's batch of 32, computing what the export with a dynamic batch computes."""
+    outs = {}
+    x = np.random.default_rng(1).normal(size=(32, 1, 8, 8)).astype(np.float32)
+    for name in (export, "train-dynamo"):
+        compile_file(EXPORTS / f"{name}.onnx", "cross-entropy", tmp_path / name)
+        model = CompiledModel(tmp_path / name)
+        grad = np.zeros(model.n_params, np.float32)
+        assert np.isfinite(model.loss_grad(model.init(0), grad, x, np.zeros(32, np.int64), None))
+        outs[name] = model.logits(model.init(0), x)
+    np.testing.assert_allclose(outs[export], outs["train-dynamo"], rtol=1e-5, atol=1e-6)
+
+
+def test_a_model_that_mixes_its_fixed_batch_is_refused_in_one_line():
+    """A model that centres its batch (x - x.mean(0)), exported with the batch fixed: made to
+    take any batch it would compute something else, so it is refused, saying how to export."""
+    from edgegossip.compiler.errors import CompileError
+
+    with pytest.raises(CompileError) as e:
+        compile_model(onnx.load(str(EXPORTS / "mixing-static-dynamo.onnx")), "mse")
+    assert str(e.value).startswith("input 'x' has a fixed batch of 2")
+    assert "dynamic_shapes" in str(e.value) and "\n" not in str(e.value)

@@ -28,6 +28,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from edgegossip.compiler import prefix
+from edgegossip.compiler.batch import any_batch
 from edgegossip.compiler.coverage import exporter_changes, refuse_untrained, untrained
 from edgegossip.compiler.emit import Emit
 from edgegossip.compiler.errors import CompileError, where
@@ -125,7 +126,7 @@ def compile_model(
         raise CompileError(f"loss {loss!r}: choose {' or '.join(LOSSES)}")
     _check_tensors(model.graph)
     _check_domains(model.graph)
-    model = _at_opset(model)
+    model = any_batch(_at_opset(model))  # torch.onnx.export's default fixes the batch
     model = _clear_of_step_names(untied(unroll(expand(model, set(OPS), opset_of(model)))))
     graph = model.graph
     inits = {i.name: i for i in graph.initializer}
