@@ -311,6 +311,19 @@ class DenseAutoencoder(nn.Module):
         return self.net(x)
 
 
+class PooledSequence(nn.Module):
+    """Tokens projected, max-pooled over the sequence (amax: ONNX's ReduceMax) and the pooled
+    features repeated (Tile) before the head."""
+
+    def __init__(self, classes=3):
+        super().__init__()
+        self.proj = nn.Linear(8, 12)
+        self.head = nn.Linear(24, classes)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.proj(x)).amax(1).repeat(1, 2))
+
+
 # name -> (the model, a batch's shape, its targets: the number of classes for cross-entropy,
 # "mse" to reconstruct the input, ("ids", vocabulary, classes) for token ids)
 ZOO = {
@@ -329,6 +342,7 @@ ZOO = {
     "conv_autoencoder": (ConvAutoencoder, (8, 1, 16, 16), "mse"),
     "upsample_autoencoder": (UpsampleAutoencoder, (8, 1, 16, 16), "mse"),
     "dense_autoencoder": (DenseAutoencoder, (8, 40), "mse"),
+    "pooled_sequence": (PooledSequence, (8, 6, 8), 3),
 }
 
 

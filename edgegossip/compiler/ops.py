@@ -62,12 +62,14 @@ from edgegossip.compiler.rules.layout import (
     gather_vjp,
     none_vjp,
     pad_vjp,
+    reduce_max_vjp,
     reduce_mean_vjp,
     reduce_sum_vjp,
     reshape_back_vjp,
     resize_vjp,
     slice_vjp,
     split_vjp,
+    tile_vjp,
     transpose_vjp,
 )
 from edgegossip.compiler.rules.linear import (
@@ -411,6 +413,42 @@ OPS: dict[str, Op] = {
                 x=(3, 4),
                 W=(3, 4),
                 ax=_AX,
+            ),
+        ),
+    ),
+    "ReduceMax": Op(
+        (0,),
+        reduce_max_vjp,
+        cases=(
+            case(
+                "axis 1, keepdims 0 (a sequence's max-pooling)",
+                node("Mul x W -> h"),
+                node("ReduceMax h ax -> z", keepdims=0),
+                x=(3, 4),
+                W=(3, 4),
+                ax=_AX,
+            ),
+            case(
+                "every axis, keepdims 1",
+                node("Mul x W -> h"),
+                node("ReduceMax h -> m"),
+                node("Mul h m -> z"),
+                x=(3, 4),
+                W=(3, 4),
+            ),
+        ),
+    ),
+    "Tile": Op(
+        (0,),
+        tile_vjp,
+        cases=(
+            case(
+                "repeats 1, 2, 3",
+                node("Mul x W -> h"),
+                node("Tile h r -> z"),
+                x=(2, 3),
+                W=(2, 3),
+                r=np.array([1, 2, 3]),
             ),
         ),
     ),

@@ -9,7 +9,7 @@ from onnx import NodeProto
 
 from edgegossip.compiler.emit import Emit
 from edgegossip.compiler.errors import CompileError
-from edgegossip.compiler.table import attr, attrs_of
+from edgegossip.compiler.table import attr, attrs_of, onnx_type
 
 
 def reshape_back_vjp(e, n, g, s):
@@ -74,6 +74,28 @@ def reduce_mean_vjp(e, n, g, s):
     dims = e.static(n.input[0], "ReduceMean's gradient")
     count = float(np.prod([dims[a] for a in axes])) if axes else 1.0
     return [_spread(e, n, e.op("Div", g[0], e.const(count, like=n.output[0])), axes), None]
+
+
+def reduce_max_vjp(e, n, g, s):
+    """y = max_A x:  gx = g where x = y, shared evenly among equal maxima (as PyTorch's amax),
+    0 elsewhere."""
+    axes = _reduce_axes(e, n, "ReduceMax's gradient")
+    y = n.output[0]
+    if not attr(n, "keepdims", 1) and axes:
+        y = e.op("Unsqueeze", y, e.const(axes))
+    hit = e.op("Cast", e.op("Equal", n.input[0], y), to=onnx_type(e, n.input[0]))
+    share = e.op("Div", hit, e.reduce_sum(hit, axes, keepdims=1)) if axes else hit
+    return [e.op("Mul", _spread(e, n, g[0], axes), share), None]
+
+
+def tile_vjp(e, n, g, s):
+    """y = x repeated r_i times along each axis i:  gx = the sum of g over the repeats (g as
+    [r_0, d_0, r_1, d_1, ..], summed over the r axes)."""
+    dims = e.static(n.input[0], "Tile's gradient")
+    reps = _constant_input(e, n, 1, "Tile's gradient") or []
+    split = [v for r, d in zip(reps, dims) for v in (r, d)]
+    g4 = e.op("Reshape", g[0], e.const(split))
+    return [e.reduce_sum(g4, list(range(0, 2 * len(dims), 2)), keepdims=0), None]
 
 
 def expand_vjp(e, n, g, s):
