@@ -84,14 +84,14 @@ def test_emulate_cli_json_observed_loss(root_only, tmp_path, mnist_data):
             "--model",
             "logreg",
             "--duration",
-            "10",
+            "6",
             "--loss",
             "0.2",
             "--p",
             "1/4",
             "--rate",
             "50mbit",
-            # float32: three times the datagrams of int8 in the same 10 s, so a tighter bound
+            # float32: three times the datagrams of int8 in the same 6 s, so a tighter bound
             "--payload",
             "float32",
             "--out",
@@ -233,7 +233,7 @@ def test_allreduce_ring_over_tcp_under_loss(fleet_factory, mnist_data):
     10% random loss leaves this ring at about one step in 30 s; at 3% about one a second."""
     from edgegossip import checkpoint
 
-    fleet = fleet_factory(algorithm="allreduce", model="mlp", loss=0.03, duration_s=15)
+    fleet = fleet_factory(algorithm="allreduce", model="mlp", loss=0.03, duration_s=10)
     _wait_done(fleet)
     assert not fleet.failed()
     s = summarize(fleet.spec.out, 3, "mlp", 0.03, "kernel", 0, None, mnist_data)
@@ -546,7 +546,7 @@ def test_bench_overhead_json(root_only, tmp_path):
             "--nodes",
             "2",
             "--seconds",
-            "20",
+            "10",
             "--model",
             "logreg",
             "--variant",
@@ -582,7 +582,7 @@ def test_bench_overhead_json(root_only, tmp_path):
         assert f["receive_cpu_s"] > 0 and f["send_cpu_s"] > 0 and f["datagrams_per_wake"] > 1
         assert f["steps"] > 0 and f["train_cpu_s"] > 0
     # the replayed traffic crossed the lossy links; in bursts of 4 (mean 10%) over two links and
-    # 20 s, a stretch of a few thousand datagrams each, the share lost spreads wider than under
+    # 10 s, a stretch of a few thousand datagrams each, the share lost spreads wider than under
     # independent loss (0.21 seen once)
     assert 0.03 < floor["observed_loss"] < 0.3
     assert local["of_local"] == local["of_local_here"] == 1.0 and 0 < gossip["of_local"] < 2

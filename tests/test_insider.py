@@ -25,7 +25,7 @@ from tests.test_agent import _start
 pytestmark = pytest.mark.timeout(240)
 A, B, C = 0, 1, 2
 SECRET = "insider-test-fleet-secret"
-ATTACK_S = 12
+ATTACK_S = 8
 WINDOW_S = 4  # merging between A and B is checked in every window of this while C sends
 
 

@@ -1,5 +1,5 @@
 """Issue 47: a gossip-push fleet where a device is off keeps mixing. Three configured agents on
-loopback (logreg on real MNIST), one of which never runs, or is off for 30 s and comes back:
+loopback (logreg on real MNIST), one of which never runs, or is off for at least 20 s and comes back:
 the live agents still merge and their push-sum weights stay above the floor, the silent peer
 is named in their records, and a returning peer's weight and merges recover. Before running
 sums and probes, both live agents' weights drained to 0 within a minute."""
@@ -16,8 +16,9 @@ from tests.helpers.waiting import until
 from tests.test_agent import _start
 
 pytestmark = pytest.mark.timeout(300)
-RUN_S = 40
+RUN_S = 30
 WINDOW_S = 20
+OFF_S = 20  # the device that goes off stays off at least this long (silence takes 10-23 s)
 
 
 def _fleet(tmp_path, free_udp_port) -> list[AgentConfig]:
@@ -111,7 +112,9 @@ def _mixing(tmp_path, i: int) -> bool:
     )
 
 
-def test_a_peer_off_for_30_s_comes_back_and_mixes_again(tmp_path, free_udp_port, mnist_data, procs):
+def test_a_peer_off_for_a_while_comes_back_and_mixes_again(
+    tmp_path, free_udp_port, mnist_data, procs
+):
     """Each phase waits for the event it asserts (bounded), not a fixed time: on a busy
     machine 12 s was once too short for a first checkpoint and 30 s for silence to be named."""
     cfgs = _fleet(tmp_path, free_udp_port)
@@ -133,7 +136,7 @@ def test_a_peer_off_for_30_s_comes_back_and_mixes_again(tmp_path, free_udp_port,
         timeout=120,
         what="agents 0 and 1 naming agent 2 silent",
     )
-    time.sleep(max(0.0, 30 - (time.monotonic() - off)))  # off for 30 s at least
+    time.sleep(max(0.0, OFF_S - (time.monotonic() - off)))  # off for OFF_S at least
     agents[2] = _run(cfgs[2], tmp_path)
     procs.append(agents[2])
     until(

@@ -299,10 +299,10 @@ def metrics(as_json: bool, seconds: float, every_s: float, models: tuple[str, ..
 @click.option("--nodes", type=click.IntRange(2, 32), default=4, show_default=True)
 @click.option(
     "--seconds",
-    type=click.FloatRange(20, 3600),
+    type=click.FloatRange(10, 3600),
     default=150.0,
     show_default=True,
-    help="How long each fleet trains.",
+    help="How long each fleet trains (a short run is mostly start-up: a check, not a figure).",
 )
 @click.option("--model", type=click.Choice(["mlp", "logreg"]), default="mlp", show_default=True)
 @click.option("--loss", type=click.FloatRange(0, 0.9), default=0.1, show_default=True)

@@ -36,12 +36,22 @@ def running_statistics(
     if state and not seen:
         raise CompileError("no batches to estimate BatchNorm statistics from")
     out = {}
-    # build._state lists each BatchNorm's mean, then its variance
-    for mean_s, var_s in zip(state[::2], state[1::2]):
-        means = np.asarray(seen[mean_s["initializer"]])
-        out[mean_s["initializer"]] = means.mean(axis=0)
-        out[var_s["initializer"]] = np.mean(seen[var_s["initializer"]], axis=0) + means.var(axis=0)
+    for mean, var in _mean_and_variance(model, seen):  # each BatchNorm's, by its inputs
+        means = np.asarray(seen[mean])
+        out[mean] = means.mean(axis=0)
+        out[var] = np.mean(seen[var], axis=0) + means.var(axis=0)
     return out
+
+
+def _mean_and_variance(model: CompiledModel, seen: dict) -> list[tuple[str, str]]:
+    """(running mean, running variance) of each BatchNormalization of the user's model whose
+    statistics the step gave: its inputs 3 and 4, as the ONNX spec orders them."""
+    source = onnx.load(str(model.folder / "model.onnx"))
+    return [
+        (n.input[3], n.input[4])
+        for n in source.graph.node
+        if n.op_type == "BatchNormalization" and n.input[3] in seen and n.input[4] in seen
+    ]
 
 
 def write(
