@@ -236,7 +236,7 @@ def test_data_of_another_shape_and_an_altered_artifact_are_refused(tmp_path, fre
 @pytest.mark.slow
 def test_the_fashion_cnn_trains_in_an_emulated_fleet(tmp_path):
     """The second task: the PyTorch CNN (Conv-BN-ReLU-Pool twice, a linear head) on
-    Fashion-MNIST, two agents on loopback with 10% of datagrams lost, 20 s: the average model
+    Fashion-MNIST, two agents on loopback with 10% of datagrams lost, 16 s: the average model
     scores well above what its exported weights did (0.10, chance) on the 10,000 test images."""
     model = compiled(tmp_path, "fashion_cnn")
     p = eg(
@@ -250,7 +250,7 @@ def test_the_fashion_cnn_trains_in_an_emulated_fleet(tmp_path):
         "--data",
         "fashion-mnist",
         "--duration",
-        "20",
+        "16",
         "--out",
         tmp_path / "run",
         "--json",

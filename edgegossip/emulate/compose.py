@@ -9,8 +9,7 @@ compose DIR` writes
                      (netem instead where the kernel has it), or each link's burst or trace
                      pattern replayed (transport/lossmodel.py), the senders named @nodeJ@ until
                      the entrypoint puts in the addresses the network gave them
-    wheels/          edgegossip and its dependencies for this machine's platform (checked),
-    deps/, own/      the same wheels as the image installs them: its dependencies, then it
+    wheels/          edgegossip and its dependencies for this machine's platform
     data/NAME.npz    the data set every node trains its shard of (read-only in each container)
     model/           a compiled model's files (read-only in each container), when it is one
     config/agentI.toml  each node's agent config (read-only in its container)
@@ -19,7 +18,6 @@ compose DIR` writes
 
 from __future__ import annotations
 
-import os
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -56,15 +54,10 @@ FROM ${{BASE}}
 RUN command -v nft >/dev/null && command -v tc >/dev/null && python3 -c "import venv, ensurepip" \\
     || (apt-get update && apt-get install -y --no-install-recommends python3 python3-venv nftables \\
         iproute2 libssl3 && rm -rf /var/lib/apt/lists/*)
-# the dependencies first, in a layer of their own: a rebuild after a change of edgegossip's
-# own code reuses it instead of installing numpy and onnxruntime again
-COPY deps /tmp/deps
+COPY wheels /tmp/wheels
 RUN python3 -m venv /opt/edgegossip/venv \\
-    && /opt/edgegossip/venv/bin/pip install --quiet --no-index --no-deps /tmp/deps/*.whl \\
-    && rm -rf /tmp/deps
-COPY own /tmp/own
-RUN /opt/edgegossip/venv/bin/pip install --quiet --no-index --no-deps /tmp/own/*.whl \\
-    && rm -rf /tmp/own
+    && /opt/edgegossip/venv/bin/pip install --quiet --no-index --find-links /tmp/wheels "edgegossip{extra}" \\
+    && rm -rf /tmp/wheels
 COPY entrypoint.sh /usr/local/lib/edgegossip/
 ENV EDGEGOSSIP_CACHE=/data OPENBLAS_NUM_THREADS=1
 ENTRYPOINT ["/bin/sh", "/usr/local/lib/edgegossip/entrypoint.sh"]
@@ -175,16 +168,8 @@ def _image_files(spec: FleetSpec, out: Path, base: str, progress) -> dict:
     # a compiled model (or the onnx backend) trains in onnxruntime
     extras = ("onnx",) if spec.model not in NAMED or spec.train_backend == "onnx" else ()
     manifest = bundle.build(out / "wheels", extras=extras, progress=progress)
-    for part in ("deps", "own"):  # the Containerfile's two layers, from the checked wheelhouse
-        shutil.rmtree(out / part, ignore_errors=True)
-        (out / part).mkdir()
-    for wheel in manifest["wheels"]:
-        part = "own" if wheel.startswith("edgegossip-") else "deps"
-        try:
-            os.link(out / "wheels" / wheel, out / part / wheel)
-        except OSError:
-            shutil.copy2(out / "wheels" / wheel, out / part / wheel)
-    (out / "Containerfile").write_text(CONTAINERFILE.format(base=base))
+    extra = f"[{','.join(extras)}]" if extras else ""
+    (out / "Containerfile").write_text(CONTAINERFILE.format(base=base, extra=extra))
     return manifest
 
 
