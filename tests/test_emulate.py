@@ -84,14 +84,14 @@ def test_emulate_cli_json_observed_loss(root_only, tmp_path, mnist_data):
             "--model",
             "logreg",
             "--duration",
-            "6",
+            "10",
             "--loss",
             "0.2",
             "--p",
             "1/4",
             "--rate",
             "50mbit",
-            # float32: three times the datagrams of int8 in the same 6 s, so a tighter bound
+            # float32: three times the datagrams of int8 in the same 10 s, so a tighter bound
             "--payload",
             "float32",
             "--out",
