@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
-from edgegossip.compiler.errors import CompileError, where
+from edgegossip.compiler.errors import CompileError, literal_list, where
 from edgegossip.compiler.ops import OPS, diff_slots
 
 FLOATS = (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16)
@@ -92,11 +92,5 @@ def exporter_changes(graph, params) -> list[str]:
 def _classes(node) -> list[str]:
     """The module classes the dynamo exporter records a node came from (its class_hierarchy),
     without the aten op at its end."""
-    import ast
-
     meta = {p.key: p.value for p in node.metadata_props}
-    try:
-        value = ast.literal_eval(meta.get("pkg.torch.onnx.class_hierarchy", "[]"))
-    except (ValueError, SyntaxError):
-        return []
-    return [str(v) for v in value[:-1]] if isinstance(value, list) else []
+    return literal_list(meta.get("pkg.torch.onnx.class_hierarchy"))[:-1]

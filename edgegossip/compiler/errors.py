@@ -20,8 +20,8 @@ def where(node: onnx.NodeProto) -> str:
     names) beside the node's own name."""
     meta = {p.key: p.value for p in node.metadata_props}
     name = node.name or node.output[0]
-    scopes = _literal_list(meta.get("pkg.torch.onnx.name_scopes"))
-    classes = _literal_list(meta.get("pkg.torch.onnx.class_hierarchy"))
+    scopes = literal_list(meta.get("pkg.torch.onnx.name_scopes"))
+    classes = literal_list(meta.get("pkg.torch.onnx.class_hierarchy"))
     if len(scopes) > 2:  # ['', 'rnn', 'gru']: the model, its layers, the aten op
         layer = ".".join(scopes[1:-1])
         kind = classes[-2].rsplit(".", 1)[-1] if len(classes) >= 2 else ""
@@ -32,7 +32,8 @@ def where(node: onnx.NodeProto) -> str:
     return f"node {name}"
 
 
-def _literal_list(text: str | None) -> list[str]:
+def literal_list(text: str | None) -> list[str]:
+    """A list an exporter wrote into node metadata as Python text, as strings; [] if not one."""
     if not text:
         return []
     try:
