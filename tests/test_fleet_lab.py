@@ -526,7 +526,18 @@ def test_flashed_first_boot_provisions_a_fresh_device(tmp_path):
     bundle with its secrets is gone from the boot partition."""
     out = tmp_path / "lab1"
     try:
-        js("lab", "up", "--devices", "2", "--model", "logreg", "--split", "none", "--out", str(out))
+        js(
+            "lab",
+            "up",
+            "--devices",
+            "1",
+            "--algorithm",
+            "local",
+            "--split",
+            "none",
+            "--out",
+            str(out),
+        )
         js("fleet", "wheelhouse", "--out", str(out / "wheelhouse"))
         names = sorted(status(out))
         # a lab device is this machine's kind, not a Pi: its boot folder carries no Pi's
