@@ -416,7 +416,7 @@ def test_a_model_is_compiled_at_its_own_opset(opset, runtime, tmp_path):
     version its oldest runtime reads, and the manifest names that runtime."""
     import onnxruntime as ort
 
-    from edgegossip.compiler.artifact import compile_file
+    from edgegossip.compiler.write import compile_file
 
     m = _model(
         [n("Gemm", ["x", "W", "b"], ["z"], transB=1)],
@@ -452,16 +452,16 @@ def test_an_opset_newer_than_the_compiler_takes_is_refused_in_one_line():
 
 
 def test_deploy_refuses_a_wheelhouse_whose_onnxruntime_is_older_than_the_models_opset():
+    from edgegossip.artifact import OLDEST_RUNTIME
     from edgegossip.fleet.bundle import runtime_problem
-    from edgegossip.models.compiled import needed_runtime
 
     old = {"wheels": ["numpy-2.4.0-cp311-none.whl", "onnxruntime-1.16.3-cp311-none.whl"]}
     new = {"wheels": ["onnxruntime-1.23.2-cp311-none.whl"]}
-    assert runtime_problem(old, needed_runtime({"onnxruntime": "1.17"})) == (
+    assert runtime_problem(old, "1.17") == (
         "its onnxruntime 1.16.3 is older than the 1.17 the compiled model's opset needs"
     )
-    assert runtime_problem(new, needed_runtime({"onnxruntime": "1.17"})) is None
-    assert runtime_problem(old, needed_runtime({})) is None  # an artifact made at opset 18
+    assert runtime_problem(new, "1.17") is None
+    assert runtime_problem(old, OLDEST_RUNTIME) is None  # an artifact made at opset 18
 
 
 def test_a_weight_the_compiler_cannot_train_is_refused_not_left_behind():

@@ -56,7 +56,7 @@ def test_a_frozen_prefix_is_computed_once_and_trains_as_the_whole_graph(exporter
     backbone's output once per example (features.onnx) and trains the head on it
     (train-cached.onnx): PyTorch's loss and gradients as the whole graph gives them."""
     from edgegossip.agent.shard import after_prefix
-    from edgegossip.compiler.artifact import compile_file
+    from edgegossip.compiler.write import compile_file
     from edgegossip.data.device import DeviceData
     from edgegossip.models.compiled import CompiledModel
 

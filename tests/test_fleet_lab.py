@@ -135,9 +135,9 @@ def test_fleet_end_to_end(lab, tmp_path):
         every=1,
     )
     assert all(r["source"] == "control" and r["reachable"] for r in st.values())
-    from edgegossip.models.compiled import read_manifest
+    from edgegossip import artifact
 
-    digest = read_manifest(lab / "model")[1]
+    digest = artifact.read(lab / "model").digest
     assert all(r["model_digest"] == digest and not r["model_mismatch"] for r in st.values()), st
 
     peers_change_without_restart(lab)

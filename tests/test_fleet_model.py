@@ -147,7 +147,7 @@ def test_batchnorm_statistics_are_re_estimated_for_the_written_parameters(tmp_pa
     x, y = _batch(m, 512, 3)
     # one batch: the written model's inference on it is the training graph's forward on it
     running = writeback.running_statistics(m, p, [(x, y)])
-    assert len(running) == 2 * len(m.manifest["state"]) // 2 == 4
+    assert len(running) == 2 * len(m.manifest.state) // 2 == 4
     s = ort.InferenceSession(
         str(writeback.write(m, p, tmp_path / "avg.onnx", running)),
         providers=["CPUExecutionProvider"],
@@ -159,9 +159,9 @@ def test_batchnorm_statistics_are_re_estimated_for_the_written_parameters(tmp_pa
     # two halves: the first BatchNorm's estimate is the whole batch's mean and variance (its
     # input does not depend on any other BatchNorm), by the law of total variance
     halves = writeback.running_statistics(m, p, [(x[:256], y[:256]), (x[256:], y[256:])])
-    first = m.manifest["state"][:2]
+    first = m.manifest.state[:2]
     for st in first:
-        name = st["initializer"]
+        name = st.initializer
         np.testing.assert_allclose(halves[name], running[name], rtol=1e-4, atol=1e-6)
 
 

@@ -97,7 +97,7 @@ def test_a_transformer_learns_from_each_devices_own_file_under_loss(root_only, t
 
 
 def _compiled(tmp_path, name: str, loss: str):
-    from edgegossip.compiler.artifact import compile_file
+    from edgegossip.compiler.write import compile_file
 
     compile_file(ZOO / f"{name}-dynamo.onnx", loss, tmp_path / name)
     from edgegossip.models.compiled import CompiledModel

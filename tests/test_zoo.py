@@ -68,7 +68,7 @@ def test_external_data_and_shared_weights_go_through_compile_and_back(tmp_path):
     file holding every trained weight by name, and what is written back runs in onnxruntime."""
     import onnxruntime as ort
 
-    from edgegossip.compiler.artifact import compile_file
+    from edgegossip.compiler.write import compile_file
     from edgegossip.compiler.writeback import write
     from edgegossip.models.compiled import CompiledModel
 

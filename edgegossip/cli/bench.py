@@ -187,9 +187,9 @@ def train(
     compiled = _reference_file(reference, folder) if reference is not None else None
     cases = t.CASES
     if folder:  # with a frozen prefix, also as a device trains it: on the prefix's outputs
-        from edgegossip.models.compiled import read_manifest
+        from edgegossip import artifact
 
-        prefix = "features.onnx" in read_manifest(folder)[0]["files"]
+        prefix = artifact.read(folder).has_prefix
         cases = [(folder, "compiled")] + ([(folder, "compiled-prefix")] if prefix else [])
     result = t.run(cases=cases, steps=steps)
     columns = ["model", "backend", "batch", "params", "ms_per_step", "peak_rss_mb"]

@@ -74,8 +74,8 @@ def compile(
 
     if not onnx_available():
         fail(ONNX_MISSING, exit_codes.USAGE)
-    from edgegossip.compiler.artifact import compile_file
     from edgegossip.compiler.build import Choice
+    from edgegossip.compiler.write import compile_file
 
     choice = Choice(freeze, train_only, accept_untrained)
     manifest = compile_file(source, loss, out, choice)  # CompileError: one line, exit 2

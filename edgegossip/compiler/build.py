@@ -27,6 +27,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from edgegossip import artifact
 from edgegossip.compiler import prefix
 from edgegossip.compiler.batch import any_batch
 from edgegossip.compiler.coverage import exporter_changes, refuse_untrained, untrained
@@ -48,7 +49,7 @@ MAX_TENSOR_ELEMENTS = 1 << 28  # one initializer or Constant (1 GB of float32, t
 MAX_FOLD_ELEMENTS = 1 << 24  # one tensor computed from constants at compile time (64 MB)
 MAX_FOLD_TOTAL = 1 << 26  # all of them together (256 MB of float32)
 _COMPLEX = (TensorProto.COMPLEX64, TensorProto.COMPLEX128)
-LOSSES = ("cross-entropy", "mse")
+LOSSES = artifact.LOSSES  # what a manifest may name
 _FINAL = ("Softmax", "LogSoftmax")
 FOLD_ROUNDS = 3  # shape inference and folding in turn; torch's RNN exports need one more
 _RANDOM = (

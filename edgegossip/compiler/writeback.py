@@ -32,7 +32,7 @@ def running_statistics(
     for x, y in batches:
         for name, v in model.batch_statistics(params, x, y).items():
             seen.setdefault(name, []).append(np.asarray(v, np.float64))
-    state = model.manifest.get("state", [])
+    state = model.manifest.state
     if state and not seen:
         raise CompileError("no batches to estimate BatchNorm statistics from")
     out = {}

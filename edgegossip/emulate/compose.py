@@ -22,14 +22,14 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
-from edgegossip import config
+from edgegossip import artifact, config
 from edgegossip.data import mnist
 from edgegossip.emulate import device
 from edgegossip.emulate.fleet import PORT, EmulatedFleet, FleetSpec
 from edgegossip.emulate.netns import loss_rules, rate_to_mbps, replayed_links, tbf
 from edgegossip.errors import UsageError
 from edgegossip.fleet import bundle
-from edgegossip.models import NAMED, compiled
+from edgegossip.models import NAMED
 
 IMAGE = "localhost/edgegossip-agent:latest"
 DEFAULT_BASE = "docker.io/library/debian:bookworm-slim"
@@ -158,7 +158,7 @@ def _model(spec: FleetSpec, out: Path) -> dict:
         return {}
     if (out / "model").exists():
         shutil.rmtree(out / "model")
-    return {"model": MODEL, "model_digest": compiled.copy(spec.model, out / "model")}
+    return {"model": MODEL, "model_digest": artifact.copy(spec.model, out / "model")}
 
 
 def _image_files(spec: FleetSpec, out: Path, base: str, progress) -> dict:

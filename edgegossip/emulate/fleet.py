@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from edgegossip import artifact
 from edgegossip import config as agent_config
 from edgegossip.config import AgentConfig, Peer
 from edgegossip.data import mnist, own
@@ -27,7 +28,6 @@ from edgegossip.emulate.schedule import late
 from edgegossip.errors import PREFIX as ERROR_PREFIX
 from edgegossip.metrics import read as read_metrics
 from edgegossip.models import NAMED, make_model
-from edgegossip.models.compiled import read_manifest
 from edgegossip.transport.lossmodel import LossModel
 
 log = logging.getLogger(__name__)
@@ -255,7 +255,7 @@ class EmulatedFleet:
             for f in sorted(Path(self.spec.model).iterdir()):
                 device.share_read_only(f, dest / "model")
             self.model_path = str((dest / "model").resolve())  # checked here; a device reads
-            self.model_digest = read_manifest(dest / "model")[1]  # its own mount (_config_text)
+            self.model_digest = artifact.read(dest / "model").digest  # its own mount (_config_text)
         return dest
 
     def _own_data(self) -> list[Path]:

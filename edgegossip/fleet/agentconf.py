@@ -67,7 +67,7 @@ def model_digest(fleet) -> str | None:
     folder = model_folder(fleet)
     if folder is None:
         return None
-    from edgegossip.models.compiled import ArtifactError, is_artifact
+    from edgegossip.artifact import ArtifactError, is_artifact
 
     if not is_artifact(str(folder)):
         raise config.ConfigError(
@@ -94,9 +94,9 @@ def _stamp(folder: Path) -> tuple:
 def _digest(folder: str, stamp: tuple) -> str:
     """The artifact's digest, its files checked: once per stamp, not once per device that a
     fleet's validation, deploy or status renders."""
-    from edgegossip.models.compiled import read_manifest
+    from edgegossip import artifact
 
-    return read_manifest(folder)[1]
+    return artifact.read(folder).digest
 
 
 def render(fleet, device) -> config.AgentConfig:

@@ -82,7 +82,7 @@ def create(
         for _ in split_mnist(root / "data", len(devices), split, seed=seed, dataset=dataset):
             pass
     if source is not None:  # the fleet folder holds its own copy, shipped by deploy
-        from edgegossip.models.compiled import copy
+        from edgegossip.artifact import copy
 
         copy(source, root / MODEL)
         settings["train"]["model"] = MODEL

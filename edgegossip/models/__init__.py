@@ -1,6 +1,6 @@
 """The models a fleet trains, in one registry: a named NumPy model (NAMED, each declared once
 with what it takes and what runs it), or the folder of a model compiled from the user's own
-ONNX file (`edgegossip model compile`, models/compiled.py), whose manifest says its shapes.
+ONNX file (`edgegossip model compile`, edgegossip/artifact.py), whose manifest says its shapes.
 Parameters always live in one flat float32 vector (every layer is a view)."""
 
 from __future__ import annotations
@@ -57,7 +57,8 @@ def make_model(name: str, seed: int = 0, inputs: int = 784, classes: int = 10) -
     default), or the model compiled into the folder `name`."""
     spec = NAMED.get(name)
     if spec is None:
-        from edgegossip.models.compiled import CompiledModel, is_artifact
+        from edgegossip.artifact import is_artifact
+        from edgegossip.models.compiled import CompiledModel
 
         if is_artifact(name):
             return CompiledModel(name)
@@ -70,7 +71,7 @@ def make_model(name: str, seed: int = 0, inputs: int = 784, classes: int = 10) -
 
 def known(name: str) -> bool:
     """A model name, or a folder holding a compiled model's manifest."""
-    from edgegossip.models.compiled import is_artifact
+    from edgegossip.artifact import is_artifact
 
     return name in NAMED or is_artifact(name)
 

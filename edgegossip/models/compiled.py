@@ -1,12 +1,9 @@
-"""A model compiled by `edgegossip model compile` (compiler/artifact.py), trained in stock
-onnxruntime with the Model interface of the NumPy models: one flat float32 parameter vector,
-loss_grad writing the gradient into the caller's buffer.
+"""A model compiled by `edgegossip model compile` (the folder: edgegossip/artifact.py), trained in
+stock onnxruntime with the Model interface of the NumPy models: one flat float32 parameter
+vector, loss_grad writing the gradient into the caller's buffer.
 
 Nothing but json, NumPy and onnxruntime runs here: the gradient graph was built on the
 operator's machine, so a device needs no gradient builder and no framework.
-
-Every file of the artifact is checked against the manifest's SHA-256 before anything is loaded:
-a device trains exactly what was compiled, or refuses to start with one line.
 
 BatchNorm: the training graph normalises with the batch's own statistics, and so does
 infer.onnx (evaluation batches are thousands of examples here). No running averages are kept
@@ -17,22 +14,15 @@ parameters from training data when it writes them back into the user's own model
 
 from __future__ import annotations
 
-import hashlib
-import json
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from edgegossip.errors import UsageError
+from edgegossip import artifact
+from edgegossip.artifact import ArtifactError
 from edgegossip.models.base import FlatLayout, Model
-from edgegossip.paths import sha256_of
-
-FORMAT = "edgegossip-model/1"
-MANIFEST = "manifest.json"
-
 
 BATCH = 256  # examples per batch whose BatchNorm statistics are averaged (compiler/writeback.py)
 BATCHES = 8  # batches at the most
@@ -45,96 +35,28 @@ def calibration(batch: Callable, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
     return [batch(np.arange(a, a + BATCH)) for a in range(0, n - BATCH + 1, BATCH)]
 
 
-class ArtifactError(UsageError, ValueError):
-    """A compiled model folder that is missing, altered or not ours (exit 2)."""
-
-
-def is_artifact(name: str) -> bool:
-    return (Path(name) / MANIFEST).is_file()
-
-
-def needed_runtime(manifest: dict) -> str:
-    """The oldest onnxruntime that runs the artifact (manifests before it was recorded were
-    all made at opset 18: onnxruntime 1.14)."""
-    needed = manifest.get("onnxruntime", "1.14")
-    return needed if isinstance(needed, str) else "1.14"
-
-
-def read_manifest(folder: str | Path) -> tuple[dict, str]:
-    """The manifest and the artifact's digest, every file checked against it."""
-    folder = Path(folder)
-    path = folder / MANIFEST
-    try:
-        raw = path.read_bytes()
-        manifest = json.loads(raw)
-    except OSError as e:
-        raise ArtifactError(f"{path}: {e.strerror}") from None
-    except ValueError:
-        raise ArtifactError(f"{path}: not JSON") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise ArtifactError(
-            f"{path}: not a compiled model ({FORMAT}); run `edgegossip model compile`"
-        )
-    files = manifest.get("files")
-    if not isinstance(files, dict):
-        raise ArtifactError(f"{path}: names no files")
-    for name, digest in files.items():
-        if "/" in name or name.startswith("."):
-            raise ArtifactError(f"{path}: file name {name!r} is not in the folder")
-        if _sha256(folder / name) != digest:
-            raise ArtifactError(
-                f"{folder / name}: its SHA-256 is not the manifest's: altered or incomplete"
-            )
-    return manifest, hashlib.sha256(raw).hexdigest()
-
-
-def copy(folder: str | Path, dest: Path) -> str:
-    """Copy the compiled model in `folder` (checked) into the new folder `dest`: its manifest
-    and the files it names, nothing else; the digest."""
-    manifest, digest = read_manifest(folder)
-    dest.mkdir(parents=True)
-    for name in (MANIFEST, *manifest["files"]):
-        shutil.copyfile(Path(folder) / name, dest / name)
-    if read_manifest(dest)[1] != digest:  # changed while we copied
-        raise ArtifactError(f"{folder}: changed while it was copied; copy it again")
-    return digest
-
-
-def _sha256(path: Path) -> str | None:
-    try:
-        return sha256_of(path)
-    except OSError:
-        return None
-
-
 class CompiledModel(Model):
     """Train and evaluate the compiled model in `folder` in stock onnxruntime."""
 
     def __init__(self, folder: str | Path, threads: int = 1):
         self.folder = Path(folder)
-        self.manifest, self.digest = read_manifest(self.folder)
-        m = self.manifest
-        self.layout = FlatLayout([(p["name"], tuple(p["shape"])) for p in m["params"]["layout"]])
-        self.input_shape = tuple(int(d) for d in m["input"]["shape"])
+        self.artifact = artifact.read(self.folder)
+        m = self.manifest = self.artifact.manifest
+        self.digest = self.artifact.digest
+        self.layout = FlatLayout([(p.name, p.shape) for p in m.params])
+        self.input_shape = m.input_shape
         self.inputs = int(np.prod(self.input_shape))
-        self.classes = int(m["classes"]) if m.get("classes") else int(np.prod(m["output"]["shape"]))
-        self.loss = m["loss"]
-        self.output_shape = tuple(int(d) for d in m["output"]["shape"])
-        self.input_name = m["input"]["name"]
+        self.classes = m.classes or int(np.prod(m.output_shape))
+        self.loss = m.loss
+        self.output_shape = m.output_shape
+        self.input_name = m.input_name
         # float32 features, or token ids (int64): the data layer holds either as float32,
         # exact for ids below 2^24
-        kinds = {"float32": np.float32, "int64": np.int64, "int32": np.int32}
-        kind = m["input"].get("dtype", "float32")
-        if not isinstance(kind, str) or kind not in kinds:
-            raise ArtifactError(f"{self.folder}/{MANIFEST}: input dtype {kind!r}")
-        self.input_dtype = np.dtype(kinds[kind])
+        self.input_dtype = np.dtype(m.input_dtype)
         self._threads = threads
         # a frozen prefix computed once per example (compiler/prefix.py): what a step trains
         # on once the device has (use_prefix)
-        prefix = m.get("prefix")
-        self.prefix_shape: tuple[int, ...] | None = None
-        if isinstance(prefix, dict) and "features.onnx" in m["files"]:
-            self.prefix_shape = tuple(int(d) for d in prefix["shape"])
+        self.prefix_shape = m.prefix.shape if self.artifact.has_prefix and m.prefix else None
         self._train_file, self._train_input = "train.onnx", self.input_name
         self._train_shape = self.input_shape
         self._train: Any = None  # onnxruntime sessions, opened at first use
@@ -154,7 +76,7 @@ class CompiledModel(Model):
         # 1-3% of step time (`bench train`, docs/own-model.md): memory is what a Pi lacks
         opts.enable_mem_pattern = False
         return ort.InferenceSession(
-            str(self.folder / name), opts, providers=["CPUExecutionProvider"]
+            str(self.artifact.path(name)), opts, providers=["CPUExecutionProvider"]
         )
 
     def _training(self) -> None:
@@ -169,7 +91,7 @@ class CompiledModel(Model):
 
     def init(self, seed: int) -> np.ndarray:
         """The exported weights: every device of a fleet starts from the same ones."""
-        x = np.load(self.folder / "initial.npy", allow_pickle=False)
+        x = np.load(self.artifact.path("initial.npy"), allow_pickle=False)
         if x.shape != (self.n_params,) or x.dtype != np.float32:
             raise ArtifactError(f"{self.folder}/initial.npy does not hold {self.n_params} float32")
         return x.copy()
@@ -199,10 +121,10 @@ class CompiledModel(Model):
 
     def use_prefix(self) -> None:
         """Train from here on on the prefix's output (features()) instead of the input."""
-        if self.prefix_shape is None:
+        if self.prefix_shape is None or self.manifest.prefix is None:
             raise ArtifactError(f"{self.folder}: no frozen prefix to train after")
         self._train_file = "train-cached.onnx"
-        self._train_input = self.manifest["prefix"]["input"]
+        self._train_input = self.manifest.prefix.input
         self._train_shape = self.prefix_shape
         self._train = self._features = None  # the prefix's session is not needed again
 
@@ -228,7 +150,7 @@ class CompiledModel(Model):
     def batch_statistics(self, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> dict:
         """Each BatchNormalization's mean and variance over the batch (x, y), as the training
         step computes them: {running-statistic initializer: flat float32}."""
-        state = self.manifest.get("state", [])
+        state = self.manifest.state
         if not state:
             return {}
         self._training()
@@ -238,8 +160,8 @@ class CompiledModel(Model):
             self.input_name: self._batch(x),
             "y": self._labels(y),
         }
-        got = whole.run([s["output"] for s in state], feed)
-        return {s["initializer"]: v for s, v in zip(state, got)}
+        got = whole.run([s.output for s in state], feed)
+        return {s.initializer: v for s, v in zip(state, got)}
 
     def _labels(self, y: np.ndarray) -> np.ndarray:
         if self.loss == "cross-entropy":

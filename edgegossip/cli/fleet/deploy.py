@@ -144,10 +144,10 @@ def _wheelhouse(f, wheel_dir: Path | None, extras: str) -> tuple[dict, Path]:
 
 def _check_runtime(manifest: dict, wheel_dir: Path, folder: Path) -> None:
     """The wheelhouse's onnxruntime runs the compiled model's opset, or the deploy stops here."""
+    from edgegossip import artifact
     from edgegossip.fleet import bundle
-    from edgegossip.models.compiled import needed_runtime, read_manifest
 
-    why = bundle.runtime_problem(manifest, needed_runtime(read_manifest(folder)[0]))
+    why = bundle.runtime_problem(manifest, artifact.read(folder).manifest.onnxruntime)
     if why is not None:
         fail(
             f"{wheel_dir}: {why}: build the wheelhouse again (`edgegossip fleet wheelhouse "

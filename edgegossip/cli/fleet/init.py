@@ -83,11 +83,11 @@ from edgegossip.cli.render import emit, fail
 )
 def init(directory: Path, count, hosts_file, ansible_file, as_json, **opts) -> None:
     """Make a fleet folder: fleet.toml (the inventory; edit it freely) and secrets/ (0700)."""
+    from edgegossip.artifact import ArtifactError
     from edgegossip.data.mnist import DataError
     from edgegossip.fleet import create
     from edgegossip.fleet.inventory import InventoryError
     from edgegossip.fleet.secrets import SecretsError
-    from edgegossip.models.compiled import ArtifactError
 
     given = [x for x in (count, hosts_file, ansible_file) if x is not None]
     if len(given) != 1:
