@@ -134,11 +134,13 @@ def _child(argv: list[str], what: str) -> dict:
     return json.loads(p.stdout)
 
 
-def against(result: dict, folder: str, reference: str, python: str, steps: int) -> dict:
+def against(
+    result: dict, folder: str, reference: str, python: str, steps: int, batches=BATCHES
+) -> dict:
     """Add PyTorch's rows for the compiled model in `folder` and each compiled row's ratio."""
     path, _, cls = reference.rpartition(":")
     ref = {}
-    for batch in BATCHES:
+    for batch in batches:
         argv = [python, "-c", _REFERENCE_CHILD, path, cls, folder, str(batch), str(steps)]
         ref[batch] = _child(argv, f"the reference {reference}")
     for row in result["results"]:
