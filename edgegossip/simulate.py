@@ -27,7 +27,7 @@ from edgegossip.dataplane import payload, wire
 from edgegossip.dataplane.chunking import ChunkPlan
 from edgegossip.models import NAMED, make_model, resolved
 from edgegossip.models.optim import NesterovSGD
-from edgegossip.transport.lossmodel import LossModel
+from edgegossip.run import Network
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class SimConfig:
     workers: int = agent_config.default("workers")
     p: float = agent_config.default("p")
     alpha: float = agent_config.default("alpha")
-    loss: float = 0.0  # probability that one datagram is lost
+    network: Network = Network()  # how datagrams are lost (rates, slow links: not modelled)
     epochs: float = 1.0  # passes over each worker's shard
     batch: int = 128  # examples per step summed over workers (the reference's)
     lr: float = agent_config.default("lr")
@@ -46,7 +46,6 @@ class SimConfig:
     seed: int = agent_config.default("seed")
     chunk_bytes: int = agent_config.default("chunk_bytes")
     partition: str = agent_config.default("partition")
-    burst: float = 1.0  # mean burst of lost datagrams (Gilbert-Elliott); 1: independent
     beta: float = 0.5  # Dirichlet concentration (partition=dirichlet)
     classes_per_worker: int = 2  # partition=classes
     payload: str = agent_config.default("payload")
@@ -63,8 +62,6 @@ class SimConfig:
             )
         if self.workers < 1 or (self.workers < 2 and algorithms.get(self.algorithm).datagrams):
             raise ValueError(f"workers must be at least 2 for {self.algorithm}")
-        if not 0 <= self.loss <= 1:
-            raise ValueError("loss must be a fraction in [0, 1]")
         if not 0 <= self.p <= 1:
             raise ValueError("p must be in [0, 1]")
         if self.batch < self.workers:
@@ -80,14 +77,21 @@ class _Net:
     def __init__(
         self,
         plan: ChunkPlan,
-        loss: float,
+        network: Network,
         workers: int,
         rng: np.random.Generator,
         codec: payload.Codec,
+        seed: int = 0,
     ):
-        self.plan, self.loss, self.rng, self.codec = plan, loss, rng, codec
+        self.plan, self.loss, self.rng, self.codec = plan, network.loss, rng, codec
         self.overhead = wire.framing_overhead() + codec.prefix
-        self.bursts: list[list] = []  # per sender: [its loss pattern, datagrams sent so far]
+        # independent loss is drawn as datagrams go; any other model is each sender's own
+        # pattern (transport/lossmodel.py), replayed in the order its datagrams go out:
+        # [its pattern, datagrams sent so far]
+        self.bursts: list[list] = []
+        if network.loss_model != "bernoulli":
+            links = network.links()
+            self.bursts = [[links.pattern([seed, 30_000, w]), 0] for w in range(workers)]
         self.bytes_sent = np.zeros(workers)
         self.datagrams_sent = 0
         self.datagrams_lost = 0
@@ -106,12 +110,6 @@ class _Net:
         self.datagrams_sent += n
         self.datagrams_lost += n - int(arrived.sum())
         return mask
-
-    def bursty(self, burst: float, seed: int, workers: int) -> None:
-        """Lose in bursts of `burst` datagrams on average instead: each sender's datagrams
-        follow a Gilbert-Elliott pattern of its own (transport/lossmodel.py)."""
-        model = LossModel("gilbert-elliott", self.loss, burst)
-        self.bursts = [[model.pattern([seed, 30_000, w]), 0] for w in range(workers)]
 
     def _burst(self, sender: int, n: int) -> np.ndarray:
         pattern, pos = self.bursts[sender]
@@ -173,9 +171,7 @@ def _world(cfg: SimConfig, model) -> tuple:
     )
     avg_grad = np.zeros(model.n_params, np.float32)
     rngs = [np.random.default_rng([cfg.seed, w]) for w in range(W)]
-    net = _Net(plan, cfg.loss, W, np.random.default_rng([cfg.seed, 10_000]), codec)
-    if cfg.burst > 1:
-        net.bursty(cfg.burst, cfg.seed, W)
+    net = _Net(plan, cfg.network, W, np.random.default_rng([cfg.seed, 10_000]), codec, cfg.seed)
     world = algorithms.World(
         xs,
         opts,
@@ -195,7 +191,7 @@ def _world(cfg: SimConfig, model) -> tuple:
 
 
 # the settings a result row repeats
-_ROW_SETTINGS = ("algorithm", "model", "workers", "p", "alpha", "loss", "seed", "partition")
+_ROW_SETTINGS = ("algorithm", "model", "workers", "p", "alpha", "seed", "partition")
 
 
 def _result(cfg: SimConfig, model, world, data: Mnist, steps: int, epochs: float) -> dict:
@@ -203,7 +199,7 @@ def _result(cfg: SimConfig, model, world, data: Mnist, steps: int, epochs: float
     avg = np.asarray(np.mean(xs, axis=0, dtype=np.float64)).astype(np.float32)
     return {
         **{k: v for k, v in asdict(cfg).items() if k in (*_ROW_SETTINGS, "payload")},
-        **({"burst": cfg.burst} if cfg.burst > 1 else {}),
+        **cfg.network.described(),
         **({"beta": cfg.beta} if cfg.partition == "dirichlet" else {}),
         **({"classes_per_worker": cfg.classes_per_worker} if cfg.partition == "classes" else {}),
         "epochs": round(epochs, 4),

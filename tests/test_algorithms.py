@@ -6,6 +6,7 @@ import pytest
 
 from edgegossip.algorithms import allreduce, elastic_gossip, gossip_pull, gossip_push, rps
 from edgegossip.dataplane.chunking import ChunkPlan
+from edgegossip.run import Network
 
 f32 = lambda *v: np.array(v, np.float32)  # noqa: E731
 
@@ -107,7 +108,11 @@ def test_simulated_push_sum_keeps_every_weight_held_or_in_flight(mnist_data):
 
     for loss, least in ((0.1, 0.75), (0.3, 0.35)):
         cfg = SimConfig(
-            algorithm="gossip-push", model="logreg", loss=loss, epochs=5, chunk_bytes=8000
+            algorithm="gossip-push",
+            model="logreg",
+            network=Network(loss=loss),
+            epochs=5,
+            chunk_bytes=8000,
         )
         out = simulate(cfg, mnist_data, lambda *a: None, None, None)
         assert out["datagrams_sent"] < 300  # one datagram a message
@@ -189,6 +194,8 @@ def test_simulated_rps_holds_its_accuracy_with_int8_payloads(mnist_data):
 
     acc = {}
     for codec in ("float32", "int8"):
-        cfg = SimConfig(algorithm="rps", model="logreg", loss=0.1, epochs=1, payload=codec)
+        cfg = SimConfig(
+            algorithm="rps", model="logreg", network=Network(loss=0.1), epochs=1, payload=codec
+        )
         acc[codec] = simulate(cfg, mnist_data, lambda *a: None, None, None)["acc_average"]
     assert acc["int8"] >= acc["float32"] - 0.005, acc

@@ -14,6 +14,7 @@ from edgegossip.emulate import netns, overhead
 from edgegossip.emulate.fleet import EmulatedFleet, FleetSpec
 from edgegossip.metrics import read
 from edgegossip.report.summary import summarize
+from edgegossip.run import Network
 from tests.helpers.loss import assert_observed_loss
 from tests.helpers.waiting import until
 
@@ -40,12 +41,12 @@ def fleet_factory(root_only, tmp_path):
     made = []
 
     def make(**kw):
+        net = Network(loss=kw.pop("loss", 0.0))
         spec = FleetSpec(
             **{
                 "nodes": 3,
                 "algorithm": "elastic-gossip",
-                "loss": 0.0,
-                "rate": None,
+                "network": net,
                 "backend": "netns",
                 "out": tmp_path / f"f{len(made)}",
                 "model": "logreg",
@@ -613,12 +614,10 @@ def test_links_are_paced_below_their_cap_and_uncapped_ones_as_a_device_paces(tmp
 
     from edgegossip import config
 
-    spec = FleetSpec(
-        nodes=2, algorithm="elastic-gossip", loss=0.0, rate=None, backend="netns", out=tmp_path
-    )
+    spec = FleetSpec(nodes=2, algorithm="elastic-gossip", backend="netns", out=tmp_path)
     addrs = [("10.0.0.1", 47000), ("10.0.0.2", 47000)]
     assert EmulatedFleet(spec)._config(0, addrs).rate_mbps == config.default("rate_mbps")
-    capped = EmulatedFleet(replace(spec, rate="50mbit"))._config(1, addrs)
+    capped = EmulatedFleet(replace(spec, network=Network(rate="50mbit")))._config(1, addrs)
     assert capped.rate_mbps == pytest.approx(45.0)
 
 
@@ -676,7 +675,7 @@ def test_a_compiled_model_trains_from_a_private_folder(root_only, tmp_path, mnis
 def test_an_agent_that_stops_is_named_with_its_own_reason(tmp_path):
     """Issue 54, item 12: emulate said "agent 0 exited with an error; see agent0.log"; it now
     gives the agent's own last line, and where the log is."""
-    spec = FleetSpec(2, "elastic-gossip", 0.0, None, "loopback", tmp_path, model="logreg")
+    spec = FleetSpec(2, "elastic-gossip", "loopback", tmp_path, model="logreg")
     fleet = EmulatedFleet(spec)
     (tmp_path / "agent0.log").write_text(
         "INFO starting\nedgegossip: error: train.model: net/ holds model 1a2b, not the fleet's\n"

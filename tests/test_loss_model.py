@@ -6,10 +6,12 @@ make a trace of a real link (here loopback, which loses nothing)."""
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from edgegossip.run import Network
 from edgegossip.transport.lossmodel import LossModel, LossModelError, read_trace, runs, write_trace
 from edgegossip.transport.lossy import injected_loss
 
@@ -103,11 +105,52 @@ def test_simulate_loses_each_senders_datagrams_in_its_bursts():
 
     codec = payload.codec("float32")
     plan = codec.plan(40_000, 1024)
-    net = _Net(plan, 0.1, 2, np.random.default_rng(0), codec)
-    net.bursty(16.0, 5, 2)
+    network = Network(loss=0.1, loss_model="gilbert-elliott", burst=16.0)
+    net = _Net(plan, network, 2, np.random.default_rng(0), codec, seed=5)
     got = np.concatenate(
         [net.send(0, range(0, plan.n_chunks))[: plan.n_chunks] == 0 for _ in range(300)]
     )
     want = LossModel("gilbert-elliott", 0.1, 16.0).pattern([5, 30_000, 0])
     assert np.array_equal(got, np.resize(want, len(got)))
     assert net.datagrams_lost == int(got.sum())
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["simulate", "--algorithm", "elastic-gossip"],
+        ["emulate", "--backend", "loopback", "--duration", "1"],
+        ["trace", "make", "--out", "never.trace"],
+    ],
+)
+def test_a_burst_without_its_loss_model_is_refused_in_one_line(tmp_path, command, monkeypatch):
+    """Issue 57: the loss model is named, never guessed from --burst (simulate and trace make
+    took --burst 4 as Gilbert-Elliott, emulate ignored it under independent loss)."""
+    from click.testing import CliRunner
+
+    from edgegossip.cli.app import cli
+
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(cli, [*command, "--burst", "4"])
+    assert res.exit_code == 2, res.output
+    assert res.output.strip().splitlines() == [
+        "edgegossip: error: --burst is the mean burst of --loss-model gilbert-elliott: name it"
+    ]
+    assert not (tmp_path / "never.trace").exists()
+
+
+def test_simulate_replays_a_trace_one_pattern_per_sender():
+    """simulate takes the network's every loss model: a trace is each sender's outcomes in the
+    order its datagrams go out, and the network's loss is the trace's."""
+    from edgegossip.dataplane import payload
+    from edgegossip.simulate import _Net
+
+    path = Path(__file__).resolve().parents[1] / "devices/traces/generated-ge-loss10-burst4.trace"
+    network = Network(loss_model="trace", trace=str(path))
+    trace = read_trace(path)
+    assert network.loss == round(float(trace.mean()), 4)
+    codec = payload.codec("float32")
+    plan = codec.plan(40_000, 1024)
+    net = _Net(plan, network, 2, np.random.default_rng(0), codec)
+    lost = np.concatenate([net.send(1, range(0, plan.n_chunks)) == 0 for _ in range(200)])
+    assert np.array_equal(lost, np.resize(trace, len(lost)))

@@ -191,8 +191,6 @@ def test_epochs_over_the_users_own_files_count_each_nodes_rows(tmp_path):
     spec = FleetSpec(
         2,
         "elastic-gossip",
-        0.0,
-        None,
         "loopback",
         tmp_path / "run",
         epochs=2.0,

@@ -305,10 +305,7 @@ def metrics(as_json: bool, seconds: float, every_s: float, models: tuple[str, ..
     help="How long each fleet trains (a short run is mostly start-up: a check, not a figure).",
 )
 @click.option("--model", type=click.Choice(["mlp", "logreg"]), default="mlp", show_default=True)
-@click.option("--loss", type=click.FloatRange(0, 0.9), default=0.1, show_default=True)
-@options.loss_model(("bernoulli", "gilbert-elliott"))
-@options.burst("gilbert-elliott: the mean burst length, in packets of one link.")
-@click.option("--rate", default="20mbit", show_default=True, help="Link cap per node, or 'none'.")
+@options.network(offer=("loss", "loss_model", "burst", "rate"))
 @click.option(
     "--variant",
     "variants",
@@ -343,7 +340,7 @@ def metrics(as_json: bool, seconds: float, every_s: float, models: tuple[str, ..
     default=None,
     help="Where each fleet's output goes (default: a new temporary folder).",
 )
-def overhead(as_json, rate, variants, **plan) -> None:
+def overhead(as_json, variants, **plan) -> None:
     """The same emulated fleet (root: namespaces) trained local-only, the reference, then with
     each gossip variant, then local-only again (--reference around): per agent steps per second
     and their share of the reference's, CPU seconds of the training, receive and send threads,
@@ -377,26 +374,30 @@ def overhead(as_json, rate, variants, **plan) -> None:
             "bench overhead emulates a fleet in network namespaces: run it as root",
             exit_codes.NEEDS_ROOT,
         )
-    rate_cap = _cap(rate, "--rate")
+    try:
+        network = options.network_of(plan, plan["nodes"])
+    except ValueError as e:
+        fail(str(e), exit_codes.USAGE)
+    rate_cap = network.rate
     parsed = tuple(_variant(v, rate_cap) for v in variants or o.DEFAULT_VARIANTS)
     try:
         o.schedule(parsed, plan["reference"], rate_cap, plan["rounds"])
     except ValueError as e:
         fail(f"--variant: {e}", exit_codes.USAGE)
     result = o.run(
-        o.Plan(rate=rate_cap, variants=parsed, **plan), lambda m: click.echo(m, err=True)
+        o.Plan(network=network, variants=parsed, **plan), lambda m: click.echo(m, err=True)
     )
     if as_json:
         emit(result, True, [])
     else:
-        _overhead_tables(result, rate)
+        _overhead_tables(result, rate_cap or "none")
 
 
 def _cap(text: str, what: str) -> str | None:
-    from edgegossip.emulate import netns
+    from edgegossip.run import link_cap
 
     try:
-        return netns.link_cap(text)
+        return link_cap(text)
     except ValueError:
         fail(f"{what} {text!r}: write it as e.g. 20mbit, 500kbit or none", exit_codes.USAGE)
 

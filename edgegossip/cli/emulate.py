@@ -40,38 +40,7 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
 @click.option(
     "--algorithm", type=click.Choice(ALGORITHMS), default=DEFAULT_ALGORITHM, show_default=True
 )
-@click.option(
-    "--loss",
-    type=options.PROBABILITY,
-    default="0.1",
-    show_default=True,
-    help="Fraction of packets from other agents the kernel drops at each node.",
-)
-@options.loss_model()
-@options.burst("gilbert-elliott: the mean burst length, in packets of one link.")
-@click.option(
-    "--trace",
-    type=click.Path(dir_okay=False, exists=True),
-    default=None,
-    help="trace: a file of per-packet outcomes, 1 lost and 0 arrived (docs/usage.md).",
-)
-@click.option(
-    "--schedule",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    default=None,
-    help="Events at given times: a link's rate or loss changes or it is cut, a device goes "
-    "off, comes back, joins or leaves (format: edgegossip/emulate/schedule.py, docs/usage.md).",
-)
-@click.option(
-    "--rate", default="20mbit", show_default=True, help="Link cap per node (tbf), or 'none'."
-)
-@click.option(
-    "--slow",
-    "slow",
-    multiple=True,
-    metavar="NODE:RATE",
-    help="Cap node NODE's link at RATE instead (e.g. 3:2mbit); repeatable.",
-)
+@options.network(loss_help="Fraction of packets from other agents the kernel drops at each node.")
 @click.option(
     "--deadline",
     type=options.choice("deadline"),
@@ -168,14 +137,14 @@ def emulate(backend, out, cleanup, export_kind, base, as_json, **settings) -> No
     if export_kind:
         _export(spec, base, as_json)
         return
-    if backend == "loopback" and spec.rate:
+    if backend == "loopback" and spec.network.rate:
         # tbf needs namespaces; the agents still pace at the configured rate
-        spec = dataclasses.replace(spec, rate=None)
+        spec = dataclasses.replace(spec, network=dataclasses.replace(spec.network, rate=None))
     summary = _run(spec, as_json)
     if as_json:
         click.echo(json.dumps(summary))
     else:
-        _show(summary, spec.loss)
+        _show(summary, spec.network.loss)
     if summary["loss_alarm"]:
         fail(summary["loss_alarm"], exit_codes.FAILURE)
 
@@ -199,18 +168,12 @@ def _spec(
     """The FleetSpec of the options, each checked (one line and exit 2 or 4 if not)."""
     from edgegossip.data import mnist, own
     from edgegossip.emulate.fleet import FleetSpec
-    from edgegossip.emulate.netns import link_cap
     from edgegossip.errors import UsageError
     from edgegossip.report import plot
 
     try:
-        settings.update(
-            schedule=_schedule(settings["schedule"], settings["nodes"], backend),
-            trace=settings["trace"] or "",
-            rate=link_cap(settings["rate"]),
-            slow=_slow_links(settings["slow"], settings["nodes"]),
-            model=_model(settings["model"]),
-        )
+        network = options.network_of(settings, settings["nodes"], backend)
+        settings.update(model=_model(settings["model"]))
         if check_plots:
             plot.require()  # refused now, not after the run
         if own.named(settings["data"]):
@@ -224,16 +187,7 @@ def _spec(
     if export_compose and not own.named(settings["data"]):
         fail("--export compose takes a named data set (mnist, fashion-mnist)", exit_codes.USAGE)
     out = out or Path("runs") / time.strftime("emulate-%Y%m%d-%H%M%S")
-    spec = FleetSpec(backend=backend, out=out, **settings)
-    try:
-        spec.links().check()
-    except ValueError as e:
-        fail(str(e), exit_codes.USAGE)
-    if spec.loss_model == "trace" and backend != "netns":
-        fail("--loss-model trace replays in the kernel: it needs --backend netns", exit_codes.USAGE)
-    if spec.loss_model == "trace":  # the trace says the loss
-        spec = dataclasses.replace(spec, loss=round(spec.links().mean_loss, 4))
-    return spec
+    return FleetSpec(backend=backend, out=out, network=network, **settings)
 
 
 def _run(spec, as_json: bool) -> dict:
@@ -244,7 +198,7 @@ def _run(spec, as_json: bool) -> dict:
     from edgegossip.report import page
     from edgegossip.report.summary import summarize
 
-    out, rate, nodes, algorithm = spec.out, spec.rate, spec.nodes, spec.algorithm
+    out, rate, nodes, algorithm = spec.out, spec.network.rate, spec.nodes, spec.algorithm
     loss_kind = "kernel (nftables)" if spec.backend == "netns" else "injected"
     fleet = EmulatedFleet(spec)
     t0 = time.monotonic()
@@ -252,7 +206,7 @@ def _run(spec, as_json: bool) -> dict:
         fleet.up()
         if not as_json:
             click.echo(
-                f"{nodes} agents, {algorithm} over {spec.transport}, {spec.loss:.0%} loss "
+                f"{nodes} agents, {algorithm} over {spec.transport}, {spec.network.loss:.0%} loss "
                 f"({loss_kind}), links {rate or 'uncapped'}; output in {out}"
             )
         _watch(fleet, out, as_json, t0)
@@ -269,7 +223,7 @@ def _run(spec, as_json: bool) -> dict:
         out,
         nodes,
         spec.model,
-        spec.loss,
+        spec.network.loss,
         loss_kind,
         time.monotonic() - t0,
         kernel,
@@ -285,10 +239,11 @@ def _run(spec, as_json: bool) -> dict:
         rate=rate,
         backend=spec.backend,
     )
+    described = {**dataclasses.asdict(spec), **dataclasses.asdict(spec.network)}
     settings = {
         k: v
-        for k, v in dataclasses.asdict(spec).items()
-        if k not in ("out", "backend") and v not in ((), None)
+        for k, v in described.items()
+        if k not in ("out", "backend", "network") and v not in ((), None)
     }
     summary["report"] = str(
         page.write(out, "emulate", summary, {**settings, "network": loss_kind}, None)
@@ -302,7 +257,7 @@ def _watch(fleet, out: Path, as_json: bool, t0: float) -> None:
     crashed or exited with an error ends the run. The schedule's events, as they come due."""
     from edgegossip.emulate.schedule import Timeline
 
-    timeline = Timeline(list(fleet.spec.schedule), out)
+    timeline = Timeline(list(fleet.spec.network.schedule), out)
     last_print = 0.0
     while any(fleet.running()) or timeline.pending:
         for e in timeline.due(fleet, time.monotonic() - t0):
@@ -348,18 +303,6 @@ def _show(summary: dict, loss: float) -> None:
     click.echo(f"report: {summary['report']}")
 
 
-def _schedule(path: Path | None, nodes: int, backend: str) -> tuple:
-    """The schedule's events; ValueError (one line, naming its line) for a bad one."""
-    from edgegossip.emulate import schedule
-
-    if path is None:
-        return ()
-    events = schedule.parse(path.read_text(), nodes, str(path))
-    if backend != "netns" and any(e.action in schedule.LINK for e in events):
-        raise ValueError(f"{path}: link events (rate, loss, cut, heal) need --backend netns")
-    return tuple(events)
-
-
 def _model(name: str) -> str:
     """A model name, or a compiled model's folder made absolute (the agents run elsewhere)."""
     from edgegossip.models import resolved
@@ -368,25 +311,6 @@ def _model(name: str) -> str:
         return resolved(name)
     except ValueError as e:
         raise ValueError(f"--{e}") from None
-
-
-def _slow_links(values: tuple[str, ...], nodes: int) -> tuple[tuple[int, str], ...]:
-    from edgegossip.emulate.netns import rate_to_mbps
-
-    out = {}
-    for v in values:
-        node, _, rate = v.partition(":")
-        try:
-            i = int(node)
-            if not 0 <= i < nodes or not rate_to_mbps(rate):
-                raise ValueError
-        except ValueError:
-            fail(
-                f"--slow {v}: want NODE:RATE with NODE in 0..{nodes - 1} and RATE like 2mbit",
-                exit_codes.USAGE,
-            )
-        out[i] = rate
-    return tuple(sorted(out.items()))
 
 
 def _export(spec, base, as_json) -> None:

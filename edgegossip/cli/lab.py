@@ -24,14 +24,12 @@ def lab() -> None:
 
 @lab.command()
 @click.option("--devices", "n", type=click.IntRange(1, 200), default=3, show_default=True)
-@click.option(
-    "--loss",
-    type=click.FloatRange(0, 1),
-    default=0.0,
-    show_default=True,
-    help="Fraction of packets between devices the kernel drops.",
+@options.network(
+    offer=("loss", "rate", "slow"),
+    loss="0",
+    loss_help="Fraction of packets between devices the kernel drops.",
+    rate="none",
 )
-@click.option("--rate", default=None, help="Egress cap per device (tbf), e.g. 20mbit.")
 @options.setting("--model", "model", default="logreg", help="The model.")
 @click.option(
     "--algorithm", type=click.Choice(ALGORITHMS), default=DEFAULT_ALGORITHM, show_default=True
@@ -83,14 +81,17 @@ def up(n, out, as_json, **opts) -> None:
     from edgegossip.errors import EdgegossipError
     from edgegossip.lab import machines
 
+    try:
+        net = options.network_of(opts, n)
+    except ValueError as e:
+        fail(str(e), exit_codes.USAGE)
     o = SimpleNamespace(**opts)
     settings = {"train": {"algorithm": o.algorithm, "model": o.model}, "data": {"source": o.data}}
     try:
         result = machines.up(
             n,
             out,
-            o.loss,
-            o.rate,
+            net,
             settings,
             None if o.split == "none" else o.split,
             progress=lambda m: click.echo(m, err=True),

@@ -4,6 +4,7 @@ help are declared once there, and every command that offers it asks here."""
 from __future__ import annotations
 
 from fractions import Fraction
+from pathlib import Path
 
 import click
 
@@ -73,25 +74,118 @@ def number_range(name: str) -> Number:
 PROBABILITY = Number(config.FRACTION)  # 0.03125 or 1/32
 
 
-def loss_model(kinds: tuple[str, ...] | None = None):
-    """--loss-model: how each link loses its packets (transport/lossmodel.py)."""
-    from edgegossip.transport.lossmodel import KINDS
+# The network's options (run.Network), each declared once: a command offers those it can run
+# (network(...)) and network_of() makes the Network of what was given.
+def _loss(default: str, help: str):
+    return click.option("--loss", type=PROBABILITY, default=default, show_default=True, help=help)
 
+
+def _loss_model(kinds: tuple[str, ...]):
     return click.option(
         "--loss-model",
-        type=click.Choice(kinds or KINDS),
+        type=click.Choice(kinds),
         default="bernoulli",
         show_default=True,
         help="How each link loses --loss of its packets: independently, in bursts of --burst "
-        "packets on average (gilbert-elliott), or as --trace replays them (netns only).",
+        "packets on average (gilbert-elliott)"
+        + (", or as --trace replays them" if "trace" in kinds else "")
+        + ".",
     )
 
 
-def burst(help: str):
-    """--burst: a Gilbert-Elliott loss's mean burst length (transport/lossmodel.py)."""
-    return click.option(
-        "--burst", type=click.FloatRange(min=1), default=1.0, show_default=True, help=help
+_NETWORK_OPTIONS = {
+    "burst": lambda: click.option(
+        "--burst",
+        type=click.FloatRange(min=1),
+        default=1.0,
+        show_default=True,
+        help="gilbert-elliott: the mean burst length, in packets of one link.",
+    ),
+    "trace": lambda: click.option(
+        "--trace",
+        type=click.Path(dir_okay=False, exists=True),
+        default=None,
+        help="trace: a file of per-packet outcomes, 1 lost and 0 arrived (docs/usage.md).",
+    ),
+    "schedule": lambda: click.option(
+        "--schedule",
+        type=click.Path(dir_okay=False, exists=True, path_type=Path),
+        default=None,
+        help="Events at given times: a link's rate or loss changes or it is cut, a device goes "
+        "off, comes back, joins or leaves (format: edgegossip/emulate/schedule.py, "
+        "docs/usage.md).",
+    ),
+    "slow": lambda: click.option(
+        "--slow",
+        "slow",
+        multiple=True,
+        metavar="NODE:RATE",
+        help="Cap node NODE's link at RATE instead (e.g. 3:2mbit); repeatable.",
+    ),
+}
+NETWORK = ("loss", "loss_model", "burst", "trace", "schedule", "rate", "slow")
+
+
+def network(
+    offer: tuple[str, ...] = NETWORK, loss: str = "0.1", loss_help: str = "", rate: str = "20mbit"
+):
+    """The network's options a command offers, in NETWORK's order (--loss-model lists trace
+    only where --trace is offered)."""
+    from edgegossip.transport.lossmodel import KINDS
+
+    kinds = KINDS if "trace" in offer else tuple(k for k in KINDS if k != "trace")
+    made = {
+        "loss": lambda: _loss(loss, loss_help or "Fraction of each link's packets lost."),
+        "loss_model": lambda: _loss_model(kinds),
+        **_NETWORK_OPTIONS,
+        "rate": lambda: click.option(
+            "--rate", default=rate, show_default=True, help="Link cap per node (tbf), or 'none'."
+        ),
+    }
+
+    def wrap(f):
+        for name in reversed([n for n in NETWORK if n in offer]):
+            f = made[name]()(f)
+        return f
+
+    return wrap
+
+
+def network_of(given: dict, nodes: int, backend: str = "netns"):
+    # backend: netns or loopback for emulate's fleets, simulate for simulate's
+    """The run.Network of the network options in `given` (taken out of it); ValueError, one
+    line naming the option, for what cannot be run."""
+    from edgegossip.run import Network, link_cap, slow_links
+
+    def take(name, default=None):
+        return given.pop(name, default)
+
+    rate = take("rate")
+    kind = take("loss_model", "bernoulli")
+    burst = take("burst", 1.0)
+    if kind == "trace" and backend == "loopback":
+        raise ValueError("--loss-model trace replays in the kernel: it needs --backend netns")
+    return Network(
+        loss=take("loss", 0.0),
+        loss_model=kind,
+        burst=burst,
+        trace=take("trace") or "",
+        rate=None if rate is None else link_cap(rate),
+        slow=slow_links(take("slow", ()), nodes),
+        schedule=_schedule(take("schedule"), nodes, backend),
     )
+
+
+def _schedule(path: Path | None, nodes: int, backend: str) -> tuple:
+    """The schedule's events; ValueError (one line, naming its line) for a bad one."""
+    from edgegossip.emulate import schedule
+
+    if path is None:
+        return ()
+    events = schedule.parse(path.read_text(), nodes, str(path))
+    if backend != "netns" and any(e.action in schedule.LINK for e in events):
+        raise ValueError(f"{path}: link events (rate, loss, cut, heal) need --backend netns")
+    return tuple(events)
 
 
 # where `emulate` and `exchange` run their processes: namespaces with the kernel dropping packets

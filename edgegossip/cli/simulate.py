@@ -21,15 +21,10 @@ from edgegossip.errors import UsageError
 @click.option("--workers", type=click.IntRange(1, 256), default=4, show_default=True)
 @options.setting("--p", "p", help="Exchange probability per worker per step.")
 @options.setting("--alpha", "alpha")
-@click.option(
-    "--loss",
-    type=options.PROBABILITY,
-    default="0",
-    show_default=True,
-    help="Probability that a datagram is lost (fraction).",
-)
-@options.burst(
-    "Lose datagrams in bursts of this many on average (Gilbert-Elliott); 1: independently."
+@options.network(
+    offer=("loss", "loss_model", "burst", "trace"),
+    loss="0",
+    loss_help="Probability that a datagram is lost (fraction).",
 )
 @click.option(
     "--epochs", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True
@@ -81,15 +76,19 @@ from edgegossip.errors import UsageError
 def simulate(eval_every, history, plot, as_json, **settings) -> None:
     """Train W workers in one process; every datagram is lost with probability LOSS.
 
-    --json prints one object: the settings (algorithm, model, workers, p, alpha, loss, seed,
-    partition [, burst] [, beta | classes_per_worker], payload), then epochs, steps, acc_worker0,
-    acc_average (the average of all workers' parameters), val_acc_worker0,
+    --json prints one object: the settings (algorithm, model, workers, p, alpha, seed,
+    partition [, beta | classes_per_worker], payload, loss [, loss_model, burst]), then epochs,
+    steps, acc_worker0, acc_average (the average of all workers' parameters), val_acc_worker0,
     bytes_sent_per_worker (datagrams as they go on the wire, framing included; a float32 ring
     for allreduce), datagrams_sent, datagrams_lost, elapsed_s [, push_weight_sum,
     push_weight_in_flight (gossip-push: the weights held, and those on their way)]."""
     from edgegossip.simulate import SimConfig
 
-    cfg = SimConfig(**settings)
+    try:
+        network = options.network_of(settings, settings["workers"], "simulate")
+    except ValueError as e:
+        fail(str(e), exit_codes.USAGE)
+    cfg = SimConfig(network=network, **settings)
     if eval_every is None and (history is not None or plot is not None):
         fail("--history and --plot need --eval-every", exit_codes.USAGE)
     if eval_every is not None and history is None and plot is None:
@@ -107,7 +106,7 @@ def simulate(eval_every, history, plot, as_json, **settings) -> None:
             "algorithm": cfg.algorithm,
             "workers": cfg.workers,
             "p": cfg.p,
-            "loss": cfg.loss,
+            "loss": cfg.network.loss,
             "epochs": cfg.epochs,
             "acc worker 0": result["acc_worker0"],
             "acc average": result["acc_average"],

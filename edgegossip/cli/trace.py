@@ -25,20 +25,21 @@ def trace() -> None:
 
 
 @trace.command()
-@click.option("--loss", type=options.PROBABILITY, default="0.1", show_default=True)
-@click.option("--burst", type=click.FloatRange(min=1), default=1.0, show_default=True)
+@options.network(offer=("loss", "loss_model", "burst"))
 @click.option("--count", type=click.IntRange(1, 1 << 22), default=100_000, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True)
 @click.option("--json", "as_json", is_flag=True, help='{"outcomes", "loss", "burst_mean", "out"}')
-def make(loss, burst, count, seed, out, as_json) -> None:
-    """A trace drawn from Gilbert-Elliott (--burst > 1) or independent loss, labelled
+def make(count, seed, out, as_json, **network) -> None:
+    """A trace drawn from the loss model (independent, or Gilbert-Elliott bursts), labelled
     generated."""
     from edgegossip.emulate import traces
-    from edgegossip.transport.lossmodel import LossModel
 
-    kind = "gilbert-elliott" if burst > 1 else "bernoulli"
-    _show(traces.make(LossModel(kind, loss, burst), count, seed, out), as_json)
+    try:
+        links = options.network_of(network, 1, "simulate").links()
+    except ValueError as e:
+        fail(str(e), exit_codes.USAGE)
+    _show(traces.make(links, count, seed, out), as_json)
 
 
 @trace.command()
@@ -50,7 +51,7 @@ def make(loss, burst, count, seed, out, as_json) -> None:
 def send(target, count, rate, size, as_json) -> None:
     """Send COUNT numbered datagrams to TARGET (HOST:PORT), where `trace record` listens."""
     from edgegossip.emulate import traces
-    from edgegossip.emulate.netns import rate_to_mbps
+    from edgegossip.run import rate_to_mbps
 
     host, _, port = target.rpartition(":")
     try:

@@ -26,10 +26,11 @@ from edgegossip import artifact, config
 from edgegossip.data import mnist
 from edgegossip.emulate import device
 from edgegossip.emulate.fleet import PORT, EmulatedFleet, FleetSpec
-from edgegossip.emulate.netns import loss_rules, rate_to_mbps, replayed_links, tbf
+from edgegossip.emulate.netns import loss_rules, replayed_links, tbf
 from edgegossip.errors import UsageError
 from edgegossip.fleet import bundle
 from edgegossip.models import NAMED
+from edgegossip.run import rate_to_mbps
 
 IMAGE = "localhost/edgegossip-agent:latest"
 DEFAULT_BASE = "docker.io/library/debian:bookworm-slim"
@@ -116,11 +117,11 @@ def _service(spec: FleetSpec, i: int, name: str, base: str) -> dict:
     """Node i's service: its image, loss and link cap, and its folders (a compiled model's
     too)."""
     env = {
-        "EG_LOSS_PERCENT": f"{spec.loss * 100:g}",
-        "EG_LOSS_MODEL": spec.loss_model,
+        "EG_LOSS_PERCENT": f"{spec.network.loss * 100:g}",
+        "EG_LOSS_MODEL": spec.network.loss_model,
         "EG_PEER_WAIT_S": f"{PEER_WAIT_S:g}",
     }
-    rate = dict(spec.slow).get(i, spec.rate)
+    rate = spec.network.rate_of(i)
     if rate and rate_to_mbps(rate):
         env["EG_TBF"] = " ".join(tbf(rate))  # the words of netns.tbf: one link model
     return {
@@ -146,8 +147,8 @@ def _loss_files(spec: FleetSpec, out: Path, names: list[str]) -> None:
     (out / "loss").mkdir(exist_ok=True)
     addrs = [f"@{name}@" for name in names]
     for i, name in enumerate(names):
-        links = replayed_links(spec.links(), spec.seed, addrs, i)
-        (out / "loss" / f"{name}.nft").write_text(loss_rules(spec.loss, links=links))
+        links = replayed_links(spec.network.links(), spec.seed, addrs, i)
+        (out / "loss" / f"{name}.nft").write_text(loss_rules(spec.network.loss, links=links))
 
 
 def _model(spec: FleetSpec, out: Path) -> dict:
@@ -200,8 +201,8 @@ def export(spec: FleetSpec, out: Path, base: str = DEFAULT_BASE, progress=print)
         services[name] = _service(spec, i, name, base)
     doc = {"services": services, "networks": {"fleet": {"driver": "bridge"}}}
     (out / "compose.yaml").write_text(
-        f"# {spec.nodes} edgegossip agents, {spec.algorithm}, {spec.loss:.0%} loss, links "
-        f"{spec.rate or 'uncapped'}: `podman-compose up` (or `docker compose up`)\n"
+        f"# {spec.nodes} edgegossip agents, {spec.algorithm}, {spec.network.loss:.0%} loss, "
+        f"links {spec.network.rate or 'uncapped'}: `podman-compose up` (or `docker compose up`)\n"
         + yaml.safe_dump(doc, sort_keys=False)
     )
     (out / "entrypoint.sh").write_text(ENTRYPOINT)

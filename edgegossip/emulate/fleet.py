@@ -28,7 +28,7 @@ from edgegossip.emulate.schedule import late
 from edgegossip.errors import PREFIX as ERROR_PREFIX
 from edgegossip.metrics import read as read_metrics
 from edgegossip.models import NAMED, make_model
-from edgegossip.transport.lossmodel import LossModel
+from edgegossip.run import Network, rate_to_mbps
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +39,9 @@ PORT = 47000
 class FleetSpec:
     nodes: int
     algorithm: str
-    loss: float  # fraction of packets dropped on arrival at each node
-    rate: str | None  # tbf link cap, e.g. "20mbit"
     backend: str  # netns | loopback
     out: Path
+    network: Network = Network()  # loss, its model, link caps, schedule (run.py)
     duration_s: float = 0.0
     epochs: float = 0.0
     # the agents' settings; defaults and allowed values are config.py's
@@ -59,21 +58,10 @@ class FleetSpec:
     deadline_s: float = 0.0  # 0: three times one model's transfer time at the link rate, >= 5 s
     deadline: str = agent_config.default("deadline")
     payload: str = agent_config.default("payload")
-    slow: tuple[
-        tuple[int, str], ...
-    ] = ()  # (node, rate): these nodes' links capped at their own rate
     eval_every: int = 50
     checkpoint_every: int = agent_config.default("checkpoint_every")
     checkpoint_every_s: float = agent_config.default("checkpoint_every_s")
     metrics_port: int = 0  # each agent's /metrics on this port (loopback: port + id); 0: none
-    # how links lose packets (transport/lossmodel.py): independently, in bursts, or a trace
-    loss_model: str = "bernoulli"
-    burst: float = 1.0  # gilbert-elliott: mean burst, in packets of one link
-    trace: str = ""  # trace: the file of outcomes
-    schedule: tuple = ()  # emulate/schedule.py's events: links changing, devices coming and going
-
-    def links(self) -> LossModel:
-        return LossModel(self.loss_model, self.loss, self.burst, trace=self.trace)
 
 
 class EmulatedFleet:
@@ -88,7 +76,7 @@ class EmulatedFleet:
         self.model_digest = ""  # that copy's, which a device's config names (_shared_cache)
         self.cache = spec.out / "shared-cache"  # what devices read: _shared_cache()
         # the devices each agent's config lists: all but those the schedule joins later
-        self.members = set(range(spec.nodes)) - late(list(spec.schedule))
+        self.members = set(range(spec.nodes)) - late(list(spec.network.schedule))
         self.addrs: list[tuple[str, int]] = []
         self.data_files: list[Path] = []  # the user's own data: each node's file (_own_data)
 
@@ -99,8 +87,8 @@ class EmulatedFleet:
 
     def _config(self, i: int, addrs: list[tuple[str, int]]) -> AgentConfig:
         s = self.spec
-        link = netns.rate_to_mbps(s.rate)  # sets the fixed deadline
-        paced = netns.rate_to_mbps(dict(s.slow).get(i, s.rate))  # this node's pacing
+        link = rate_to_mbps(s.network.rate)  # sets the fixed deadline
+        paced = rate_to_mbps(s.network.rate_of(i))  # this node's pacing
         # under a cap, pace just below it; an uncapped link, as a device paces by default
         # (net.rate_mbps): paced at 200 Mbit/s, the receivers, busy training on shared cores,
         # read 4.6 times the bytes, kept 0.74 of local's steps against 0.87 under a 20 Mbit/s
@@ -142,8 +130,8 @@ class EmulatedFleet:
             deadline_s=deadline,
             deadline=s.deadline,
             payload=s.payload,
-            inject_loss=s.loss if s.backend == "loopback" else 0.0,
-            inject_burst=s.burst if s.loss_model == "gilbert-elliott" else 1.0,
+            inject_loss=s.network.loss if s.backend == "loopback" else 0.0,
+            inject_burst=s.network.burst if s.network.loss_model == "gilbert-elliott" else 1.0,
             gso=True,  # the netns links cut GSO buffers before the loss rule (netns.Lan)
             metrics_endpoint=self.metrics_target(i, addrs) if s.metrics_port else "",
         )
@@ -204,8 +192,14 @@ class EmulatedFleet:
         if not own.named(s.data):  # refused before any namespace exists
             self.data_files = self._own_data()
         if s.backend == "netns":
+            net = s.network
             self.lan = netns.Lan(
-                s.nodes, loss=s.loss, rate=s.rate, rates=dict(s.slow), model=s.links(), seed=s.seed
+                s.nodes,
+                loss=net.loss,
+                rate=net.rate,
+                rates=dict(net.slow),
+                model=net.links(),
+                seed=s.seed,
             ).up()
         if s.backend == "netns":
             self.cache = self._shared_cache()  # before the configs: they name the model's copy

@@ -24,6 +24,7 @@ import numpy as np
 
 from edgegossip import tools
 from edgegossip.errors import EdgegossipError
+from edgegossip.run import rate_to_mbps
 from edgegossip.transport.lossmodel import LossModel
 from edgegossip.transport.pacing import BURST_S, EARLY_S
 
@@ -85,28 +86,6 @@ def pin_tcp(ns: str) -> None:
         "-c",
         f"echo {TCP_CONGESTION_CONTROL} > /proc/sys/net/ipv4/tcp_congestion_control",
     )
-
-
-def rate_to_mbps(rate: str | None) -> float | None:
-    if not rate:
-        return None
-    r = rate.strip().lower()
-    for unit, mult in (("gbit", 1000.0), ("mbit", 1.0), ("kbit", 0.001)):
-        if r.endswith(unit):
-            try:
-                return float(r[: -len(unit)]) * mult
-            except ValueError:
-                break
-    raise ValueError(f"--rate {rate!r}: write it as e.g. 20mbit, 500kbit or 1gbit")
-
-
-def link_cap(text: str) -> str | None:
-    """A link cap as the command line gives it: a rate (e.g. 20mbit), or None for "none"
-    (uncapped). ValueError, with the one line to show, for anything else."""
-    if text.strip().lower() == "none":
-        return None
-    rate_to_mbps(text)
-    return text
 
 
 # tbf's bucket: what may leave back to back. As much as the agents' pacer releases at once

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import statistics
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from edgegossip import algorithms
@@ -30,6 +30,7 @@ from edgegossip.emulate.fleet import EmulatedFleet, FleetSpec
 from edgegossip.metrics import read
 from edgegossip.models import make_model
 from edgegossip.report.summary import summarize, time_to
+from edgegossip.run import Network
 
 
 def _cpu_times() -> list[int]:
@@ -290,10 +291,7 @@ class Plan:
     nodes: int = 4
     seconds: float = 150.0
     model: str = "mlp"
-    loss: float = 0.1
-    loss_model: str = "bernoulli"  # or gilbert-elliott (transport/lossmodel.py)
-    burst: float = 1.0
-    rate: str | None = "20mbit"
+    network: Network = Network(loss=0.1, rate="20mbit")  # each variant may cap its own rate
     variants: tuple[tuple, ...] = ((DEFAULT, "float32"), (DEFAULT, "int8"))
     target: float = 0.95
     out: Path | None = None
@@ -304,7 +302,7 @@ class Plan:
 def run(plan: Plan = Plan(), progress=print) -> dict:
     from edgegossip.data import mnist
 
-    order = schedule(plan.variants, plan.reference, plan.rate, plan.rounds)
+    order = schedule(plan.variants, plan.reference, plan.network.rate, plan.rounds)
     data = mnist.load()
     base = plan.out or Path(tempfile.mkdtemp(prefix="bench-overhead-"))
     runs: list[dict] = []
@@ -318,10 +316,12 @@ def run(plan: Plan = Plan(), progress=print) -> dict:
         r["of_local_here"] = round(r["steps_per_s"] / local_at(local_rates, i), 3)
         for a in r["agents"]:
             a["of_local"] = round(a["steps_per_s"] / ref["steps_per_s"], 3)
-    keys = ("nodes", "seconds", "model", "loss", "loss_model", "burst", "rate", "target", "rounds")
+    net = plan.network
     return {
         "benchmark": "overhead",
-        **{k: getattr(plan, k) for k in keys},
+        **{k: getattr(plan, k) for k in ("nodes", "seconds", "model")},
+        **{k: getattr(net, k) for k in ("loss", "loss_model", "burst", "rate")},
+        **{k: getattr(plan, k) for k in ("target", "rounds")},
         "reference": ref,
         "runs": runs,
         "variants": by_variant(runs),
@@ -337,10 +337,7 @@ def _one(plan: Plan, folder: Path, step: tuple, sent: dict, data, progress) -> d
     spec = FleetSpec(
         nodes=plan.nodes,
         algorithm=Local.name if loads else algorithm,
-        loss=plan.loss,
-        loss_model=plan.loss_model,
-        burst=plan.burst,
-        rate=cap,
+        network=replace(plan.network, rate=cap),
         backend="netns",
         out=folder,
         duration_s=plan.seconds,
@@ -352,7 +349,7 @@ def _one(plan: Plan, folder: Path, step: tuple, sent: dict, data, progress) -> d
     found = _fleet(name, spec, progress, loads)
     steal = _steal(before, _cpu_times())
     rows, summary = _measure(
-        folder, plan.nodes, plan.model, plan.loss, plan.seconds, plan.target, data
+        folder, plan.nodes, plan.model, plan.network.loss, plan.seconds, plan.target, data
     )
     for row, f in zip(rows, found):
         row.update(_floor_row(f))

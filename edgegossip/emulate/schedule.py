@@ -143,4 +143,4 @@ def _apply(fleet, e: Event) -> None:
     elif e.action == "cut":
         fleet.set_loss(e.node, 1.0)
     else:  # heal
-        fleet.set_loss(e.node, fleet.spec.loss)
+        fleet.set_loss(e.node, fleet.spec.network.loss)

@@ -26,6 +26,7 @@ from edgegossip.fleet import inventory
 from edgegossip.fleet.ssh import Ssh, SshError
 from edgegossip.lab import network
 from edgegossip.lab import root as lab_root
+from edgegossip.run import Network
 
 REGISTRY = Path("/run/edgegossip/labs")
 STATE = "lab.json"
@@ -44,13 +45,13 @@ def _save_state(out: Path, state: dict) -> None:
 def up(
     n: int,
     out: Path,
-    loss: float = 0.0,
-    rate: str | None = None,
+    net: Network | None = None,
     settings: dict | None = None,
     split: str | None = "iid",
     progress=print,
     spec: lab_root.Spec = lab_root.DEFAULT,
 ) -> dict:
+    net = net or Network()  # no loss, uncapped
     if os.geteuid() != 0:
         raise LabError("a lab needs root (network namespaces, systemd-nspawn)")
     if (out / STATE).exists():
@@ -65,12 +66,12 @@ def up(
         "os": spec.os,
         "arch": spec.debian_arch,
         "devices": [],
-        "loss": loss,
-        "rate": rate,
+        "loss": net.loss,
+        "rate": net.rate,
     }
     _save_state(out, state)
     try:
-        network.up(lab, n, loss, rate)
+        network.up(lab, n, net)
         fleet = _fleet(out, lab, names, settings or {}, split, progress)
         pub = (fleet.ssh_key_path().with_suffix(".pub")).read_text()
         progress(f"booting {n} devices from {root}")

@@ -21,6 +21,7 @@ from edgegossip.emulate.netns import (
     pin_tcp,
     tbf,
 )
+from edgegossip.run import Network
 
 PREFIX = "egl"
 
@@ -58,7 +59,10 @@ def free_lab_id() -> int:
     raise EmulationError("250 labs are up already; `edgegossip lab down --all`")
 
 
-def up(lab: int, n: int, loss: float, rate: str | None) -> None:
+def up(lab: int, n: int, net: Network) -> None:
+    """The lab's switch and its n devices' namespaces, each device's link capped and losing
+    packets as `net` says (independent loss: a device's rules drop what arrives from the
+    others, never from the host)."""
     sw = switch_ns(lab)
     _run("ip", "netns", "add", sw)
     _run("ip", "-n", sw, "link", "add", "br0", "type", "bridge")
@@ -91,6 +95,7 @@ def up(lab: int, n: int, loss: float, rate: str | None) -> None:
         node_link_up(ns, "eth0")
         _run("ip", "-n", ns, "link", "set", "lo", "up")
         pin_tcp(ns)
+        rate = net.rate_of(i)
         if rate:
             _run(
                 "ip",
@@ -105,7 +110,7 @@ def up(lab: int, n: int, loss: float, rate: str | None) -> None:
                 "root",
                 *tbf(rate),
             )
-        set_loss(lab, i, loss)
+        set_loss(lab, i, net.loss)
 
 
 def set_loss(lab: int, i: int, loss: float) -> None:

@@ -1,0 +1,102 @@
+"""What a run's network is, described once for every tool that runs a fleet: `simulate` draws its
+losses from it, `emulate` and `bench overhead` have the kernel (or the receive path) apply it,
+and their summaries and reports name it.
+
+    Network(loss, loss_model, burst, trace, rate, slow, schedule)
+
+- loss, loss_model, burst, trace: how each link loses packets (transport/lossmodel.py):
+  independently, in Gilbert-Elliott bursts of `burst` on average, or as a trace file replays
+  them. The loss model is always named, never guessed from the burst length.
+- rate: each link's cap, tc's words ("20mbit"), None uncapped; slow: (node, rate) pairs, nodes
+  whose links are capped at their own rate.
+- schedule: emulate/schedule.py's events (links changing, devices coming and going).
+
+Each part is checked where it is made (ValueError, one line naming the option): a Network that
+exists is one a tool can run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from edgegossip.transport.lossmodel import LossModel
+
+RATE_UNITS = (("gbit", 1000.0), ("mbit", 1.0), ("kbit", 0.001))
+
+
+def rate_to_mbps(rate: str | None) -> float | None:
+    """A link rate in tc's words (20mbit, 500kbit, 1gbit) in megabits per second; None for
+    none."""
+    if not rate:
+        return None
+    r = rate.strip().lower()
+    for unit, mult in RATE_UNITS:
+        if r.endswith(unit):
+            try:
+                return float(r[: -len(unit)]) * mult
+            except ValueError:
+                break
+    raise ValueError(f"--rate {rate!r}: write it as e.g. 20mbit, 500kbit or 1gbit")
+
+
+def link_cap(text: str) -> str | None:
+    """A link cap as the command line gives it: a rate (e.g. 20mbit), or None for "none"
+    (uncapped). ValueError, with the one line to show, for anything else."""
+    if text.strip().lower() == "none":
+        return None
+    rate_to_mbps(text)
+    return text
+
+
+def slow_links(values: tuple[str, ...], nodes: int) -> tuple[tuple[int, str], ...]:
+    """--slow NODE:RATE values as (node, rate) pairs, one per node, in node order."""
+    out = {}
+    for v in values:
+        node, _, rate = v.partition(":")
+        try:
+            i = int(node)
+            if not 0 <= i < nodes or not rate_to_mbps(rate):
+                raise ValueError
+        except ValueError:
+            raise ValueError(
+                f"--slow {v}: want NODE:RATE with NODE in 0..{nodes - 1} and RATE like 2mbit"
+            ) from None
+        out[i] = rate
+    return tuple(sorted(out.items()))
+
+
+@dataclass(frozen=True)
+class Network:
+    loss: float = 0.0  # the fraction of each link's packets lost
+    loss_model: str = "bernoulli"  # KINDS
+    burst: float = 1.0  # gilbert-elliott: the mean burst, in packets of one link
+    trace: str = ""  # trace: the file of per-packet outcomes
+    rate: str | None = None  # each link's cap, "20mbit"; None: uncapped
+    slow: tuple[tuple[int, str], ...] = ()  # (node, rate): these nodes' links capped apart
+    schedule: tuple = ()  # emulate/schedule.py's events
+
+    def __post_init__(self) -> None:
+        if self.loss_model != "gilbert-elliott" and self.burst != 1.0:
+            raise ValueError("--burst is the mean burst of --loss-model gilbert-elliott: name it")
+        rate_to_mbps(self.rate)
+        for _, rate in self.slow:
+            rate_to_mbps(rate)
+        self.links().check()
+        if self.loss_model == "trace":  # the trace says the loss
+            object.__setattr__(self, "loss", round(self.links().mean_loss, 4))
+
+    def links(self) -> LossModel:
+        """How each link loses its packets."""
+        return LossModel(self.loss_model, self.loss, self.burst, trace=self.trace)
+
+    def rate_of(self, node: int) -> str | None:
+        """Node's link cap: its own if it is slow, else the network's."""
+        return dict(self.slow).get(node, self.rate)
+
+    def described(self) -> dict:
+        """What a result row or summary says of the network: the loss, and the loss model's
+        parameters where they are not the default's."""
+        out: dict = {"loss": self.loss}
+        if self.loss_model != "bernoulli":
+            out.update(loss_model=self.loss_model, burst=self.burst)
+        return out
