@@ -10,6 +10,9 @@ and their summaries and reports name it.
 - rate: each link's cap, tc's words ("20mbit"), None uncapped; slow: (node, rate) pairs, nodes
   whose links are capped at their own rate.
 - schedule: emulate/schedule.py's events (links changing, devices coming and going).
+- medium: switch, each node's link its own (capped at rate); or wifi, one channel of rate that
+  every station shares and every frame between two stations crosses twice, through an access
+  point (emulate/netns.py, Lan._add_air).
 
 Each part is checked where it is made (ValueError, one line naming the option): a Network that
 exists is one a tool can run.
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 from edgegossip.transport.lossmodel import LossModel
 
 RATE_UNITS = (("gbit", 1000.0), ("mbit", 1.0), ("kbit", 0.001))
+MEDIA = ("switch", "wifi")
 
 
 def rate_to_mbps(rate: str | None) -> float | None:
@@ -74,8 +78,13 @@ class Network:
     rate: str | None = None  # each link's cap, "20mbit"; None: uncapped
     slow: tuple[tuple[int, str], ...] = ()  # (node, rate): these nodes' links capped apart
     schedule: tuple = ()  # emulate/schedule.py's events
+    medium: str = "switch"  # MEDIA
 
     def __post_init__(self) -> None:
+        if self.medium not in MEDIA:
+            raise ValueError(f"--medium {self.medium!r}: choose {' or '.join(MEDIA)}")
+        if self.medium == "wifi" and not self.rate:
+            raise ValueError("--medium wifi shares one channel's rate: give --rate")
         if self.loss_model != "gilbert-elliott" and self.burst != 1.0:
             raise ValueError("--burst is the mean burst of --loss-model gilbert-elliott: name it")
         rate_to_mbps(self.rate)
@@ -90,8 +99,17 @@ class Network:
         return LossModel(self.loss_model, self.loss, self.burst, trace=self.trace)
 
     def rate_of(self, node: int) -> str | None:
-        """Node's link cap: its own if it is slow, else the network's."""
+        """Node's link cap: its own if it is slow, else the network's (on Wi-Fi, the channel's:
+        what the node can send at when it has the air to itself)."""
         return dict(self.slow).get(node, self.rate)
+
+    def goodput_mbps(self, node: int) -> float | None:
+        """What node can deliver to another node at most, alone on the network: its link's
+        rate on a switch; on Wi-Fi half of it, each frame crossing the air twice."""
+        mbps = rate_to_mbps(self.rate_of(node))
+        if mbps is None:
+            return None
+        return mbps / 2 if self.medium == "wifi" else mbps
 
     def described(self) -> dict:
         """What a result row or summary says of the network: the loss, and the loss model's
@@ -99,4 +117,6 @@ class Network:
         out: dict = {"loss": self.loss}
         if self.loss_model != "bernoulli":
             out.update(loss_model=self.loss_model, burst=self.burst)
+        if self.medium != "switch":
+            out.update(medium=self.medium)
         return out

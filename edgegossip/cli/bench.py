@@ -305,7 +305,7 @@ def metrics(as_json: bool, seconds: float, every_s: float, models: tuple[str, ..
     help="How long each fleet trains (a short run is mostly start-up: a check, not a figure).",
 )
 @click.option("--model", type=click.Choice(["mlp", "logreg"]), default="mlp", show_default=True)
-@options.network(offer=("loss", "loss_model", "burst", "rate"))
+@options.network(offer=("loss", "loss_model", "burst", "rate", "medium"))
 @click.option(
     "--variant",
     "variants",

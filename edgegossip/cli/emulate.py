@@ -195,22 +195,17 @@ def _run(spec, as_json: bool) -> dict:
     to OUT/summary.json beside OUT/report.html."""
     from edgegossip.emulate import netns
     from edgegossip.emulate.fleet import EmulatedFleet
-    from edgegossip.report import page
     from edgegossip.report.summary import summarize
 
-    out, rate, nodes, algorithm = spec.out, spec.network.rate, spec.nodes, spec.algorithm
     loss_kind = "kernel (nftables)" if spec.backend == "netns" else "injected"
     fleet = EmulatedFleet(spec)
     t0 = time.monotonic()
     try:
         fleet.up()
         if not as_json:
-            click.echo(
-                f"{nodes} agents, {algorithm} over {spec.transport}, {spec.network.loss:.0%} loss "
-                f"({loss_kind}), links {rate or 'uncapped'}; output in {out}"
-            )
-        _watch(fleet, out, as_json, t0)
-        kernel = fleet.kernel_dropped()
+            click.echo(_headline(spec, loss_kind))
+        _watch(fleet, spec.out, as_json, t0)
+        kernel, air = fleet.kernel_dropped(), fleet.air()
     except KeyboardInterrupt:
         fleet.down()
         fail("interrupted; agents stopped and namespaces removed", exit_codes.INTERRUPTED)
@@ -219,24 +214,46 @@ def _run(spec, as_json: bool) -> dict:
         fail(str(e), exit_codes.FAILURE)
     finally:
         fleet.down()
+    elapsed = time.monotonic() - t0
     summary = summarize(
-        out,
-        nodes,
+        spec.out,
+        spec.nodes,
         spec.model,
         spec.network.loss,
         loss_kind,
-        time.monotonic() - t0,
+        elapsed,
         kernel,
         fleet.test_set(),
     )
-    from edgegossip.emulate import churn
+    if air is not None:
+        _on_air(summary, air, spec.network.loss)
+    return _written(spec, summary, loss_kind)
 
-    summary["events"] = churn.measure(out, nodes)
+
+def _headline(spec, loss_kind: str) -> str:
+    net = spec.network
+    links = (
+        f"one Wi-Fi channel of {net.rate}"
+        if net.medium == "wifi"
+        else f"links {net.rate or 'uncapped'}"
+    )
+    return (
+        f"{spec.nodes} agents, {spec.algorithm} over {spec.transport}, {net.loss:.0%} loss "
+        f"({loss_kind}), {links}; output in {spec.out}"
+    )
+
+
+def _written(spec, summary: dict, loss_kind: str) -> dict:
+    """The summary with the run's events and settings, and its report, both written to OUT."""
+    from edgegossip.emulate import churn
+    from edgegossip.report import page
+
+    summary["events"] = churn.measure(spec.out, spec.nodes)
     summary.update(
-        algorithm=algorithm,
+        algorithm=spec.algorithm,
         transport=spec.transport,
-        nodes=nodes,
-        rate=rate,
+        nodes=spec.nodes,
+        rate=spec.network.rate,
         backend=spec.backend,
     )
     described = {**dataclasses.asdict(spec), **dataclasses.asdict(spec.network)}
@@ -246,10 +263,24 @@ def _run(spec, as_json: bool) -> dict:
         if k not in ("out", "backend", "network") and v not in ((), None)
     }
     summary["report"] = str(
-        page.write(out, "emulate", summary, {**settings, "network": loss_kind}, None)
+        page.write(spec.out, "emulate", summary, {**settings, "network": loss_kind}, None)
     )
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    (spec.out / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary
+
+
+def _on_air(summary: dict, air: dict, configured: float) -> None:
+    """A Wi-Fi run's channel in its summary: what the air carried and dropped. Frames the
+    channel dropped, its queues full, are the medium's loss, not something else's: the loss
+    alarm looks only at what lies beyond them."""
+    from edgegossip.report.summary import loss_alarm
+
+    expected = sum(a["link_expected"] for a in summary["agents"])
+    congestion = air["dropped"] / expected if expected else 0.0
+    summary["air"] = {**air, "congestion_loss": round(congestion, 4)}
+    observed = summary["observed_loss"]
+    beyond = None if observed is None else observed - congestion
+    summary["loss_alarm"] = loss_alarm(configured, beyond, expected)
 
 
 def _watch(fleet, out: Path, as_json: bool, t0: float) -> None:
@@ -294,6 +325,13 @@ def _show(summary: dict, loss: float) -> None:
         f"loss configured {loss:.1%} ({summary['loss_kind']}), observed by receivers {seen}; "
         f"the average model's test {average}"
     )
+    air = summary.get("air")
+    if air:
+        click.echo(
+            f"the Wi-Fi channel carried {air['bytes'] / 1e6:.1f} MB in {air['packets']} frames "
+            f"(each relayed frame twice) and dropped {air['dropped']}, its queues full: "
+            f"{air['congestion_loss']:.1%} of the datagrams"
+        )
     for a in summary["agents"]:
         if a["alarms"] or a["silent_peers"]:
             click.echo(

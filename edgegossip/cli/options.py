@@ -115,6 +115,15 @@ _NETWORK_OPTIONS = {
         "off, comes back, joins or leaves (format: edgegossip/emulate/schedule.py, "
         "docs/usage.md).",
     ),
+    "medium": lambda: click.option(
+        "--medium",
+        type=click.Choice(["switch", "wifi"]),
+        default="switch",
+        show_default=True,
+        help="switch: each node's link its own, capped at --rate; wifi: one channel of --rate "
+        "that every station shares, each frame between two stations crossing it twice "
+        "(through an access point); netns only.",
+    ),
     "slow": lambda: click.option(
         "--slow",
         "slow",
@@ -123,7 +132,7 @@ _NETWORK_OPTIONS = {
         help="Cap node NODE's link at RATE instead (e.g. 3:2mbit); repeatable.",
     ),
 }
-NETWORK = ("loss", "loss_model", "burst", "trace", "schedule", "rate", "slow")
+NETWORK = ("loss", "loss_model", "burst", "trace", "schedule", "rate", "medium", "slow")
 
 
 def network(
@@ -165,6 +174,9 @@ def network_of(given: dict, nodes: int, backend: str = "netns"):
     burst = take("burst", 1.0)
     if kind == "trace" and backend == "loopback":
         raise ValueError("--loss-model trace replays in the kernel: it needs --backend netns")
+    medium = take("medium", "switch")
+    if medium == "wifi" and backend != "netns":
+        raise ValueError("--medium wifi is a queue in the kernel: it needs --backend netns")
     return Network(
         loss=take("loss", 0.0),
         loss_model=kind,
@@ -173,6 +185,7 @@ def network_of(given: dict, nodes: int, backend: str = "netns"):
         rate=None if rate is None else link_cap(rate),
         slow=slow_links(take("slow", ()), nodes),
         schedule=_schedule(take("schedule"), nodes, backend),
+        medium=medium,
     )
 
 

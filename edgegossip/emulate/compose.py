@@ -175,6 +175,8 @@ def _image_files(spec: FleetSpec, out: Path, base: str, progress) -> dict:
 
 
 def export(spec: FleetSpec, out: Path, base: str = DEFAULT_BASE, progress=print) -> dict:
+    if spec.network.medium != "switch":  # a container network has no shared channel of ours
+        raise ValueError("--export compose gives each container its own link: no --medium wifi")
     yaml = _pyyaml()
     out.mkdir(parents=True, exist_ok=True)
     names = [f"node{i}" for i in range(spec.nodes)]

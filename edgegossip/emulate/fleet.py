@@ -88,7 +88,9 @@ class EmulatedFleet:
     def _config(self, i: int, addrs: list[tuple[str, int]]) -> AgentConfig:
         s = self.spec
         link = rate_to_mbps(s.network.rate)  # sets the fixed deadline
-        paced = rate_to_mbps(s.network.rate_of(i))  # this node's pacing
+        if s.network.medium == "wifi" and link:  # each frame twice on air the nodes share
+            link /= 2 * s.nodes
+        paced = s.network.goodput_mbps(i)  # this node's pacing: alone, as fast as it could
         # under a cap, pace just below it; an uncapped link, as a device paces by default
         # (net.rate_mbps): paced at 200 Mbit/s, the receivers, busy training on shared cores,
         # read 4.6 times the bytes, kept 0.74 of local's steps against 0.87 under a 20 Mbit/s
@@ -200,6 +202,7 @@ class EmulatedFleet:
                 rates=dict(net.slow),
                 model=net.links(),
                 seed=s.seed,
+                medium=net.medium,
             ).up()
         if s.backend == "netns":
             self.cache = self._shared_cache()  # before the configs: they name the model's copy
@@ -361,6 +364,12 @@ class EmulatedFleet:
         while any(self.running()) and not self.overdue() and time.monotonic() < deadline:
             time.sleep(poll_s)
         self.stop()
+
+    def air(self) -> dict | None:
+        """The Wi-Fi channel's counts (netns.Lan.air); None on a switch."""
+        if self.lan is None or self.spec.network.medium != "wifi":
+            return None
+        return self.lan.air()
 
     def kernel_dropped(self) -> list[int] | None:
         if self.lan is None:

@@ -88,6 +88,9 @@ def pin_tcp(ns: str) -> None:
     )
 
 
+MEDIA = ("switch", "wifi")
+AIR = "air"  # the Wi-Fi channel's device in the switch's namespace (Lan._add_air)
+
 # tbf's bucket: what may leave back to back. As much as the agents' pacer releases at once
 # (BURST_S of the rate, and a burst may leave EARLY_S early), and one whole frame more (tbf books
 # the frame a burst ends on whole); never below 4 KB. What does not fit waits in tbf's queue for
@@ -104,6 +107,21 @@ def tbf(rate: str) -> list[str]:
     mbps = rate_to_mbps(rate) or 0.0
     burst = max(TBF_MIN_BURST, int(mbps * 1e6 / 8 * TBF_BURST_S) + MAX_FRAME)
     return ["tbf", "rate", rate, "burst", str(burst), "latency", "50ms"]
+
+
+def _htb(rate_mbps: float, ceil_mbps: float, bucket: bool = False) -> list[str]:
+    """tc's words for an htb class guaranteed rate_mbps and borrowing up to ceil_mbps, with a
+    quantum of one frame; with `bucket` the bucket tbf() would have (the channel's), else two
+    frames (a station's: its bursts wait in its queue, so the channel's sum is its rate)."""
+    size = max(TBF_MIN_BURST, int(ceil_mbps * 1e6 / 8 * TBF_BURST_S) + MAX_FRAME)
+    burst = str(size if bucket else 2 * MAX_FRAME)
+    words = ["htb", "rate", f"{rate_mbps:.4f}mbit", "ceil", f"{ceil_mbps:.4f}mbit"]
+    return [*words, "burst", burst, "cburst", burst, "quantum", str(MAX_FRAME)]
+
+
+def _queue_bytes(mbps: float) -> int:
+    """A class's queue: what its ceiling sends in tbf()'s latency of 50 ms, and a bucket more."""
+    return int(mbps * 1e6 / 8 * 0.05) + max(TBF_MIN_BURST, int(mbps * 1e6 / 8 * TBF_BURST_S))
 
 
 def node_link_up(ns: str, dev: str) -> None:
@@ -198,6 +216,9 @@ class Lan:
     # how each link loses packets (transport/lossmodel.py); None: `loss`, independently
     model: LossModel | None = None
     seed: int = 0  # of the links' patterns
+    # switch: each node's link its own (capped at `rate`); wifi: one channel of `rate` that
+    # every frame crosses twice, station to access point and access point to station (AIR)
+    medium: str = "switch"
 
     @property
     def switch(self) -> str:
@@ -218,6 +239,8 @@ class Lan:
             self.created.append(f"ns:{self.switch}")
             _run("ip", "-n", self.switch, "link", "add", "br0", "type", "bridge")
             _run("ip", "-n", self.switch, "link", "set", "br0", "up")
+            if self.medium == "wifi":
+                self._add_air()
             for i in range(self.n_nodes):
                 self._add_node(i)
         except Exception:
@@ -245,11 +268,13 @@ class Lan:
             ns,
         )
         _run("ip", "-n", self.switch, "link", "set", port, "master", "br0", "up")
+        if self.medium == "wifi":
+            self._on_air(port)
         _run("ip", "-n", ns, "addr", "add", f"{self.address(i)}/24", "dev", ns_end)
         node_link_up(ns, ns_end)
         _run("ip", "-n", ns, "link", "set", "lo", "up")
         pin_tcp(ns)
-        rate = self.rates.get(i, self.rate)
+        rate = self.station_rate(i)
         if rate:
             _run(
                 "ip",
@@ -265,6 +290,104 @@ class Lan:
                 *tbf(rate),
             )
         self.set_loss(i, self.loss)
+
+    def station_rate(self, i: int) -> str | None:
+        """Node i's own link cap: the Lan's rate on a switch, on Wi-Fi only a slow station's
+        (the channel holds the rate)."""
+        if self.medium == "wifi":
+            return self.rates.get(i)
+        return self.rates.get(i, self.rate)
+
+    def _add_air(self) -> None:
+        """The channel: an ifb device in the switch's namespace that every frame passes through
+        on its way in from a station and again on its way out to one (_on_air), so that all
+        stations share one budget of `rate` and a frame between two of them spends it twice,
+        as a frame relayed by an access point does. Within the budget each station's frames
+        (by their source address, both crossings) have an htb class of their own, an equal
+        share guaranteed and the whole channel to borrow, as Wi-Fi's contention shares the air
+        between stations that all have frames to send; a slow station's class cannot exceed its
+        own rate. tc counts bytes, not airtime: what a slow station's frames take from the
+        others' air is not charged."""
+        sw = self.switch
+        _run("ip", "-n", sw, "link", "add", AIR, "type", "ifb")
+        _run("ip", "-n", sw, "link", "set", AIR, "up")
+        if self.rate:
+            self._air_classes(rate_to_mbps(self.rate) or 0.0)
+
+    def _air_classes(self, mbps: float) -> None:
+        """The channel's htb: class 1:1 the channel, 1:9 what no station sent (ARP), 1:(10 + i)
+        station i's frames, each with a queue of its own."""
+        tc = ["ip", "netns", "exec", self.switch, "tc"]
+        _run(*tc, "qdisc", "add", "dev", AIR, "root", "handle", "1:", "htb", "default", "9")
+        _run(
+            *tc,
+            "class",
+            "add",
+            "dev",
+            AIR,
+            "parent",
+            "1:",
+            "classid",
+            "1:1",
+            *_htb(mbps, mbps, True),
+        )
+        share = mbps / (self.n_nodes + 1)
+        for k, own in [(9, mbps), *((10 + i, self._station_mbps(i)) for i in range(self.n_nodes))]:
+            cls = _htb(min(share, own), own)
+            _run(*tc, "class", "add", "dev", AIR, "parent", "1:1", "classid", f"1:{k}", *cls)
+            queue = ["bfifo", "limit", str(_queue_bytes(own))]
+            _run(*tc, "qdisc", "add", "dev", AIR, "parent", f"1:{k}", *queue)
+        for i in range(self.n_nodes):
+            by_source = [
+                "u32",
+                "match",
+                "ip",
+                "src",
+                f"{self.address(i)}/32",
+                "flowid",
+                f"1:{10 + i}",
+            ]
+            _run(*tc, "filter", "add", "dev", AIR, "parent", "1:", "protocol", "ip", *by_source)
+
+    def _station_mbps(self, i: int) -> float:
+        """Station i's ceiling on the channel: its own rate if it is slow, else the channel's."""
+        own = rate_to_mbps(self.rates.get(i)) or 0.0
+        channel = rate_to_mbps(self.rate) or 0.0
+        return min(own, channel) if own else channel
+
+    def _on_air(self, port: str) -> None:
+        """Every frame arriving from the station on `port`, and every frame leaving to it,
+        through the channel."""
+        tc = ["ip", "netns", "exec", self.switch, "tc"]
+        _run(*tc, "qdisc", "add", "dev", port, "clsact")
+        for hook in ("ingress", "egress"):
+            _run(
+                *tc,
+                "filter",
+                "add",
+                "dev",
+                port,
+                hook,
+                "protocol",
+                "all",
+                *("u32", "match", "u32", "0", "0"),  # every frame (matchall: not in every kernel)
+                "action",
+                "mirred",
+                "egress",
+                "redirect",
+                "dev",
+                AIR,
+            )
+
+    def air(self) -> dict:
+        """What the channel carried so far, each relayed frame counted twice (bytes,
+        packets), and the frames it dropped, its queues full (dropped)."""
+        out = _run(
+            "ip", "netns", "exec", self.switch, "tc", "-s", "qdisc", "show", "dev", AIR, check=False
+        ).stdout
+        m = re.search(r"Sent (\d+) bytes (\d+) pkt \(dropped (\d+)", out)
+        sent, packets, dropped = (int(g) for g in m.groups()) if m else (0, 0, 0)
+        return {"bytes": sent, "packets": packets, "dropped": dropped}
 
     def set_rate(self, i: int, rate: str | None) -> None:
         """Node i's link capped at rate from now on (None: uncapped)."""
