@@ -181,14 +181,14 @@ METRICS: tuple[Metric, ...] = (
     ),
     Metric(
         "link_arrived",
-        "datagrams that arrived on the incoming links",
+        "datagrams that arrived on the incoming links, between each session's first and last",
         "counter",
         summary="last",
         empty=0,
     ),
     Metric(
         "link_expected",
-        "datagrams the incoming links' sequence numbers say were sent",
+        "datagrams the incoming links numbered between each session's first and last arrival",
         "counter",
         summary="last",
         empty=0,

@@ -188,8 +188,9 @@ class PeerLink:
             self.prev = self._fields() if self.session >= 0 else None
             self.probation = CONFIRM
             if self.arrived:
-                self.past_expected += self._expected()
-                self.past_arrived += self.arrived
+                arrived, expected = self._interior()
+                self.past_expected += expected
+                self.past_arrived += arrived
                 self.past_gaps += self.window.gaps
             self.session = session
             self.window = ReplayWindow()
@@ -256,10 +257,23 @@ class PeerLink:
     def _expected(self) -> int:
         return self.window.highest - self.first + 1 if self.arrived else 0
 
+    def _interior(self) -> tuple[int, int]:
+        """This session's (arrived, numbered) strictly between its lowest and highest arrival.
+        Those two arrived by definition: counting them put a short link's loss low (a link of m
+        datagrams at loss q showed about q (m - 2) / m, and a 32-node fleet's links are short:
+        10% showed as 8.1%); whether the datagrams between them arrived is independent of
+        which were first and last. What was lost before the first arrival or after the last,
+        the receiver cannot see."""
+        if self.arrived < 2:
+            return 0, 0
+        expected = self._expected() - 2
+        return min(self.arrived - 2, expected), expected
+
     def loss(self) -> tuple[int, int]:
-        """(datagrams that arrived, datagrams the peer numbered for us), all sessions."""
-        arrived, expected = self.past_arrived + self.arrived, self.past_expected + self._expected()
-        return min(arrived, expected), expected
+        """(datagrams that arrived, datagrams the peer numbered for us) between each session's
+        first and last arrival (_interior), all sessions."""
+        arrived, expected = self._interior()
+        return self.past_arrived + arrived, self.past_expected + expected
 
     def gaps(self) -> int:
         """Runs of datagrams numbered for us that did not arrive in order, all sessions."""
