@@ -69,6 +69,27 @@ def slow_links(values: tuple[str, ...], nodes: int) -> tuple[tuple[int, str], ..
     return tuple(sorted(out.items()))
 
 
+def cpu_shares(values: tuple[str, ...], nodes: int) -> tuple[tuple[int, float], ...]:
+    """--cpu NODES:SHARE values as (node, share of one core) pairs in node order, NODES one node
+    (3), a range (0-7) or all; a later value wins for a node named twice."""
+    out: dict[int, float] = {}
+    for v in values:
+        which, _, share = v.rpartition(":")
+        try:
+            cores = float(share)
+            first, _, last = which.partition("-")
+            span = range(nodes) if which == "all" else range(int(first), int(last or first) + 1)
+            if not 0.01 <= cores <= 64 or not span or span[0] < 0 or span[-1] >= nodes:
+                raise ValueError
+        except ValueError:
+            raise ValueError(
+                f"--cpu {v}: want NODES:SHARE, NODES a node, a range (0-7) or all within "
+                f"0..{nodes - 1}, SHARE the cores it gets (0.25: a quarter of one; 0.01 to 64)"
+            ) from None
+        out.update(dict.fromkeys(span, cores))
+    return tuple(sorted(out.items()))
+
+
 @dataclass(frozen=True)
 class Network:
     loss: float = 0.0  # the fraction of each link's packets lost

@@ -42,6 +42,14 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
 )
 @options.network(loss_help="Fraction of packets from other agents the kernel drops at each node.")
 @click.option(
+    "--cpu",
+    "cpu",
+    multiple=True,
+    metavar="NODES:SHARE",
+    help="Give these devices SHARE cores of this machine (e.g. 3:0.25, 0-7:0.1, all:0.5), the "
+    "kernel's quota (cgroups): slow devices beside fast ones; repeatable.",
+)
+@click.option(
     "--deadline",
     type=options.choice("deadline"),
     default=options.default("deadline"),
@@ -170,9 +178,11 @@ def _spec(
     from edgegossip.emulate.fleet import FleetSpec
     from edgegossip.errors import UsageError
     from edgegossip.report import plot
+    from edgegossip.run import cpu_shares
 
     try:
         network = options.network_of(settings, settings["nodes"], backend)
+        settings.update(cpu=cpu_shares(settings["cpu"], settings["nodes"]))
         settings.update(model=_model(settings["model"]))
         if check_plots:
             plot.require()  # refused now, not after the run
@@ -193,7 +203,7 @@ def _spec(
 def _run(spec, as_json: bool) -> dict:
     """Run the fleet to its end with progress every 5 s (not with --json); its summary, written
     to OUT/summary.json beside OUT/report.html."""
-    from edgegossip.emulate import netns
+    from edgegossip.emulate import cgroups, netns
     from edgegossip.emulate.fleet import EmulatedFleet
     from edgegossip.report.summary import summarize
 
@@ -205,11 +215,11 @@ def _run(spec, as_json: bool) -> dict:
         if not as_json:
             click.echo(_headline(spec, loss_kind))
         _watch(fleet, spec.out, as_json, t0)
-        kernel, air = fleet.kernel_dropped(), fleet.air()
+        kernel, air, throttled = fleet.kernel_dropped(), fleet.air(), fleet.throttled_s()
     except KeyboardInterrupt:
         fleet.down()
         fail("interrupted; agents stopped and namespaces removed", exit_codes.INTERRUPTED)
-    except (RuntimeError, OSError, netns.EmulationError) as e:
+    except (RuntimeError, OSError, netns.EmulationError, cgroups.CgroupError) as e:
         fleet.down()
         fail(str(e), exit_codes.FAILURE)
     finally:
@@ -227,6 +237,9 @@ def _run(spec, as_json: bool) -> dict:
     )
     if air is not None:
         _on_air(summary, air, spec.network.loss)
+    for a in summary["agents"]:  # a device's CPU share and what its quota held it back
+        share = dict(spec.cpu).get(a["agent"])
+        a.update(cpu_share=share, cpu_throttled_s=throttled.get(a["agent"]))
     return _written(spec, summary, loss_kind)
 
 

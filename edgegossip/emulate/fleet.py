@@ -23,7 +23,7 @@ from edgegossip import config as agent_config
 from edgegossip.config import AgentConfig, Peer
 from edgegossip.data import mnist, own
 from edgegossip.dataplane import payload
-from edgegossip.emulate import device, netns
+from edgegossip.emulate import cgroups, device, netns
 from edgegossip.emulate.schedule import late
 from edgegossip.errors import PREFIX as ERROR_PREFIX
 from edgegossip.metrics import read as read_metrics
@@ -62,6 +62,8 @@ class FleetSpec:
     checkpoint_every: int = agent_config.default("checkpoint_every")
     checkpoint_every_s: float = agent_config.default("checkpoint_every_s")
     metrics_port: int = 0  # each agent's /metrics on this port (loopback: port + id); 0: none
+    # (node, cores): these devices' share of this machine's CPU, the kernel's quota (cgroups.py)
+    cpu: tuple[tuple[int, float], ...] = ()
 
 
 class EmulatedFleet:
@@ -79,6 +81,7 @@ class EmulatedFleet:
         self.members = set(range(spec.nodes)) - late(list(spec.network.schedule))
         self.addrs: list[tuple[str, int]] = []
         self.data_files: list[Path] = []  # the user's own data: each node's file (_own_data)
+        self.cpu = cgroups.CpuShares(f"{os.getpid()}-{secrets.token_hex(3)}", dict(spec.cpu))
 
     def addresses(self) -> list[tuple[str, int]]:
         if self.lan is not None:
@@ -193,6 +196,7 @@ class EmulatedFleet:
         s.out.mkdir(parents=True, exist_ok=True)
         if not own.named(s.data):  # refused before any namespace exists
             self.data_files = self._own_data()
+        self.cpu.create()
         if s.backend == "netns":
             net = s.network
             self.lan = netns.Lan(
@@ -232,7 +236,12 @@ class EmulatedFleet:
             command = self._agent_command(str(path))
         log_f = open(self.spec.out / f"agent{i}.log", "a")
         self.procs[i] = subprocess.Popen(
-            command, stdout=log_f, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            command,
+            stdout=log_f,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            preexec_fn=self.cpu.joiner(i),  # its CPU share from its first instruction
         )
         log_f.close()
 
@@ -376,6 +385,10 @@ class EmulatedFleet:
             return None
         return [self.lan.dropped_packets(i) for i in range(self.spec.nodes)]
 
+    def throttled_s(self) -> dict[int, float | None]:
+        """Seconds each capped device was held back by its CPU quota."""
+        return {i: self.cpu.throttled_s(i) for i in self.cpu.shares}
+
     def down(self) -> None:
         try:
             self.stop(grace_s=10.0)
@@ -383,3 +396,4 @@ class EmulatedFleet:
             if self.lan is not None:
                 self.lan.down()
                 self.lan = None
+            self.cpu.remove()
