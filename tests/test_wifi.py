@@ -105,12 +105,12 @@ def test_wifi_needs_namespaces_and_a_rate_and_is_not_exported(tmp_path):
 
 @pytest.mark.root
 def test_a_fleet_trains_across_one_wifi_channel(root_only, tmp_path, mnist_data):
-    """Three logreg agents on a 10 Mbit/s channel, 10% loss, 10 s: they learn, and the summary
+    """Three logreg agents on a 10 Mbit/s channel, 10% loss, 6 s: they learn, and the summary
     says what the air carried (at least every datagram sent, twice, less what it dropped)."""
     t0 = time.monotonic()
     p = subprocess.run(
         [sys.executable, "-m", "edgegossip.cli.app", "emulate", "--nodes", "3"]
-        + ["--medium", "wifi", "--rate", "10mbit", "--model", "logreg", "--duration", "10"]
+        + ["--medium", "wifi", "--rate", "10mbit", "--model", "logreg", "--duration", "6"]
         + ["--loss", "0.1", "--p", "1/4", "--out", str(tmp_path / "run"), "--json"],
         capture_output=True,
         text=True,
