@@ -36,7 +36,7 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
 
 
 @click.command()
-@click.option("--nodes", type=click.IntRange(2, 32), default=4, show_default=True)
+@click.option("--nodes", type=click.IntRange(2, 64), default=4, show_default=True)
 @click.option(
     "--algorithm", type=click.Choice(ALGORITHMS), default=DEFAULT_ALGORITHM, show_default=True
 )
