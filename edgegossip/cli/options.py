@@ -10,6 +10,7 @@ import click
 
 from edgegossip import config
 from edgegossip.config import default
+from edgegossip.run import MEDIA
 
 
 def choice(name: str, extra: tuple[str, ...] = ()) -> click.Choice:
@@ -117,7 +118,7 @@ _NETWORK_OPTIONS = {
     ),
     "medium": lambda: click.option(
         "--medium",
-        type=click.Choice(["switch", "wifi"]),
+        type=click.Choice(MEDIA),
         default="switch",
         show_default=True,
         help="switch: each node's link its own, capped at --rate; wifi: one channel of --rate "

@@ -88,7 +88,6 @@ def pin_tcp(ns: str) -> None:
     )
 
 
-MEDIA = ("switch", "wifi")
 AIR = "air"  # the Wi-Fi channel's device in the switch's namespace (Lan._add_air)
 
 # tbf's bucket: what may leave back to back. As much as the agents' pacer releases at once
