@@ -40,8 +40,8 @@ def _base(run: str) -> Path:
 
 
 class CpuShares:
-    """The run's groups: create() makes them, join(i) moves the calling process into node
-    i's, remove() deletes them once their processes are gone."""
+    """The run's groups: create() makes them, joiner(i) gives the preexec function that moves
+    a child into node i's, remove() deletes them once their processes are gone."""
 
     def __init__(self, run: str, shares: dict[int, float]):
         self.shares = dict(shares)

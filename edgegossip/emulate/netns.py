@@ -101,26 +101,32 @@ TBF_MIN_BURST = 4000
 MAX_FRAME = 1514  # an Ethernet frame with a 1,500-byte MTU
 
 
+QUEUE_S = 0.05  # what a cap's queue holds: this long at its rate
+
+
+def _bucket(mbps: float) -> int:
+    """The bytes a cap of mbps lets leave back to back (TBF_BURST_S, and one frame more)."""
+    return max(TBF_MIN_BURST, int(mbps * 1e6 / 8 * TBF_BURST_S) + MAX_FRAME)
+
+
 def tbf(rate: str) -> list[str]:
     """tc's words for a tbf cap at rate (e.g. "20mbit"): its rate, bucket and queue."""
-    mbps = rate_to_mbps(rate) or 0.0
-    burst = max(TBF_MIN_BURST, int(mbps * 1e6 / 8 * TBF_BURST_S) + MAX_FRAME)
-    return ["tbf", "rate", rate, "burst", str(burst), "latency", "50ms"]
+    burst = _bucket(rate_to_mbps(rate) or 0.0)
+    return ["tbf", "rate", rate, "burst", str(burst), "latency", f"{QUEUE_S * 1000:g}ms"]
 
 
 def _htb(rate_mbps: float, ceil_mbps: float, bucket: bool = False) -> list[str]:
     """tc's words for an htb class guaranteed rate_mbps and borrowing up to ceil_mbps, with a
     quantum of one frame; with `bucket` the bucket tbf() would have (the channel's), else two
     frames (a station's: its bursts wait in its queue, so the channel's sum is its rate)."""
-    size = max(TBF_MIN_BURST, int(ceil_mbps * 1e6 / 8 * TBF_BURST_S) + MAX_FRAME)
-    burst = str(size if bucket else 2 * MAX_FRAME)
+    burst = str(_bucket(ceil_mbps) if bucket else 2 * MAX_FRAME)
     words = ["htb", "rate", f"{rate_mbps:.4f}mbit", "ceil", f"{ceil_mbps:.4f}mbit"]
     return [*words, "burst", burst, "cburst", burst, "quantum", str(MAX_FRAME)]
 
 
 def _queue_bytes(mbps: float) -> int:
-    """A class's queue: what its ceiling sends in tbf()'s latency of 50 ms, and a bucket more."""
-    return int(mbps * 1e6 / 8 * 0.05) + max(TBF_MIN_BURST, int(mbps * 1e6 / 8 * TBF_BURST_S))
+    """A class's queue: what its ceiling sends in QUEUE_S, and a bucket more."""
+    return int(mbps * 1e6 / 8 * QUEUE_S) + _bucket(mbps)
 
 
 def node_link_up(ns: str, dev: str) -> None:
