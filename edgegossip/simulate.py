@@ -21,11 +21,11 @@ import numpy as np
 
 from edgegossip import algorithms
 from edgegossip import config as agent_config
-from edgegossip.data import partition
+from edgegossip.data import device, mnist, own, partition
 from edgegossip.data.mnist import Mnist
 from edgegossip.dataplane import payload, wire
 from edgegossip.dataplane.chunking import ChunkPlan
-from edgegossip.models import NAMED, make_model, resolved
+from edgegossip.models import make_model, resolved
 from edgegossip.models.optim import NesterovSGD
 from edgegossip.run import Network
 
@@ -35,6 +35,7 @@ class SimConfig:
     # settings an agent has too take their defaults and allowed values from config.py
     algorithm: str = agent_config.default("algorithm")
     model: str = agent_config.default("model")
+    data: str = "mnist"  # a data set `data fetch` knows, or the user's FILE.npz or DIR (own.py)
     workers: int = agent_config.default("workers")
     p: float = agent_config.default("p")
     alpha: float = agent_config.default("alpha")
@@ -55,11 +56,6 @@ class SimConfig:
             if getattr(self, name) not in agent_config.CHOICES[name]:
                 raise ValueError(f"{name} must be one of {', '.join(agent_config.CHOICES[name])}")
         resolved(self.model)  # a name or a compiled model's folder, else ValueError
-        if self.model not in NAMED and make_model(self.model).loss != "cross-entropy":
-            raise ValueError(
-                "simulate trains classifiers on MNIST's labels; a model trained with mse "
-                "trains in emulate (--data FILE.npz)"
-            )
         if self.workers < 1 or (self.workers < 2 and algorithms.get(self.algorithm).datagrams):
             raise ValueError(f"workers must be at least 2 for {self.algorithm}")
         if not 0 <= self.p <= 1:
@@ -141,9 +137,40 @@ class _Feed:
         return self.order[self.pos - self.size : self.pos]
 
 
-def _shards(cfg: SimConfig, labels: np.ndarray) -> list[np.ndarray]:
+def load(cfg: SimConfig) -> Mnist | own.Pool:
+    """The run's data, checked against its model and partition: a named data set (an mse
+    model's targets its own pixels), or the user's file or folder of one file per worker.
+    ValueError (device.DataMismatch among them) for what does not fit; DataError for a data
+    set not fetched."""
+    model = make_model(cfg.model, cfg.seed)
+    mse = model.loss == "mse"
+    if own.named(cfg.data):
+        data: Mnist | own.Pool = mnist.load(name=cfg.data)
+        if mse:  # an autoencoder of the images: the labels are not its targets
+            d = data
+            data = own.Pool(d.x_train, None, d.x_val, d.x_val, d.x_test, d.x_test, None)
+        rows = device.DeviceData(data.x_train, data.y_train, data.x_val, data.y_val)
+    else:
+        fraction = agent_config.default("eval_fraction")
+        data, rows = own.pooled(cfg.data, cfg.workers, cfg.seed, fraction, targets=mse)
+    ids = np.dtype(model.input_dtype).kind == "i"
+    inputs, classes = model.shapes(784, 10)
+    device.check(rows, inputs, classes, model.input_shape, model.loss, ids)
+    if cfg.partition != "iid" and data.cut is not None:
+        raise ValueError(f"--partition {cfg.partition}: --data {cfg.data} holds a file per worker")
+    if cfg.partition != "iid" and mse:
+        raise ValueError(f"--partition {cfg.partition} cuts by class; an mse model has none")
+    return data
+
+
+def _shards(cfg: SimConfig, data: Mnist | own.Pool) -> list[np.ndarray]:
+    if data.cut is not None:
+        return data.cut
     if cfg.partition == "iid":
-        return partition.iid(len(labels), cfg.workers, cfg.seed)
+        return partition.iid(len(data.x_train), cfg.workers, cfg.seed)
+    labels = data.y_train
+    if labels is None:  # load() refuses this first
+        raise ValueError(f"--partition {cfg.partition} needs class labels")
     if cfg.partition == "dirichlet":
         return partition.dirichlet(labels, cfg.workers, cfg.beta, cfg.seed)
     if cfg.partition == "classes":
@@ -191,10 +218,12 @@ def _world(cfg: SimConfig, model) -> tuple:
 
 
 # the settings a result row repeats
-_ROW_SETTINGS = ("algorithm", "model", "workers", "p", "alpha", "seed", "partition")
+_ROW_SETTINGS = ("algorithm", "model", "data", "workers", "p", "alpha", "seed", "partition")
 
 
-def _result(cfg: SimConfig, model, world, data: Mnist, steps: int, epochs: float) -> dict:
+def _result(
+    cfg: SimConfig, model, world, data: Mnist | own.Pool, steps: int, epochs: float
+) -> dict:
     xs, net, algorithm = world.xs, world.net, algorithms.get(cfg.algorithm)
     avg = np.asarray(np.mean(xs, axis=0, dtype=np.float64)).astype(np.float32)
     return {
@@ -204,20 +233,30 @@ def _result(cfg: SimConfig, model, world, data: Mnist, steps: int, epochs: float
         **({"classes_per_worker": cfg.classes_per_worker} if cfg.partition == "classes" else {}),
         "epochs": round(epochs, 4),
         "steps": steps,
-        "acc_worker0": model.accuracy(xs[0], data.x_test, data.y_test),
-        "acc_average": model.accuracy(avg, data.x_test, data.y_test),
-        "val_acc_worker0": model.accuracy(xs[0], data.x_val, data.y_val)
-        if len(data.y_val)
-        else None,
+        **_scores(model, xs[0], avg, data),
         "bytes_sent_per_worker": algorithm.sim_bytes_per_worker(world),
         "datagrams_sent": net.datagrams_sent,
         "datagrams_lost": net.datagrams_lost,
     }
 
 
+def _scores(model, worker0: np.ndarray, avg: np.ndarray, data: Mnist | own.Pool) -> dict:
+    """Test scores of worker 0's model and the average, and worker 0's on the validation rows:
+    acc_* for a classifier; for an mse model acc_* null and mse_* (per element)."""
+    key = "mse" if model.loss == "mse" else "acc"
+    pick = "eval_mse" if key == "mse" else "accuracy"
+    row = {f"{k}_{w}": None for k in ("acc", key) for w in ("worker0", "average")}
+    row.update({"val_acc_worker0": None, f"val_{key}_worker0": None})
+    row[f"{key}_worker0"] = model.evaluate(worker0, data.x_test, data.y_test)[pick]
+    row[f"{key}_average"] = model.evaluate(avg, data.x_test, data.y_test)[pick]
+    if len(data.y_val):
+        row[f"val_{key}_worker0"] = model.evaluate(worker0, data.x_val, data.y_val)[pick]
+    return row
+
+
 def simulate(
     cfg: SimConfig,
-    data: Mnist,
+    data: Mnist | own.Pool,
     progress: Callable[[int, int, dict], None] | None = None,
     eval_every: float | None = None,
     on_eval: Callable[[dict], None] | None = None,
@@ -230,7 +269,7 @@ def simulate(
     model = make_model(cfg.model, cfg.seed)
     world, net, rngs = _world(cfg, model)
     algorithm = algorithms.get(cfg.algorithm)
-    shards = _shards(cfg, data.y_train)
+    shards = _shards(cfg, data)
     per_worker = cfg.batch // W
     # An epoch is one pass over the whole training set, summed over workers; with unequal
     # (non-IID) shards a small shard is cycled more often, as a device with little data would.

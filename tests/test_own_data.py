@@ -201,3 +201,29 @@ def test_epochs_over_the_users_own_files_count_each_nodes_rows(tmp_path):
     fleet.data_files = fleet._own_data()
     cfg = fleet._config(0, fleet.addresses())
     assert cfg.source == "file" and cfg.max_steps == 2 * 50 // 10
+
+
+def test_simulate_trains_an_autoencoder_on_a_folder_of_one_file_per_worker(tmp_path):
+    """Item 5 in simulate: each worker's rows its own file's, the rows their own targets, the
+    scores mse per element (acc null); the average model's test error well below what
+    predicting nothing scores. A partition by class is refused for an mse model, in one line."""
+    (tmp_path / "own").mkdir()
+    for i in range(4):
+        np.savez(tmp_path / "own" / f"device-{i}.npz", x=_latent(1000, 10 + i))
+    x_test = _latent(1000, 2)
+    np.savez(tmp_path / "one.npz", x=_latent(4000, 1), x_test=x_test)
+    _compiled(tmp_path, "dense_autoencoder", "mse")
+    run = ["simulate", "--algorithm", "elastic-gossip", "--workers", "4", "--loss", "0.1"]
+    run += ["--model", str(tmp_path / "dense_autoencoder"), "--lr", "0.05", "--json"]
+    res = CliRunner().invoke(cli, run + ["--data", str(tmp_path / "own"), "--epochs", "60"])
+    assert res.exit_code == 0, res.output
+    row = json.loads(res.output.strip().splitlines()[-1])
+    assert row["acc_average"] is None and row["data"] == str(tmp_path / "own")
+    assert row["mse_average"] < 0.25 * float(np.square(x_test).mean()), row
+    refused = CliRunner().invoke(
+        cli, run + ["--data", str(tmp_path / "one.npz"), "--partition", "dirichlet"]
+    )
+    assert refused.exit_code == 2
+    assert refused.output.strip().splitlines() == [
+        "edgegossip: error: --partition dirichlet cuts by class; an mse model has none"
+    ]

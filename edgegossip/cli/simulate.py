@@ -18,6 +18,10 @@ from edgegossip.errors import UsageError
 @click.command()
 @click.option("--algorithm", type=click.Choice(ALGORITHMS), required=True)
 @options.setting("--model", "model", help="The model.")
+@options.own_dataset(
+    "What the workers train on: a data set `edgegossip data fetch` knows, the user's FILE.npz "
+    "(cut by --partition) or a DIR of one .npz per worker."
+)
 @click.option("--workers", type=click.IntRange(1, 256), default=4, show_default=True)
 @options.setting("--p", "p", help="Exchange probability per worker per step.")
 @options.setting("--alpha", "alpha")
@@ -70,17 +74,20 @@ from edgegossip.errors import UsageError
     "--plot",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="With --eval-every: draw test accuracy against epochs and bytes to PLOT.png and .svg.",
+    help="With --eval-every: draw test accuracy (or mse) against epochs and bytes to PLOT.png "
+    "and .svg.",
 )
 @click.option("--json", "as_json", is_flag=True)
 def simulate(eval_every, history, plot, as_json, **settings) -> None:
     """Train W workers in one process; every datagram is lost with probability LOSS.
 
-    --json prints one object: the settings (algorithm, model, workers, p, alpha, seed,
+    --json prints one object: the settings (algorithm, model, data, workers, p, alpha, seed,
     partition [, beta | classes_per_worker], payload, loss [, loss_model, burst]), then epochs,
-    steps, acc_worker0, acc_average (the average of all workers' parameters), val_acc_worker0,
-    bytes_sent_per_worker (datagrams as they go on the wire, framing included; a float32 ring
-    for allreduce), datagrams_sent, datagrams_lost, elapsed_s [, push_weight_sum,
+    steps, acc_worker0, acc_average (the average of all workers' parameters), val_acc_worker0
+    (for a model trained with mse these are null, and mse_worker0, mse_average and
+    val_mse_worker0 give the mean squared error per element), bytes_sent_per_worker
+    (datagrams as they go on the wire, framing included; a float32 ring for allreduce),
+    datagrams_sent, datagrams_lost, elapsed_s [, push_weight_sum,
     push_weight_in_flight (gossip-push: the weights held, and those on their way)]."""
     from edgegossip.simulate import SimConfig
 
@@ -101,6 +108,7 @@ def simulate(eval_every, history, plot, as_json, **settings) -> None:
     if as_json:
         click.echo(json.dumps(result))
         return
+    score = _score(result)
     rows = [
         {
             "algorithm": cfg.algorithm,
@@ -108,8 +116,8 @@ def simulate(eval_every, history, plot, as_json, **settings) -> None:
             "p": cfg.p,
             "loss": cfg.network.loss,
             "epochs": cfg.epochs,
-            "acc worker 0": result["acc_worker0"],
-            "acc average": result["acc_average"],
+            f"{score} worker 0": result[f"{score}_worker0"],
+            f"{score} average": result[f"{score}_average"],
             "MB sent/worker": result["bytes_sent_per_worker"] / 1e6,
             "datagrams lost": result["datagrams_lost"],
         }
@@ -117,9 +125,15 @@ def simulate(eval_every, history, plot, as_json, **settings) -> None:
     click.echo(table(rows, list(rows[0])))
 
 
+def _score(row: dict) -> str:
+    """What the rows score: acc (a classifier's accuracy) or mse (an mse model's error)."""
+    return "acc" if row["acc_average"] is not None else "mse"
+
+
 def _checked(cfg, plot):
     """The data, once the settings and the plotting library are known good."""
     from edgegossip.data import mnist
+    from edgegossip.simulate import load
 
     try:
         if plot is not None:
@@ -127,7 +141,7 @@ def _checked(cfg, plot):
 
             plots.require()
         cfg.check()
-        return mnist.load()
+        return load(cfg)
     except (ValueError, UsageError) as e:
         fail(str(e), exit_codes.USAGE)
     except mnist.DataError as e:
@@ -163,28 +177,31 @@ def _run(cfg, data, eval_every, history, rows: list[dict], keep_last: bool) -> d
 
 
 def _plot(stem: Path, rows: list[dict], algorithm: str) -> list[str]:
-    """Worker 0's and the average model's test accuracy, against epochs and against bytes."""
+    """Worker 0's and the average model's test accuracy (an mse model's error), against
+    epochs and against bytes."""
     from edgegossip.report import plot
 
+    k = _score(rows[-1])
+    what = "accuracy" if k == "acc" else "mse"
     stem.parent.mkdir(parents=True, exist_ok=True)
     paths = plot.lines(
         stem.with_name(stem.name + "_vs_epochs"),
         {
-            "worker 0": [(r["epochs"], r["acc_worker0"]) for r in rows],
-            "average model": [(r["epochs"], r["acc_average"]) for r in rows],
+            "worker 0": [(r["epochs"], r[f"{k}_worker0"]) for r in rows],
+            "average model": [(r["epochs"], r[f"{k}_average"]) for r in rows],
         },
         "epochs",
-        "test accuracy",
-        f"{algorithm}: accuracy against epochs",
+        f"test {what}",
+        f"{algorithm}: {what} against epochs",
     )
     paths += plot.lines(
         stem.with_name(stem.name + "_vs_bytes"),
         {
-            "worker 0": [(r["bytes_sent_per_worker"] / 1e6, r["acc_worker0"]) for r in rows],
-            "average model": [(r["bytes_sent_per_worker"] / 1e6, r["acc_average"]) for r in rows],
+            "worker 0": [(r["bytes_sent_per_worker"] / 1e6, r[f"{k}_worker0"]) for r in rows],
+            "average model": [(r["bytes_sent_per_worker"] / 1e6, r[f"{k}_average"]) for r in rows],
         },
         "MB sent per worker",
-        "test accuracy",
-        f"{algorithm}: accuracy against bytes sent",
+        f"test {what}",
+        f"{algorithm}: {what} against bytes sent",
     )
     return paths

@@ -204,6 +204,7 @@ class Mnist:
     y_val: np.ndarray
     x_test: np.ndarray
     y_test: np.ndarray
+    cut = None  # each worker's rows, for data that came cut (data/own.py's Pool); not MNIST
 
     def batch(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return normalise(self.x_train[idx]), self.y_train[idx]

@@ -120,3 +120,54 @@ def test_set(
     xs = [device.ready(h.x_eval) for h in held]
     ys = [x if h.y_eval is None else h.y_eval for x, h in zip(xs, held)]
     return TestSet(np.concatenate(xs), np.concatenate(ys))
+
+
+@dataclass(frozen=True)
+class Pool:
+    """The user's data held whole in one process (simulate), with mnist.Mnist's attributes:
+    training rows (uint8 pixels or float32 features) and their labels, targets, or None (an
+    autoencoder's rows are their own targets); validation and test rows ready for the model.
+    cut: each worker's rows where the data came as one file per worker, else None."""
+
+    x_train: np.ndarray
+    y_train: np.ndarray | None
+    x_val: np.ndarray
+    y_val: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    cut: list[np.ndarray] | None
+
+    def batch(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        x = device.ready(self.x_train[idx])
+        return x, (x if self.y_train is None else self.y_train[idx])
+
+
+def pooled(
+    data: str | Path, workers: int, seed: int, eval_fraction: float, targets: bool = False
+) -> tuple[Pool, device.DeviceData]:
+    """The one file, or the folder's one file per worker joined in worker order, as a Pool;
+    and the rows as one device would hold them, for device.check against the model."""
+    files = files_of(data, workers)
+    held = [device.from_file(f, eval_fraction, seed=seed, targets=targets) for f in files]
+    if len({(h.x.dtype, h.row_shape, h.y is None) for h in held}) > 1:
+        raise device.DataMismatch(f"--data {data}: the files differ in x's shape or type, or in y")
+    whole = held[0] if len(held) == 1 else _joined(held)
+    sizes = np.cumsum([0] + [h.rows for h in held])
+    cut = None if len(held) == 1 else [np.arange(a, b) for a, b in zip(sizes, sizes[1:])]
+    x_val = device.ready(whole.x_eval)
+    test = test_set(data, files, eval_fraction, seed, targets)
+    y_val = x_val if whole.y_eval is None else whole.y_eval
+    return Pool(np.asarray(whole.x), whole.y, x_val, y_val, test.x_test, test.y_test, cut), whole
+
+
+def _joined(parts: list[device.DeviceData]) -> device.DeviceData:
+    def cat(arrays):
+        return None if any(a is None for a in arrays) else np.concatenate(arrays)
+
+    return device.DeviceData(
+        cat([np.asarray(p.x) for p in parts]),
+        cat([p.y for p in parts]),
+        cat([np.asarray(p.x_eval) for p in parts]),
+        cat([p.y_eval for p in parts]),
+        parts[0].row_shape,
+    )
