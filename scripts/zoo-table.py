@@ -1,7 +1,9 @@
 """Prints docs/own-model.md's zoo table: each export of tests/fixtures/zoo compiled and run in
 stock onnxruntime (float32) on PyTorch's batch, against PyTorch's loss and gradients.
 
-    .venv/bin/python scripts/zoo-table.py [--speed TORCH_PYTHON]
+    .venv/bin/python scripts/zoo-table.py [--speed TORCH_PYTHON] [EXPORT ...]
+
+(EXPORTs, such as attention-dynamo: only their rows.)
 
 With --speed, a last column: the compiled step's time at batch 32 over PyTorch's for the same
 class and batch (edgegossip bench train --reference, one thread each, best of 3 x 60 steps, each
@@ -83,8 +85,10 @@ def row(name: str, torch_python: str | None = None) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--speed", metavar="TORCH_PYTHON", help="a Python with torch")
+    ap.add_argument("exports", nargs="*", help="only these rows (NAME-EXPORTER)")
     args = ap.parse_args()
     names = sorted(json.loads((ZOO / "zoo.json").read_text())["models"])
+    names = [n for n in names if n in args.exports] if args.exports else names
     head = "| model | exporter | loss | compiled | parameters (PyTorch's) | loss error "
     head += "| largest gradient error |"
     rule = "|---|---|---|---|---|---|---|"

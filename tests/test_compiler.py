@@ -517,3 +517,49 @@ def test_a_value_named_as_the_training_step_names_its_own_is_renamed():
     m = _model([n("Mul", ["x", "grad"], ["z"])], {"grad": w(4)}, [4], "z")
     with pytest.raises(CompileError, match="the model's 'grad' is a name the training step uses"):
         compile_model(m, "mse")
+
+
+@pytest.mark.parametrize(
+    "split, keepdims, at",
+    [(4, 1, [0, 2, -1]), ([3, 9], 1, [1, 0]), (None, 0, [5, -12, 0]), (5, 1, [2])],
+)
+def test_a_sequence_read_at_constant_positions_computes_what_the_exporter_wrote(
+    split, keepdims, at
+):
+    """torch's default exporter writes `chunk` and `split` as SplitToSequence and SequenceAt
+    (the zoo's attention block trains through them); compiled as one Split. onnxruntime runs
+    the sequence ops, so it is the reference: a chunk (the last part shorter), given sizes,
+    parts of one without their axis, negative positions."""
+    import onnxruntime as ort
+
+    from edgegossip.compiler.sequences import plain
+
+    consts = [helper.make_node("Constant", [], [f"k{i}"], value=_i64(k)) for i, k in enumerate(at)]
+    inputs = ["x"] if split is None else ["x", "s"]
+    if split is not None:
+        consts.append(helper.make_node("Constant", [], ["s"], value=_i64(split)))
+    nodes = consts + [
+        helper.make_node("SplitToSequence", inputs, ["seq"], axis=-1, keepdims=keepdims),
+        *[helper.make_node("SequenceAt", ["seq", f"k{i}"], [f"y{i}"]) for i in range(len(at))],
+    ]
+    out_dims = None if keepdims == 0 and split is None else ["b", 2, None]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["b", 2, 12])],
+        [
+            helper.make_tensor_value_info(f"y{i}", onnx.TensorProto.FLOAT, out_dims)
+            for i in range(len(at))
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    made = plain(model)
+    assert {n.op_type for n in made.graph.node} <= {"Constant", "Split", "Squeeze", "Identity"}
+    x = np.random.default_rng(0).normal(size=(3, 2, 12)).astype(np.float32)
+    run = [ort.InferenceSession(m.SerializeToString()).run(None, {"x": x}) for m in (model, made)]
+    for want, got in zip(*run):
+        np.testing.assert_array_equal(got, want)
+
+
+def _i64(v) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.asarray(v, np.int64))

@@ -36,6 +36,7 @@ from edgegossip.compiler.errors import CompileError, where
 from edgegossip.compiler.expand import expand
 from edgegossip.compiler.ops import OPS, copy_node, diff_slots
 from edgegossip.compiler.recurrent import unroll
+from edgegossip.compiler.sequences import plain
 
 # The opsets a training graph is made at, each with the oldest onnxruntime that runs it and the
 # IR version that runtime reads (onnxruntime's docs/compatibility table). A model is compiled at
@@ -128,7 +129,7 @@ def compile_model(
     _check_tensors(model.graph)
     _check_domains(model.graph)
     model = any_batch(_at_opset(model))  # torch.onnx.export's default fixes the batch
-    model = _clear_of_step_names(untied(unroll(expand(model, set(OPS), opset_of(model)))))
+    model = _clear_of_step_names(untied(unroll(plain(expand(model, set(OPS), opset_of(model))))))
     graph = model.graph
     inits = {i.name: i for i in graph.initializer}
     x_info, dtype = _data_input(graph, inits)
@@ -382,12 +383,20 @@ def _values(graph, opsets, shapes, live: set[str]) -> dict[str, np.ndarray]:
     from onnx.reference import ReferenceEvaluator
 
     out = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+    partial: dict[str, list[int | None]] = {}  # Shape outputs with some dims unknown (the batch)
     total = 0
     for node in graph.node:
         if not set(node.output) & live:
             continue  # nothing the model computes needs it
-        if node.op_type == "Shape" and (dims := _static_part(node, shapes)) is not None:
-            out[node.output[0]] = np.array(dims, np.int64)  # the dims it reads are known
+        if node.op_type == "Shape":
+            dims = _read_dims(node, shapes)
+            if dims is not None and None not in dims:
+                out[node.output[0]] = np.array(dims, np.int64)  # the dims it reads are known
+            elif dims is not None:
+                partial[node.output[0]] = dims
+            continue
+        if (picked := _known_dims(node, partial, out)) is not None:
+            out[node.output[0]] = picked  # a known dim picked out of a partly known shape
             continue
         if node.op_type in _RANDOM or not all(i in out for i in node.input if i):
             continue
@@ -421,15 +430,29 @@ def _values(graph, opsets, shapes, live: set[str]) -> dict[str, np.ndarray]:
     return out
 
 
-def _static_part(node: onnx.NodeProto, shapes) -> list[int] | None:
-    """The dims a Shape node reads (its start to its end), if every one of them is known: an
-    exporter's way to size a weight's slice from a layer's hidden size."""
+def _read_dims(node: onnx.NodeProto, shapes) -> list[int | None] | None:
+    """The dims a Shape node reads (its start to its end), None for each not known: an
+    exporter's way to size a weight's slice from a layer's hidden size, or (TorchScript's
+    `chunk`) a slice of the features from their count."""
     dims = shapes.get(node.input[0])
     if dims is None:
         return None
     a = {x.name: helper.get_attribute_value(x) for x in node.attribute}
-    part = dims[slice(a.get("start", 0), a.get("end"))]
-    return None if any(d is None for d in part) else [int(d) for d in part]
+    return [None if d is None else int(d) for d in dims[slice(a.get("start", 0), a.get("end"))]]
+
+
+def _known_dims(node: onnx.NodeProto, partial, values) -> np.ndarray | None:
+    """What a Gather at constant positions from a partly known shape reads, where every dim it
+    reads is known; None otherwise."""
+    if node.op_type != "Gather" or node.input[0] not in partial or node.input[1] not in values:
+        return None
+    if any(a.name == "axis" and a.i != 0 for a in node.attribute):
+        return None
+    dims, at = partial[node.input[0]], values[node.input[1]]
+    if at.dtype.kind not in "iu" or not all(-len(dims) <= int(k) < len(dims) for k in at.flat):
+        return None
+    picked = np.array([dims[int(k)] for k in at.flat], dtype=object).reshape(at.shape)
+    return None if any(d is None for d in picked.flat) else picked.astype(np.int64)
 
 
 def _elements(shape: list[int | None] | None) -> int | None:

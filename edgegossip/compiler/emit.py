@@ -66,6 +66,16 @@ class Emit:
             raise CompileError(f"{what} needs the static shape of {name!r} (got {dims or '?'})")
         return [int(d) if d is not None else -1 for d in dims]
 
+    def rank(self, name: str, what: str) -> int:
+        """How many axes a source tensor has, whatever their sizes; a CompileError naming what
+        needs it if shape inference did not find it."""
+        from edgegossip.compiler.errors import CompileError
+
+        dims = self.shape(name)
+        if dims is None:
+            raise CompileError(f"{what} needs the rank of {name!r}")
+        return len(dims)
+
     def reduce_sum(self, x: str, axes: list[int], keepdims: int) -> str:
         if not axes:
             return x

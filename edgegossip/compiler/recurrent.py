@@ -36,7 +36,7 @@ def unroll(model: onnx.ModelProto) -> onnx.ModelProto:
     """model with each recurrent node replaced by its steps (a copy where any is)."""
     if not any(_recurrent(n) for n in model.graph.node):
         return model
-    shapes = _shapes(model)
+    shapes = shapes_of(model)
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     nodes: list[onnx.NodeProto] = []
@@ -47,7 +47,8 @@ def unroll(model: onnx.ModelProto) -> onnx.ModelProto:
     return copy
 
 
-def _shapes(model: onnx.ModelProto) -> dict[str, list[int | None]]:
+def shapes_of(model: onnx.ModelProto) -> dict[str, list[int | None]]:
+    """Each tensor's dims as onnx infers them ({} where inference fails)."""
     try:
         g = onnx.shape_inference.infer_shapes(model, data_prop=True).graph
     except Exception:  # the compiler's own inference names what is wrong

@@ -40,7 +40,7 @@ def concat_vjp(e, n, g, s):
 
 def _reduce_axes(e: Emit, n: NodeProto, what: str) -> list[int]:
     """The axes a reduction (opset 18: its second input) runs over, non-negative."""
-    rank = len(e.static(n.input[0], what))
+    rank = e.rank(n.input[0], what)
     if len(n.input) > 1 and n.input[1]:
         if n.input[1] not in e.values:
             raise CompileError(f"node {n.name or n.output[0]}: {what} needs constant axes")
@@ -70,8 +70,11 @@ def reduce_sum_vjp(e, n, g, s):
 
 def reduce_mean_vjp(e, n, g, s):
     """y = mean_A x:  gx = g / |A| repeated over A."""
-    axes = _reduce_axes(e, n, "ReduceMean's gradient")
-    dims = e.static(n.input[0], "ReduceMean's gradient")
+    what = "ReduceMean's gradient"
+    axes = _reduce_axes(e, n, what)
+    dims = e.shape(n.input[0]) or []
+    if any(dims[a] is None for a in axes):
+        raise CompileError(f"{what} needs the sizes of the axes {axes} of {n.input[0]!r}")
     count = float(np.prod([dims[a] for a in axes])) if axes else 1.0
     return [_spread(e, n, e.op("Div", g[0], e.const(count, like=n.output[0])), axes), None]
 
