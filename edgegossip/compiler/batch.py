@@ -47,7 +47,7 @@ def _views_of_any_batch(graph, x: str, fixed: int) -> None:
     for n in graph.node:
         if set(n.input) & from_x:
             from_x.update(n.output)
-    consts = _small_constants(graph)
+    consts = small_constants(graph)
     for n in graph.node:
         if n.op_type != "Reshape" or n.input[0] not in from_x or n.input[1] not in consts:
             continue
@@ -68,7 +68,7 @@ def _views_of_any_batch(graph, x: str, fixed: int) -> None:
 SHAPE_OPS = ("Constant", "Concat", "Unsqueeze", "Squeeze", "Cast", "Reshape", "Identity")
 
 
-def _small_constants(graph) -> dict[str, np.ndarray]:
+def small_constants(graph) -> dict[str, np.ndarray]:
     """The integer vectors the graph builds shapes from: initializers, Constant nodes and what
     the shape ops make of them alone (dynamo writes a view's shape as a Concat of Constants)."""
     from onnx.reference import ReferenceEvaluator

@@ -11,6 +11,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from edgegossip.compiler.batch import small_constants
 from edgegossip.compiler.recurrent import shapes_of
 
 
@@ -20,7 +21,7 @@ def plain(model: onnx.ModelProto) -> onnx.ModelProto:
     splits = [n for n in model.graph.node if n.op_type == "SplitToSequence"]
     if not splits:
         return model
-    consts = _constants(model.graph)
+    consts = small_constants(model.graph)  # a split's sizes, a read's position
     readers: dict[str, list[onnx.NodeProto]] = {}
     for n in model.graph.node:
         for name in n.input:
@@ -46,15 +47,6 @@ def plain(model: onnx.ModelProto) -> onnx.ModelProto:
     del copy.graph.node[:]
     copy.graph.node.extend(nodes)
     return copy
-
-
-def _constants(graph) -> dict[str, np.ndarray]:
-    """The integer constants a split's sizes and a read's position may come from."""
-    out = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
-    for n in graph.node:
-        if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
-            out[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
-    return {k: v for k, v in out.items() if v.dtype.kind in "iu"}
 
 
 def _attr(node: onnx.NodeProto, name: str, default: int) -> int:

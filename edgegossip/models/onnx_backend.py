@@ -20,8 +20,6 @@ from onnx import TensorProto, helper, numpy_helper
 from edgegossip.models.base import Model
 from edgegossip.models.mlp import MLP
 
-OPSET = 18  # the compiler's floor (compiler/build.py): onnxruntime 1.14 and later run it
-
 
 def graph(model: MLP, params: np.ndarray, training: bool = False) -> onnx.ModelProto:
     """The MLP as an exporter writes a model: input `x` [batch, inputs], output `logits`, each
@@ -50,6 +48,8 @@ def graph(model: MLP, params: np.ndarray, training: bool = False) -> onnx.ModelP
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", model.sizes[-1]])],
         [i for i in inits if i.name != "training" or training],
     )
+    from edgegossip.compiler.build import OPSET  # the compiler's floor: the oldest runtimes run it
+
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)])
     m.producer_name = "edgegossip"
     return m
