@@ -62,6 +62,8 @@ def _weight_grad(e: Emit, inp, in_dims, g, out_dims, groups, strides, pads, dil,
     out_ch = out_dims[1]
     if groups > 1 and groups == in_dims[1] == out_ch:
         return _depthwise_weight_grad(e, inp, g, out_dims, strides, pads, dil, kernel)
+    if groups == 1:
+        return _windowed_weight_grad(e, inp, in_dims[1], g, out_dims, strides, pads, dil, kernel)
     space = list(range(3, 3 + nd))
     per, sizes = in_dims[1] // groups, list(in_dims[2:])
     # [N, C, *s] -> [N, G, C/G, *s] -> [C/G, G, N, *s] -> [C/G, G N, *s]
@@ -72,6 +74,33 @@ def _weight_grad(e: Emit, inp, in_dims, g, out_dims, groups, strides, pads, dil,
     full = e.op("Conv", xg, gg, group=groups, strides=dil, dilations=strides, pads=pads)
     cut = e.op("Slice", full, e.const([0] * nd), e.const(kernel), e.const(list(range(2, 2 + nd))))
     return e.op("Transpose", cut, perm=[1, 0] + list(range(2, 2 + nd)))
+
+
+def _windowed_weight_grad(e: Emit, x, in_ch, g, out, strides, pads, dil, kernel) -> str:
+    """An ungrouped convolution's gW [C_out, C_in, *k]: channels last, each kernel offset's
+    window of the padded input (a strided slice, [N * space', C_in]) multiplied by g as
+    [C_out, N * space'], one matrix product per offset. As a convolution of the batch
+    (_weight_grad's general form) onnxruntime spends most of a step here: for ResNet-8's
+    16 -> 16 channels at 8x8, batch 128, 5.5 ms against 1.1 ms this way; a 1x1 convolution's,
+    1.4-1.9 ms against 0.24-0.30."""
+    nd = len(kernel)
+    axes = list(range(1, 1 + nd))
+    if any(pads):
+        x = e.op("Pad", x, e.const([0, 0, *pads[:nd], 0, 0, *pads[nd:]]))
+    xh = e.op("Transpose", x, perm=[0, *range(2, 2 + nd), 1])  # [N, *space, C_in]
+    gh = e.op("Transpose", g, perm=[1, 0, *range(2, 2 + nd)])
+    gh = e.op("Reshape", gh, e.const([out[1], -1]))  # [C_out, N * space']
+    parts = []
+    for offset in np.ndindex(*kernel):
+        starts = [o * d for o, d in zip(offset, dil)]
+        ends = [st + s * (o - 1) + 1 for st, s, o in zip(starts, strides, out[2:])]
+        window = e.op(
+            "Slice", xh, e.const(starts), e.const(ends), e.const(axes), e.const(list(strides))
+        )
+        parts.append(e.op("MatMul", gh, e.op("Reshape", window, e.const([-1, in_ch]))))
+    stacked = parts[0] if len(parts) == 1 else e.op("Concat", *parts, axis=0)
+    stacked = e.op("Reshape", stacked, e.const([*kernel, out[1], in_ch]))
+    return e.op("Transpose", stacked, perm=[nd, nd + 1, *range(nd)])
 
 
 def _depthwise_weight_grad(e: Emit, x, g, out, strides, pads, dil, kernel) -> str:
