@@ -83,10 +83,10 @@ def test_compile_writes_a_checked_artifact(tmp_path):
 
 
 def test_bench_train_measures_a_compiled_model(tmp_path):
-    p = eg(
-        "bench", "train", "--model", compiled(tmp_path, "vibration_cnn"), "--steps", "3", "--json"
-    )
+    folder = compiled(tmp_path, "vibration_cnn")
+    p = eg("bench", "train", "--model", folder, "--steps", "3", "--threads", "2", "--json")
     assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["threads"] == 2
     rows = json.loads(p.stdout)["results"]
     assert [(r["backend"], r["batch"], r["params"]) for r in rows] == [
         ("compiled", 32, 268),

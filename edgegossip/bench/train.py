@@ -3,11 +3,12 @@
 Each (model, backend) pair runs in a fresh process so its peak RSS is its own. The step is the
 whole thing a device does per batch: forward, backward and the Nesterov update. A compiled
 model's folder (`edgegossip model compile`) is measured as its agent runs it: backend
-"compiled", onnxruntime on one thread, random inputs of its manifest's shape; a model with a
+"compiled", onnxruntime on one thread (`threads`: more, or 0 for the runtime's default),
+random inputs of its manifest's shape; a model with a
 frozen prefix also as "compiled-prefix", trained on the prefix's outputs computed once
 (compiler/prefix.py). Beside it, with
 `reference` (the model's own PyTorch class, FILE.py:CLASS), the same step of the same model in
-PyTorch on one thread, timed alike in the same run: backend "pytorch", and each compiled row's
+PyTorch on as many threads, timed alike in the same run: backend "pytorch", and each compiled row's
 `vs_reference` is its time over PyTorch's at that batch. PyTorch runs in its own interpreter
 (`python`, default this one), so it need not share an environment with edgegossip."""
 
@@ -52,7 +53,8 @@ from edgegossip.models import make_model
 from edgegossip.metrics import peak_rss_mb
 from edgegossip.models.optim import NesterovSGD
 name, backend, batch, steps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-m = make_model(name)
+threads = int(sys.argv[5])
+m = make_model(name, threads=threads)
 p = m.init(0); g = np.zeros_like(p); opt = NesterovSGD(m.n_params)
 rng = np.random.default_rng(0)
 shape, classes = m.input_shape or (784,), getattr(m, "classes", 10)
@@ -86,7 +88,7 @@ _REFERENCE_CHILD = (
 import importlib.util, json, resource, sys
 import numpy as np, torch
 path, cls, folder = sys.argv[1:4]
-batch, steps = int(sys.argv[4]), int(sys.argv[5])
+batch, steps, threads = int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
 spec = importlib.util.spec_from_file_location("reference_model", path)
 mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
 m = getattr(mod, cls)()
@@ -98,7 +100,9 @@ n = sum(p.numel() for p in m.parameters() if p.requires_grad)
 if n != manifest["params"]["count"]:
     sys.exit(f"{path}:{cls} trains {n} parameters, the compiled model "
              f"{manifest['params']['count']}")
-torch.set_num_threads(1); torch.manual_seed(0)
+if threads:  # else torch's own default
+    torch.set_num_threads(threads)
+torch.manual_seed(0)
 if manifest["input"].get("dtype", "float32").startswith("int"):
     x = torch.zeros(batch, *manifest["input"]["shape"], dtype=torch.int64)
 else:
@@ -135,13 +139,20 @@ def _child(argv: list[str], what: str) -> dict:
 
 
 def against(
-    result: dict, folder: str, reference: str, python: str, steps: int, batches=BATCHES
+    result: dict,
+    folder: str,
+    reference: str,
+    python: str,
+    steps: int,
+    batches=BATCHES,
+    threads: int = 1,
 ) -> dict:
     """Add PyTorch's rows for the compiled model in `folder` and each compiled row's ratio."""
     path, _, cls = reference.rpartition(":")
     ref = {}
     for batch in batches:
         argv = [python, "-c", _REFERENCE_CHILD, path, cls, folder, str(batch), str(steps)]
+        argv.append(str(threads))
         ref[batch] = _child(argv, f"the reference {reference}")
     for row in result["results"]:
         row["vs_reference"] = round(row["ms_per_step"] / ref[row["batch"]]["ms_per_step"], 3)
@@ -149,7 +160,8 @@ def against(
     return result
 
 
-def run(cases=CASES, batches=BATCHES, steps: int = 60) -> dict:
+def run(cases=CASES, batches=BATCHES, steps: int = 60, threads: int = 1) -> dict:
+    """Each case's rows; threads: the step's threads (0: the runtime's default, every core)."""
     from edgegossip.models import onnx_available
 
     rows = []
@@ -158,6 +170,6 @@ def run(cases=CASES, batches=BATCHES, steps: int = 60) -> dict:
     for model, backend in cases:
         for batch in batches:
             n = steps * (10 if model == "logreg" else 1)
-            argv = [sys.executable, "-c", _CHILD, model, backend, str(batch), str(n)]
+            argv = [sys.executable, "-c", _CHILD, model, backend, str(batch), str(n), str(threads)]
             rows.append(_child(argv, f"{model}/{backend}"))
-    return {"benchmark": "train", "results": rows}
+    return {"benchmark": "train", "threads": threads, "results": rows}

@@ -174,12 +174,25 @@ def shard(as_json: bool, workers: int) -> None:
     show_default="this Python",
     help="The Python that has torch (e.g. your training venv's); it needs nothing of ours.",
 )
+@click.option(
+    "--threads",
+    type=click.IntRange(min=0),
+    default=1,
+    show_default=True,
+    help="Threads of a compiled model's step and of --reference's (0: each runtime's default, "
+    "every core). A device's agent trains on one.",
+)
 def train(
-    as_json: bool, steps: int, folder: str | None, reference: str | None, reference_python: str
+    as_json: bool,
+    steps: int,
+    folder: str | None,
+    reference: str | None,
+    reference_python: str,
+    threads: int,
 ) -> None:
     """ms per training step and peak RSS per model and backend, at batch 32 and 128.
 
-    JSON: {"benchmark": "train", "results": [{"model", "backend", "batch", "params",
+    JSON: {"benchmark": "train", "threads", "results": [{"model", "backend", "batch", "params",
     "ms_per_step", "peak_rss_mb"}]}; with --reference, rows of backend "pytorch" too, and
     compiled rows carry "vs_reference"."""
     from edgegossip.bench import train as t
@@ -191,16 +204,17 @@ def train(
 
         prefix = artifact.read(folder).has_prefix
         cases = [(folder, "compiled")] + ([(folder, "compiled-prefix")] if prefix else [])
-    result = t.run(cases=cases, steps=steps)
+    result = t.run(cases=cases, steps=steps, threads=threads)
     columns = ["model", "backend", "batch", "params", "ms_per_step", "peak_rss_mb"]
     if reference is not None and compiled is not None:
-        result = t.against(result, compiled, reference, reference_python, steps)
+        result = t.against(result, compiled, reference, reference_python, steps, threads=threads)
         columns.append("vs_reference")
     emit(
         result,
         as_json,
         columns,
-        title="train (forward + backward + Nesterov update, one process per row)",
+        title=f"train (forward + backward + Nesterov update, one process per row, "
+        f"threads {threads or 'default'})",
     )
 
 

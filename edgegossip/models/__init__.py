@@ -52,16 +52,19 @@ EXPORTABLE = tuple(n for n, m in NAMED.items() if m.onnx)  # to ONNX (models/onn
 CHOICES_TEXT = f"{', '.join(MODELS)} or the folder of a compiled model (edgegossip model compile)"
 
 
-def make_model(name: str, seed: int = 0, inputs: int = 784, classes: int = 10) -> Model:
+def make_model(
+    name: str, seed: int = 0, inputs: int = 784, classes: int = 10, threads: int = 1
+) -> Model:
     """The named model for `inputs` features and `classes` labels (the seed's MNIST shapes by
-    default), or the model compiled into the folder `name`."""
+    default), or the model compiled into the folder `name` (its step on `threads` threads, 0
+    for onnxruntime's default; the named models' NumPy runs on one)."""
     spec = NAMED.get(name)
     if spec is None:
         from edgegossip.artifact import is_artifact
         from edgegossip.models.compiled import CompiledModel
 
         if is_artifact(name):
-            return CompiledModel(name)
+            return CompiledModel(name, threads=threads)
         raise ValueError(f"unknown model {name!r}: choose {CHOICES_TEXT}")
     problem = shape_problem(name, inputs, classes)
     if problem:
