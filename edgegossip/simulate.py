@@ -50,6 +50,7 @@ class SimConfig:
     beta: float = 0.5  # Dirichlet concentration (partition=dirichlet)
     classes_per_worker: int = 2  # partition=classes
     payload: str = agent_config.default("payload")
+    closing: int = 0  # rounds of the closing phase after training (algorithms/elastic_gossip.py)
 
     def check(self) -> None:
         for name in ("algorithm", "partition", "payload"):
@@ -64,6 +65,8 @@ class SimConfig:
             raise ValueError("batch must be at least the number of workers")
         if self.epochs <= 0:
             raise ValueError("epochs must be positive")
+        if self.closing and not algorithms.get(self.algorithm).datagrams:
+            raise ValueError(f"--closing: {self.algorithm} exchanges no parameters to agree on")
         payload.codec(self.payload).plan(1, self.chunk_bytes)
 
 
@@ -235,6 +238,14 @@ def _result(
         "steps": steps,
         **_scores(model, xs[0], avg, data),
         "bytes_sent_per_worker": algorithm.sim_bytes_per_worker(world),
+        "closing": cfg.closing,
+        # how far the workers are from agreeing: the farthest one's distance from the average,
+        # relative to the average's norm (0: every worker holds the average model)
+        "spread": round(
+            max(float(np.linalg.norm(x - avg)) for x in xs)
+            / max(float(np.linalg.norm(avg)), 1e-12),
+            6,
+        ),
         "datagrams_sent": net.datagrams_sent,
         "datagrams_lost": net.datagrams_lost,
     }
@@ -296,4 +307,8 @@ def simulate(
         if on_eval is not None and eval_steps and (step + 1) % eval_steps == 0 and step + 1 < total:
             on_eval(result(step + 1))
 
+    if cfg.closing:
+        world.close()
+    for _ in range(cfg.closing):
+        algorithm.sim_step(world)
     return result(total)

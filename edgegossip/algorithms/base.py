@@ -15,6 +15,12 @@ import numpy as np
 from edgegossip.dataplane import wire
 from edgegossip.dataplane.chunking import ChunkPlan
 
+# The closing phase: the fleet stops training and only agrees, so that each device's own model
+# comes to the average. Every worker exchanges at every step (p = 1) by its algorithm's rule;
+# Elastic Gossip's at alpha = CLOSING_ALPHA, on parameters no step moves: a pair's exchange
+# takes both to their mean.
+CLOSING_ALPHA = 0.5
+
 
 @dataclass
 class World:
@@ -40,6 +46,12 @@ class World:
     link_sums: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
     ring_bytes: float = 0.0  # all-reduce's traffic per worker so far
     carry: list[Any] = field(default_factory=list)  # RPS: each worker's rounding carried forward
+    training: bool = True  # False in the closing phase: steps exchange, nobody trains
+
+    def close(self) -> None:
+        """Enter the closing phase (CLOSING below): no more local steps, every worker
+        exchanging each step."""
+        self.training, self.p, self.alpha = False, 1.0, CLOSING_ALPHA
 
     @property
     def n(self) -> int:
@@ -50,6 +62,8 @@ class World:
         return range(self.plan.n_chunks)
 
     def local_steps(self) -> None:
+        if not self.training:
+            return
         for w in range(self.n):
             self.opts[w].step(self.xs[w], self.grads[w])
 

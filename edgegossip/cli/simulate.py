@@ -57,6 +57,15 @@ from edgegossip.errors import UsageError
     help="How parameters travel: int8 has a float32 scale per datagram.",
 )
 @options.setting("--chunk-bytes", "chunk_bytes", type=int)
+@click.option(
+    "--closing",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Rounds of a closing phase after training: nobody trains, every worker exchanges "
+    "with a peer each round (Elastic Gossip's rule at alpha 0.5), so each worker's own model "
+    "comes to the average.",
+)
 @options.setting("--seed", "seed")
 @click.option(
     "--eval-every",
