@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from edgegossip import clock
 from edgegossip.metrics import ALARMS
 
-STATES = ("starting", "training", "paused", "stopping")
+STATES = ("starting", "training", "closing", "paused", "stopping")  # closing: train.phase
+RUNNING = ("training", "closing")  # an agent that runs its config, as far as rollouts wait
 PREFIX = "edgegossip_"  # of every Prometheus series
 
 
@@ -55,6 +56,12 @@ METRICS: tuple[Metric, ...] = (
         status="step",
     ),
     Metric("epoch", "epochs over this device's shard", prometheus="epoch", status="epoch"),
+    Metric(
+        "closing_steps",
+        "steps of the closing phase (train.phase): exchanges only, no training",
+        summary="last",
+        empty=0,
+    ),
     Metric(
         "loss",
         "mean training loss over the last record's steps",

@@ -163,6 +163,22 @@ class AgentConfig:
     )
     max_steps: int = setting("train", 0, "0: no step limit", range=NON_NEGATIVE)
     duration_s: float = setting("train", 0.0, "0: no time limit", range=NON_NEGATIVE)
+    phase: str = setting(
+        "train",
+        "train",
+        "train: local steps and exchanges; closing: no more training, every step an exchange "
+        "(p = 1), so that each device's own model comes to the fleet's average "
+        "(`fleet set phase=closing`)",
+        ("train", "closing"),
+        scope="fleet",
+    )
+    closing_s: float = setting(
+        "train",
+        0.0,
+        "with duration_s: its last closing_s seconds in phase closing",
+        range=NON_NEGATIVE,
+        scope="fleet",
+    )
     eval_every: int = setting("train", 100, "steps between held-out evaluations", range=Range(1))
     record_every_s: float = setting(
         "disk",
@@ -468,6 +484,14 @@ def validate(c: AgentConfig) -> None:
     problem = models.shape_problem(c.model, c.inputs, c.classes)
     need(problem is None, "train.model", str(problem))
     need(0 <= c.id < c.workers, "agent.id", f"must be in 0..{c.workers - 1}")
+    exchanging = algorithms.get(c.algorithm).datagrams
+    for key, closing in (("train.phase", c.phase == "closing"), ("train.closing_s", c.closing_s)):
+        need(not closing or exchanging, key, f"{c.algorithm} has no exchanges to close with")
+    need(
+        c.closing_s <= c.duration_s,
+        "train.closing_s",
+        "is the end of train.duration_s: at most train.duration_s",
+    )
     need(
         c.deadline_min_s <= c.deadline_max_s,
         "net.deadline_min_s",

@@ -38,6 +38,15 @@ def test_defaults_and_roundtrip(tmp_path):
         (_with("agent", "peers", ["x@1.2.3.4:5"]), "agent.peers"),
         (_with("agent", "id", 7), "agent.id"),
         (_with("train", "p", 2.0), "train.p"),
+        (_with("train", "phase", "end"), "train.phase"),
+        (_with("train", "closing_s", 5.0), "train.closing_s: is the end of train.duration_s"),
+        (
+            {
+                "agent": {"id": 0, "listen": "127.0.0.1:1"},
+                "train": {"algorithm": "local", "phase": "closing"},
+            },
+            "train.phase: local has no exchanges to close with",
+        ),
         ({"agent": {"listen": "127.0.0.1:1"}}, "agent.id: missing"),
         ({"bogus": {}}, "bogus: unknown section"),
     ],

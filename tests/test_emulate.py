@@ -685,3 +685,29 @@ def test_an_agent_that_stops_is_named_with_its_own_reason(tmp_path):
     )
     assert fleet.why(0).startswith("train.model: net/ holds model 1a2b, not the fleet's (log: ")
     assert fleet.why(1).startswith("PermissionError: [Errno 13] manifest.json (log: ")
+
+
+def test_a_closing_phase_brings_each_devices_model_to_the_average(tmp_path, mnist_data):
+    """Issue 57: real agents on loopback, each holding two classes of MNIST, 10% loss. After
+    4 s of training every device's own model is poor and its own; in the last 4 s
+    (--closing) nobody trains and every step is an exchange: each device's accuracy rises,
+    and ends near the average model's."""
+    from edgegossip.data.split import split_mnist
+
+    data = tmp_path / "data"
+    list(split_mnist(data, 4, "classes"))
+    res = CliRunner().invoke(
+        cli,
+        ["emulate", "--backend", "loopback", "--nodes", "4", "--model", "logreg"]
+        + ["--data", str(data), "--duration", "8", "--closing", "4", "--loss", "0.1"]
+        + ["--out", str(tmp_path / "run"), "--json"],
+    )
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output.strip().splitlines()[-1])
+    for i, agent in enumerate(out["agents"]):
+        metrics = tmp_path / "run" / f"agent{i}" / "metrics.jsonl"
+        records = [json.loads(line) for line in metrics.read_text().splitlines()]
+        start = next(k for k, r in enumerate(records) if r.get("event") == "closing")
+        before = [r["accuracy"] for r in records[:start] if r.get("accuracy") is not None][-1]
+        assert agent["accuracy"] > before + 0.05, (i, before, agent["accuracy"])
+        assert abs(agent["accuracy"] - out["average_model_accuracy"]) < 0.06, out["agents"]

@@ -24,6 +24,7 @@ from edgegossip.agent.checkpoints import Checkpoints
 from edgegossip.agent.keys import link_keys
 from edgegossip.agent.reload import Live, Reader, apply, config_hash
 from edgegossip.agent.shard import Shard, after_prefix, load_data
+from edgegossip.algorithms.base import CLOSING_ALPHA
 from edgegossip.config import AgentConfig, ConfigError
 from edgegossip.control.server import Controls
 from edgegossip.data import device
@@ -40,6 +41,10 @@ from edgegossip.storage import StepTimes, Storage, checkpoint_bytes, metrics_sha
 from edgegossip.transport.peers import PeerBook
 
 log = logging.getLogger(__name__)
+# the closing phase (train.phase): a step is the exchanges alone, then this pause; a record
+# (a held-out evaluation, the most such an agent does) at most every CLOSING_RECORD_S
+CLOSING_TICK_S = 0.01
+CLOSING_RECORD_S = 5.0
 
 
 def _check_digest(cfg: AgentConfig, digest: str | None) -> None:
@@ -88,6 +93,7 @@ class Agent:
         self.storage: Storage | None = None  # opened by run()
         self._starting = True  # until the clock wait at start is over
         self._steps = StepTimes()
+        self._ticks = 0  # steps of the closing phase taken (_close_tick)
         self._next_record = 0.0
         self._threads: dict = {}  # the agent's other threads by role, for their CPU time
         try:
@@ -174,6 +180,8 @@ class Agent:
             if self._starting
             else "paused"
             if controls.paused.is_set()
+            else "closing"
+            if self._ticks
             else "training"
         )
         return {
@@ -352,6 +360,9 @@ class Agent:
                 continue  # a restart stops the loop at its top
             controls.wait_while_paused(self._checkpoint_now)
             controls.serve_checkpoint(self._checkpoint_now)
+            if self._closing_now(t0, seen[0]):
+                self._close_tick(protocol, metrics, seen)
+                continue
             self._steps.start()  # a step's time: not the pause, not the evaluation
             protocol.before_step(self.x, self.step)
             xb, yb = self.shard.batch_at(self.step)
@@ -378,6 +389,35 @@ class Agent:
             if self.checkpoints.due(self.step):
                 self.checkpoints.in_background(self.x, self.step)
 
+    def _closing_now(self, t0: float, ctx: Context) -> bool:
+        """In the closing phase (train.phase, or the last closing_s of duration_s): no more
+        training, every step an exchange (algorithms/base.py: CLOSING_ALPHA). Entering it
+        sets the protocol's p and alpha (again after a reload of the peers)."""
+        cfg = self.cfg
+        late = cfg.closing_s > 0 and time.monotonic() - t0 >= cfg.duration_s - cfg.closing_s
+        if cfg.phase != "closing" and not late:
+            return False
+        if (ctx.cfg.p, ctx.cfg.alpha) != (1.0, CLOSING_ALPHA):
+            ctx.cfg = replace(ctx.cfg, p=1.0, alpha=CLOSING_ALPHA)
+        if not self._ticks:
+            assert self.storage is not None
+            self.storage.record({"event": "closing", "agent": cfg.id, "step": self.step})
+        return True
+
+    def _close_tick(self, protocol: Protocol, metrics, seen: tuple) -> None:
+        """One step of the closing phase: the exchanges only, then a pause so that an agent
+        with no training to do does not spin (the sender paces the exchanges themselves)."""
+        self._ticks += 1
+        protocol.before_step(self.x, self._ticks)  # RPS counts its period in these steps
+        protocol.after_step(self.x, self._ticks)
+        if time.monotonic() >= self._next_record:
+            # evaluating is the most a closing agent does: not more often than CLOSING_RECORD_S
+            self._next_record = time.monotonic() + max(self.cfg.record_every_s, CLOSING_RECORD_S)
+            ctx, sender, inbox = seen
+            self._last = self._record([], ctx, sender, inbox, protocol)
+            metrics.record(self._last)
+        self.stop_event.wait(CLOSING_TICK_S)
+
     def _record(self, losses, ctx: Context, sender, inbox, protocol) -> dict:
         return {
             **self._counters(ctx, sender, inbox, protocol),
@@ -388,5 +428,6 @@ class Agent:
                 ctx.exchanges["initiated"] / max(1, self.step - self._first_step), 5
             ),
             "cpu_s": report.cpu(self._threads),
+            "closing_steps": self._ticks,
             **self._steps.take(),
         }

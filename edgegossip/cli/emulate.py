@@ -66,6 +66,14 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
     "--duration", "duration_s", type=click.FloatRange(min=0), default=0.0, help="Seconds to train."
 )
 @click.option("--epochs", type=click.FloatRange(min=0), default=0.0, help="Epochs over each shard.")
+@click.option(
+    "--closing",
+    "closing_s",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    help="The last SECONDS of --duration in the closing phase (train.phase): no more "
+    "training, every step an exchange, so that each device's own model comes to the average.",
+)
 @options.setting("--transport", "transport", help="The data plane's transport.")
 @options.setting(
     "--model", "model", help="mlp, logreg, cnn, or the folder of a compiled model (model compile)."
@@ -181,6 +189,7 @@ def _spec(
     from edgegossip.run import cpu_shares
 
     try:
+        _check_closing(settings)
         network = options.network_of(settings, settings["nodes"], backend)
         settings.update(cpu=cpu_shares(settings["cpu"], settings["nodes"]))
         settings.update(model=_model(settings["model"]))
@@ -198,6 +207,18 @@ def _spec(
         fail("--export compose takes a named data set (mnist, fashion-mnist)", exit_codes.USAGE)
     out = out or Path("runs") / time.strftime("emulate-%Y%m%d-%H%M%S")
     return FleetSpec(backend=backend, out=out, network=network, **settings)
+
+
+def _check_closing(settings: dict) -> None:
+    """--closing as the agents' config takes it (config.validate), refused before any start."""
+    from edgegossip import algorithms
+    from edgegossip.errors import UsageError
+
+    closing = settings["closing_s"]
+    if closing and closing > settings["duration_s"]:
+        raise UsageError("--closing is the end of --duration: at most --duration")
+    if closing and not algorithms.get(settings["algorithm"]).datagrams:
+        raise UsageError(f"--closing: {settings['algorithm']} has no exchanges to close with")
 
 
 def _run(spec, as_json: bool) -> dict:

@@ -44,6 +44,7 @@ class FleetSpec:
     network: Network = Network()  # loss, its model, link caps, schedule (run.py)
     duration_s: float = 0.0
     epochs: float = 0.0
+    closing_s: float = agent_config.default("closing_s")  # the end of duration_s: train.phase
     # the agents' settings; defaults and allowed values are config.py's
     transport: str = agent_config.default("transport")
     model: str = agent_config.default("model")
@@ -127,6 +128,7 @@ class EmulatedFleet:
             alpha=s.alpha,
             max_steps=steps,
             duration_s=s.duration_s,
+            closing_s=s.closing_s,
             eval_every=s.eval_every,
             checkpoint_every=s.checkpoint_every,
             checkpoint_every_s=s.checkpoint_every_s,

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from edgegossip import paths
+from edgegossip.catalog import RUNNING
 from edgegossip.data import mnist
 from edgegossip.fleet import agentconf, bundle, remote, secrets, targets
 from edgegossip.fleet.query import ask
@@ -116,14 +117,15 @@ def deploy_one(
 
 
 def wait_training(fleet, device, timeout_s: float, config_hash: str | None = None) -> str:
-    """Poll the control endpoint until the agent trains (with config_hash, if given)."""
+    """Poll the control endpoint until the agent runs (catalog.RUNNING: trains, or closes),
+    with config_hash if given; its last state."""
     end = time.monotonic() + timeout_s
     state = "starting"
     while time.monotonic() < end:
         try:
             st = ask(fleet, device, "status", timeout_s=2.0)
             state = st["state"]
-            if state == "training" and (config_hash is None or st["config_hash"] == config_hash):
+            if state in RUNNING and (config_hash is None or st["config_hash"] == config_hash):
                 return state
         except Exception:  # not up yet
             pass

@@ -6,7 +6,7 @@ from edgegossip.control import client
 from edgegossip.fleet import remote, secrets
 from edgegossip.fleet.ssh import Ssh, SshError
 
-STATES = ("training", "paused", "starting", "stopped", "failed", "unreachable")
+STATES = ("training", "closing", "paused", "starting", "stopped", "failed", "unreachable")
 _SYSTEMD = {
     "active": "starting",
     "activating": "starting",

@@ -27,6 +27,7 @@ def set_(assignments, batch, max_fail, fleet_dir, as_json, concurrency, timeout_
 
     --json: {"changes": {key: value}, "devices": [{"name", "ok", "error", "state", "config_hash",
     "seconds"}]}"""
+    from edgegossip.catalog import RUNNING
     from edgegossip.fleet import agentconf, inventory, parallel, remote, settings
     from edgegossip.fleet.deploy import rollout, wait_training
     from edgegossip.fleet.ssh import Ssh
@@ -47,7 +48,7 @@ def set_(assignments, batch, max_fail, fleet_dir, as_json, concurrency, timeout_
         remote.service(ssh, "restart")
         want = hashlib.sha256(text.encode()).hexdigest()[:12]
         state = wait_training(new, d, max(1.0, deadline - time.monotonic() - 1), want)
-        if state != "training":
+        if state not in RUNNING:
             raise RuntimeError(f"did not come back training with the new settings (state {state})")
         return {"state": state, "config_hash": want}
 
