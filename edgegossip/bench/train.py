@@ -15,6 +15,7 @@ PyTorch on as many threads, timed alike in the same run: backend "pytorch", and 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -130,8 +131,15 @@ print(json.dumps({"model": folder, "backend": "pytorch", "batch": batch, "params
 )
 
 
-def _child(argv: list[str], what: str) -> dict:
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
+# A compiled step's process computes in onnxruntime; NumPy's BLAS threads there would only spin
+# against onnxruntime's own (ResNet-8 at batch 128 on the default threads: 45 ms with them,
+# 25 ms without), so that child runs with one, as the emulated agents do.
+_ONE_BLAS_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+
+
+def _child(argv: list[str], what: str, env: dict | None = None) -> dict:
+    env = {**os.environ, **env} if env else None
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=1800, env=env)
     if p.returncode != 0:
         lines = p.stderr.strip().splitlines() or ["exit status " + str(p.returncode)]
         raise EdgegossipError(f"{what}: {lines[-1]}")
@@ -171,5 +179,6 @@ def run(cases=CASES, batches=BATCHES, steps: int = 60, threads: int = 1) -> dict
         for batch in batches:
             n = steps * (10 if model == "logreg" else 1)
             argv = [sys.executable, "-c", _CHILD, model, backend, str(batch), str(n), str(threads)]
-            rows.append(_child(argv, f"{model}/{backend}"))
+            env = _ONE_BLAS_THREAD if backend.startswith("compiled") else None
+            rows.append(_child(argv, f"{model}/{backend}", env))
     return {"benchmark": "train", "threads": threads, "results": rows}

@@ -76,8 +76,9 @@ def status(watch, fleet_dir, as_json, concurrency, timeout_s, only) -> None:
     peak memory and uptime, from its control endpoint; where that is silent, systemd's view
     over SSH (source "ssh").
 
-    --json: {"devices": [{"name", "reachable", "state" (training | closing | paused | starting | stopped |
-    failed | unreachable), "step", "epoch", "loss", "accuracy", "source" (control | ssh | null),
+    --json: {"devices": [{"name", "reachable", "state" (training | closing | paused | starting |
+    stopped | failed | unreachable), "step", "epoch", "loss", "accuracy", "source" (control |
+    ssh | null),
     "exchanges", "link_loss", "drops", "datagrams_dropped", "datagrams_lost" (never arrived,
     from sequence gaps), "datagrams_late" (arrived when nothing could use them),
     "datagrams_refused" (failed a check), "peak_rss_mb", "uptime_s",
