@@ -6,9 +6,11 @@ import statistics
 import subprocess
 import time
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from edgegossip import checkpoint
 from edgegossip.cli.app import cli
 from edgegossip.emulate import netns, overhead
 from edgegossip.emulate.fleet import EmulatedFleet, FleetSpec
@@ -687,27 +689,70 @@ def test_an_agent_that_stops_is_named_with_its_own_reason(tmp_path):
     assert fleet.why(1).startswith("PermissionError: [Errno 13] manifest.json (log: ")
 
 
+MERGES = ("completed", "partial")  # exchanges that changed a model
+
+
+def _closing(out, i: int) -> tuple[dict, list[dict]] | None:
+    """Agent i's last record before its closing phase and its records since, once it closes."""
+    path = out / f"agent{i}" / "metrics.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    start = next((k for k, r in enumerate(records) if r.get("event") == "closing"), None)
+    if start is None:
+        return None
+    before = [r for r in records[:start] if r.get("accuracy") is not None]
+    return (before[-1], records[start:]) if before else None
+
+
+def _merged_since(before: dict, after: list[dict]) -> int:
+    last = [r for r in after if "exchanges" in r]
+    if not last:
+        return 0
+    return sum(last[-1]["exchanges"].get(k, 0) - before["exchanges"].get(k, 0) for k in MERGES)
+
+
 def test_a_closing_phase_brings_each_devices_model_to_the_average(tmp_path, mnist_data):
-    """Issue 57: real agents on loopback, each holding two classes of MNIST, 10% loss. After
-    4 s of training every device's own model is poor and its own; in the last 4 s
-    (--closing) nobody trains and every step is an exchange: each device's accuracy rises,
-    and ends near the average model's."""
+    """Issue 57: four real agents on loopback, each holding two classes of MNIST, 10% loss,
+    8 s of training, then the closing phase (train.closing_s): no more training steps, every
+    step an exchange. Waited for, within a generous bound, until every device has merged 8
+    exchanges in it (a busy machine takes longer, not fewer; the held-out accuracies are no
+    event to wait for: each device holds out rows of its own two classes). Then each device
+    holds nearly the average: its model within 10% of the average's norm from it (0.011-0.037
+    in four runs, two with the machine loaded three times over), and within 0.06 of its
+    accuracy on MNIST's test images.
+    (simulate's test above shows the spread before and after on the same run.)"""
     from edgegossip.data.split import split_mnist
 
-    data = tmp_path / "data"
-    list(split_mnist(data, 4, "classes"))
-    res = CliRunner().invoke(
-        cli,
-        ["emulate", "--backend", "loopback", "--nodes", "4", "--model", "logreg"]
-        + ["--data", str(data), "--duration", "8", "--closing", "4", "--loss", "0.1"]
-        + ["--out", str(tmp_path / "run"), "--json"],
+    list(split_mnist(tmp_path / "data", 4, "classes"))
+    out = tmp_path / "run"
+    spec = FleetSpec(
+        4,
+        "elastic-gossip",
+        "loopback",
+        out,
+        network=Network(loss=0.1),
+        model="logreg",
+        data=str(tmp_path / "data"),
+        duration_s=128,
+        closing_s=120,
     )
-    assert res.exit_code == 0, res.output
-    out = json.loads(res.output.strip().splitlines()[-1])
-    for i, agent in enumerate(out["agents"]):
-        metrics = tmp_path / "run" / f"agent{i}" / "metrics.jsonl"
-        records = [json.loads(line) for line in metrics.read_text().splitlines()]
-        start = next(k for k, r in enumerate(records) if r.get("event") == "closing")
-        before = [r["accuracy"] for r in records[:start] if r.get("accuracy") is not None][-1]
-        assert agent["accuracy"] > before + 0.05, (i, before, agent["accuracy"])
-        assert abs(agent["accuracy"] - out["average_model_accuracy"]) < 0.06, out["agents"]
+    fleet = EmulatedFleet(spec)
+    try:
+        fleet.up()
+
+        def merged() -> bool:
+            seen = [_closing(out, i) for i in range(4)]
+            return all(c is not None and _merged_since(*c) >= 8 for c in seen)
+
+        until(merged, timeout=90, what="8 merges in every device's closing phase", every=0.5)
+    finally:
+        fleet.down()
+    s = summarize(out, 4, "logreg", 0.1, "injected", 0, None, mnist_data)
+    models = [checkpoint.load(out / f"agent{i}")["params"] for i in range(4)]
+    average = np.mean(models, axis=0)
+    spread = max(np.linalg.norm(m - average) for m in models) / np.linalg.norm(average)
+    assert spread < 0.1, spread
+    for i, agent in enumerate(s["agents"]):
+        before, after = _closing(out, i)
+        # no training step after the closing began, and closing steps taken
+        assert after[-1]["step"] == after[0]["step"] and after[-1]["closing_steps"] > 0
+        assert abs(agent["accuracy"] - s["average_model_accuracy"]) < 0.06, s["agents"]
