@@ -50,7 +50,7 @@ class SimConfig:
     beta: float = 0.5  # Dirichlet concentration (partition=dirichlet)
     classes_per_worker: int = 2  # partition=classes
     payload: str = agent_config.default("payload")
-    closing: int = 0  # rounds of the closing phase after training (algorithms/elastic_gossip.py)
+    closing: int = 0  # rounds of the closing phase after training (algorithms/base.py)
 
     def check(self) -> None:
         for name in ("algorithm", "partition", "payload"):

@@ -49,7 +49,7 @@ class World:
     training: bool = True  # False in the closing phase: steps exchange, nobody trains
 
     def close(self) -> None:
-        """Enter the closing phase (CLOSING below): no more local steps, every worker
+        """Enter the closing phase (CLOSING_ALPHA above): no more local steps, every worker
         exchanging each step."""
         self.training, self.p, self.alpha = False, 1.0, CLOSING_ALPHA
 

@@ -36,7 +36,7 @@ def plain(model: onnx.ModelProto) -> onnx.ModelProto:
             continue
         if not reads or None in at or any(r.op_type != "SequenceAt" for r in reads):
             continue
-        swap[id(n)] = _as_split(n, sizes, consts)
+        swap[id(n)] = _as_split(n, sizes)
         for r, k in zip(reads, at):
             swap[id(r)] = [helper.make_node("Identity", [f"{n.output[0]}.part{k}"], [r.output[0]])]
     if not swap:
@@ -79,7 +79,7 @@ def _position(read: onnx.NodeProto, consts, parts: int) -> int | None:
     return int(k) % parts
 
 
-def _as_split(node: onnx.NodeProto, sizes: list[int], consts) -> list[onnx.NodeProto]:
+def _as_split(node: onnx.NodeProto, sizes: list[int]) -> list[onnx.NodeProto]:
     """The Split (and, without keepdims and split sizes, each part's Squeeze) making parts
     named SEQUENCE.partK."""
     seq, axis = node.output[0], _attr(node, "axis", 0)
