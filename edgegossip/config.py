@@ -457,6 +457,14 @@ def _coerce(key: str, typ: str, v):
     raise ConfigError(f"{key}: expected {typ.split('[')[0]}, got {type(v).__name__} {v!r}")
 
 
+def closing_problem(algorithm: str, closing: bool) -> str | None:
+    """Why `algorithm` can have no closing phase (train.phase), or None; simulate and emulate
+    refuse their --closing by it too."""
+    if closing and not algorithms.get(algorithm).datagrams:
+        return f"{algorithm} has no exchanges to close with"
+    return None
+
+
 def validate(c: AgentConfig) -> None:
     def need(ok: bool, key: str, msg: str) -> None:
         if not ok:
@@ -484,9 +492,9 @@ def validate(c: AgentConfig) -> None:
     problem = models.shape_problem(c.model, c.inputs, c.classes)
     need(problem is None, "train.model", str(problem))
     need(0 <= c.id < c.workers, "agent.id", f"must be in 0..{c.workers - 1}")
-    exchanging = algorithms.get(c.algorithm).datagrams
     for key, closing in (("train.phase", c.phase == "closing"), ("train.closing_s", c.closing_s)):
-        need(not closing or exchanging, key, f"{c.algorithm} has no exchanges to close with")
+        problem = closing_problem(c.algorithm, bool(closing))
+        need(problem is None, key, str(problem))
     need(
         c.closing_s <= c.duration_s,
         "train.closing_s",

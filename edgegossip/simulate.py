@@ -65,8 +65,9 @@ class SimConfig:
             raise ValueError("batch must be at least the number of workers")
         if self.epochs <= 0:
             raise ValueError("epochs must be positive")
-        if self.closing and not algorithms.get(self.algorithm).datagrams:
-            raise ValueError(f"--closing: {self.algorithm} exchanges no parameters to agree on")
+        problem = agent_config.closing_problem(self.algorithm, bool(self.closing))
+        if problem:
+            raise ValueError(f"--closing: {problem}")
         payload.codec(self.payload).plan(1, self.chunk_bytes)
 
 

@@ -211,14 +211,15 @@ def _spec(
 
 def _check_closing(settings: dict) -> None:
     """--closing as the agents' config takes it (config.validate), refused before any start."""
-    from edgegossip import algorithms
+    from edgegossip.config import closing_problem
     from edgegossip.errors import UsageError
 
     closing = settings["closing_s"]
     if closing and closing > settings["duration_s"]:
         raise UsageError("--closing is the end of --duration: at most --duration")
-    if closing and not algorithms.get(settings["algorithm"]).datagrams:
-        raise UsageError(f"--closing: {settings['algorithm']} has no exchanges to close with")
+    problem = closing_problem(settings["algorithm"], bool(closing))
+    if problem:
+        raise UsageError(f"--closing: {problem}")
 
 
 def _run(spec, as_json: bool) -> dict:

@@ -6,7 +6,6 @@ from edgegossip.control import client
 from edgegossip.fleet import remote, secrets
 from edgegossip.fleet.ssh import Ssh, SshError
 
-STATES = ("training", "closing", "paused", "starting", "stopped", "failed", "unreachable")
 _SYSTEMD = {
     "active": "starting",
     "activating": "starting",

@@ -76,6 +76,20 @@ def _weight_grad(e: Emit, inp, in_dims, g, out_dims, groups, strides, pads, dil,
     return e.op("Transpose", cut, perm=[1, 0] + list(range(2, 2 + nd)))
 
 
+def _windows(e: Emit, xp: str, axes: list[int], out_space, strides, dil, kernel) -> list[str]:
+    """For each kernel offset (row-major), the padded input's window that meets the output's
+    positions there: a strided slice of xp along `axes` (its spatial axes)."""
+    windows = []
+    for offset in np.ndindex(*kernel):
+        starts = [o * d for o, d in zip(offset, dil)]
+        ends = [st + s * (o - 1) + 1 for st, s, o in zip(starts, strides, out_space)]
+        step = list(strides)
+        windows.append(
+            e.op("Slice", xp, e.const(starts), e.const(ends), e.const(axes), e.const(step))
+        )
+    return windows
+
+
 def _windowed_weight_grad(e: Emit, x, in_ch, g, out, strides, pads, dil, kernel) -> str:
     """An ungrouped convolution's gW [C_out, C_in, *k]: channels last, each kernel offset's
     window of the padded input (a strided slice, [N * space', C_in]) multiplied by g as
@@ -90,14 +104,10 @@ def _windowed_weight_grad(e: Emit, x, in_ch, g, out, strides, pads, dil, kernel)
     xh = e.op("Transpose", x, perm=[0, *range(2, 2 + nd), 1])  # [N, *space, C_in]
     gh = e.op("Transpose", g, perm=[1, 0, *range(2, 2 + nd)])
     gh = e.op("Reshape", gh, e.const([out[1], -1]))  # [C_out, N * space']
-    parts = []
-    for offset in np.ndindex(*kernel):
-        starts = [o * d for o, d in zip(offset, dil)]
-        ends = [st + s * (o - 1) + 1 for st, s, o in zip(starts, strides, out[2:])]
-        window = e.op(
-            "Slice", xh, e.const(starts), e.const(ends), e.const(axes), e.const(list(strides))
-        )
-        parts.append(e.op("MatMul", gh, e.op("Reshape", window, e.const([-1, in_ch]))))
+    parts = [
+        e.op("MatMul", gh, e.op("Reshape", window, e.const([-1, in_ch])))
+        for window in _windows(e, xh, axes, out[2:], strides, dil, kernel)
+    ]
     stacked = parts[0] if len(parts) == 1 else e.op("Concat", *parts, axis=0)
     stacked = e.op("Reshape", stacked, e.const([*kernel, out[1], in_ch]))
     return e.op("Transpose", stacked, perm=[nd, nd + 1, *range(nd)])
@@ -111,14 +121,10 @@ def _depthwise_weight_grad(e: Emit, x, g, out, strides, pads, dil, kernel) -> st
     nd = len(kernel)
     xp = e.op("Pad", x, e.const([0, 0, *pads[:nd], 0, 0, *pads[nd:]]))
     axes = list(range(2, 2 + nd))
-    sums = []
-    for offset in np.ndindex(*kernel):
-        starts = [o * d for o, d in zip(offset, dil)]
-        ends = [st + s * (o - 1) + 1 for st, s, o in zip(starts, strides, out[2:])]
-        window = e.op(
-            "Slice", xp, e.const(starts), e.const(ends), e.const(axes), e.const(list(strides))
-        )
-        sums.append(e.reduce_sum(e.op("Mul", window, g), [0, *axes], keepdims=0))
+    sums = [
+        e.reduce_sum(e.op("Mul", window, g), [0, *axes], keepdims=0)
+        for window in _windows(e, xp, axes, out[2:], strides, dil, kernel)
+    ]
     stacked = e.op("Reshape", e.op("Concat", *sums, axis=0), e.const([*kernel, out[1]]))
     per_channel = e.op("Transpose", stacked, perm=[nd, *range(nd)])
     return e.op("Unsqueeze", per_channel, e.const([1]))
