@@ -689,9 +689,6 @@ def test_an_agent_that_stops_is_named_with_its_own_reason(tmp_path):
     assert fleet.why(1).startswith("PermissionError: [Errno 13] manifest.json (log: ")
 
 
-MERGES = ("completed", "partial")  # exchanges that changed a model
-
-
 def _closing(out, i: int) -> tuple[dict, list[dict]] | None:
     """Agent i's last record before its closing phase and its records since, once it closes."""
     path = out / f"agent{i}" / "metrics.jsonl"
@@ -703,22 +700,24 @@ def _closing(out, i: int) -> tuple[dict, list[dict]] | None:
     return (before[-1], records[start:]) if before else None
 
 
-def _merged_since(before: dict, after: list[dict]) -> int:
+def _completed_since(before: dict, after: list[dict]) -> int:
+    """Exchanges merged whole since the closing began (a partial one averages only the chunks
+    that arrived: with 10% loss of a 3-chunk message, one in four)."""
     last = [r for r in after if "exchanges" in r]
     if not last:
         return 0
-    return sum(last[-1]["exchanges"].get(k, 0) - before["exchanges"].get(k, 0) for k in MERGES)
+    return last[-1]["exchanges"].get("completed", 0) - before["exchanges"].get("completed", 0)
 
 
 def test_a_closing_phase_brings_each_devices_model_to_the_average(tmp_path, mnist_data):
     """Issue 57: four real agents on loopback, each holding two classes of MNIST, 10% loss,
     8 s of training, then the closing phase (train.closing_s): no more training steps, every
     step an exchange. Waited for, within a generous bound, until every device has merged 8
-    exchanges in it (a busy machine takes longer, not fewer; the held-out accuracies are no
-    event to wait for: each device holds out rows of its own two classes). Then each device
-    holds nearly the average: its model within 10% of the average's norm from it (0.011-0.037
-    in four runs, two with the machine loaded three times over), and within 0.06 of its
-    accuracy on MNIST's test images.
+    exchanges whole in it (a busy machine takes longer, not fewer; the held-out accuracies are
+    no event to wait for: each device holds out rows of its own two classes). Then each device
+    holds nearly the average: its model within 10% of the average's norm from it, and within
+    0.06 of its accuracy on MNIST's test images. Counting partial merges too, a CI run on a busy
+    machine once stopped at 0.12: a partial merge may average one chunk of three.
     (simulate's test above shows the spread before and after on the same run.)"""
     from edgegossip.data.split import split_mnist
 
@@ -741,9 +740,9 @@ def test_a_closing_phase_brings_each_devices_model_to_the_average(tmp_path, mnis
 
         def merged() -> bool:
             seen = [_closing(out, i) for i in range(4)]
-            return all(c is not None and _merged_since(*c) >= 8 for c in seen)
+            return all(c is not None and _completed_since(*c) >= 8 for c in seen)
 
-        until(merged, timeout=90, what="8 merges in every device's closing phase", every=0.5)
+        until(merged, timeout=120, what="8 whole merges in every device's closing phase", every=0.5)
     finally:
         fleet.down()
     s = summarize(out, 4, "logreg", 0.1, "injected", 0, None, mnist_data)
