@@ -21,6 +21,7 @@ from edgegossip.metrics import read
 from tests.test_agent import _start
 
 FIXTURES = Path(__file__).parent / "fixtures" / "onnx"
+ZOO = Path(__file__).parent / "fixtures" / "zoo"
 pytestmark = pytest.mark.timeout(300)
 
 
@@ -93,6 +94,29 @@ def test_bench_train_measures_a_compiled_model(tmp_path):
         ("compiled", 128, 268),
     ]
     assert all(r["ms_per_step"] > 0 and r["peak_rss_mb"] > 10 for r in rows)
+
+
+def test_bench_train_profile_names_a_depthwise_models_ops(tmp_path):
+    """--profile: a compiled row's step by kind of op, from onnxruntime's own profiler. The
+    zoo's DS-CNN (torch's default export) has two depthwise convolutions: each step runs
+    each once forward and once as its input's gradient (a ConvTranspose), named apart from
+    its ungrouped convolutions (the stem's one input channel is not depthwise)."""
+    folder = tmp_path / "ds_cnn"
+    p = eg(
+        "model", "compile", ZOO / "ds_cnn-dynamo.onnx", "--loss", "cross-entropy", "--out", folder
+    )
+    assert p.returncode == 0, p.stderr
+    p = eg("bench", "train", "--model", folder, "--steps", "3", "--profile", "--json")
+    assert p.returncode == 0, p.stderr
+    for row in json.loads(p.stdout)["results"]:
+        prof = row["profile"]
+        ops = {r["op"]: r for r in prof["ops"]}
+        assert ops["Conv depthwise"]["calls"] == 2 and ops["ConvTranspose depthwise"]["calls"] == 2
+        assert ops["Conv"]["calls"] == 3  # the stem and the two pointwise convolutions
+        assert abs(sum(r["share"] for r in prof["ops"]) - 1) < 0.01  # shares rounded to 0.001
+        assert 0 < prof["kernels_ms"] <= prof["run_ms"]
+    p = eg("bench", "train", "--profile")
+    assert p.returncode == 2 and "give --model DIR" in p.stderr, p.stderr
 
 
 def test_bench_train_reference_refusals_are_one_line(tmp_path):

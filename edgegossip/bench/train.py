@@ -54,7 +54,7 @@ from edgegossip.models import make_model
 from edgegossip.metrics import peak_rss_mb
 from edgegossip.models.optim import NesterovSGD
 name, backend, batch, steps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-threads = int(sys.argv[5])
+threads, profile = int(sys.argv[5]), sys.argv[6] == "1"
 m = make_model(name, threads=threads)
 p = m.init(0); g = np.zeros_like(p); opt = NesterovSGD(m.n_params)
 rng = np.random.default_rng(0)
@@ -75,9 +75,17 @@ if backend == "onnx":
     grad = OnnxTrainer(m)
 def step():
     grad.loss_grad(p, g, x, y, rng); opt.step(p, g)
-print(json.dumps({"model": name, "backend": backend, "batch": batch, "params": m.n_params,
-                  "ms_per_step": best_ms(step, steps),
-                  "peak_rss_mb": peak_rss_mb()}))
+row = {"model": name, "backend": backend, "batch": batch, "params": m.n_params,
+       "ms_per_step": best_ms(step, steps), "peak_rss_mb": peak_rss_mb()}
+if profile and hasattr(m, "start_profiling"):  # after the timing, which runs without it
+    import tempfile
+    from edgegossip.bench.profile import WARMUP, by_kind
+    with tempfile.TemporaryDirectory() as tmp:
+        m.start_profiling(f"{tmp}/step")
+        for _ in range(WARMUP + steps):
+            step()
+        row["profile"] = by_kind(m.end_profiling())
+print(json.dumps(row))
 """
 )
 
@@ -168,8 +176,12 @@ def against(
     return result
 
 
-def run(cases=CASES, batches=BATCHES, steps: int = 60, threads: int = 1) -> dict:
-    """Each case's rows; threads: the step's threads (0: the runtime's default, every core)."""
+def run(
+    cases=CASES, batches=BATCHES, steps: int = 60, threads: int = 1, profile: bool = False
+) -> dict:
+    """Each case's rows; threads: the step's threads (0: the runtime's default, every core);
+    profile: a compiled row also carries "profile", its step's time by kind of op
+    (bench/profile.py), from as many steps again with onnxruntime's profiler on."""
     from edgegossip.models import onnx_available
 
     rows = []
@@ -179,6 +191,7 @@ def run(cases=CASES, batches=BATCHES, steps: int = 60, threads: int = 1) -> dict
         for batch in batches:
             n = steps * (10 if model == "logreg" else 1)
             argv = [sys.executable, "-c", _CHILD, model, backend, str(batch), str(n), str(threads)]
+            argv.append("1" if profile else "0")
             env = _ONE_BLAS_THREAD if backend.startswith("compiled") else None
             rows.append(_child(argv, f"{model}/{backend}", env))
     return {"benchmark": "train", "threads": threads, "results": rows}

@@ -10,7 +10,7 @@ import click
 from edgegossip import exit_codes
 from edgegossip.bench import transport as transport_bench
 from edgegossip.cli import options
-from edgegossip.cli.render import emit, fail
+from edgegossip.cli.render import emit, fail, table
 from edgegossip.errors import UsageError
 from edgegossip.models import MODELS
 
@@ -182,6 +182,12 @@ def shard(as_json: bool, workers: int) -> None:
     help="Threads of a compiled model's step and of --reference's (0: each runtime's default, "
     "every core). A device's agent trains on one.",
 )
+@click.option(
+    "--profile",
+    is_flag=True,
+    help="With --model: where each step's time goes, by kind of op (onnxruntime's profiler, "
+    "run after the timing); depthwise convolutions named apart.",
+)
 def train(
     as_json: bool,
     steps: int,
@@ -189,12 +195,15 @@ def train(
     reference: str | None,
     reference_python: str,
     threads: int,
+    profile: bool,
 ) -> None:
     """ms per training step and peak RSS per model and backend, at batch 32 and 128.
 
     JSON: {"benchmark": "train", "threads", "results": [{"model", "backend", "batch", "params",
     "ms_per_step", "peak_rss_mb"}]}; with --reference, rows of backend "pytorch" too, and
-    compiled rows carry "vs_reference"."""
+    compiled rows carry "vs_reference"; with --profile, compiled rows carry "profile":
+    {"run_ms", "kernels_ms", "ops": [{"op", "calls", "ms", "share"}]} per step (share: of
+    kernels_ms), largest first."""
     from edgegossip.bench import train as t
 
     compiled = _reference_file(reference, folder) if reference is not None else None
@@ -204,7 +213,9 @@ def train(
 
         prefix = artifact.read(folder).has_prefix
         cases = [(folder, "compiled")] + ([(folder, "compiled-prefix")] if prefix else [])
-    result = t.run(cases=cases, steps=steps, threads=threads)
+    if profile and not folder:
+        raise UsageError("--profile times a compiled model's ops: give --model DIR")
+    result = t.run(cases=cases, steps=steps, threads=threads, profile=profile)
     columns = ["model", "backend", "batch", "params", "ms_per_step", "peak_rss_mb"]
     if reference is not None and compiled is not None:
         result = t.against(result, compiled, reference, reference_python, steps, threads=threads)
@@ -216,6 +227,14 @@ def train(
         title=f"train (forward + backward + Nesterov update, one process per row, "
         f"threads {threads or 'default'})",
     )
+    for row in result["results"] if not as_json else []:
+        if "profile" in row:
+            prof = row["profile"]
+            click.echo(
+                f"\n{row['backend']} at batch {row['batch']}: a step {row['ms_per_step']} ms; "
+                f"profiled, a run {prof['run_ms']} ms, its ops {prof['kernels_ms']} ms"
+            )
+            click.echo(table(prof["ops"], ["op", "calls", "ms", "share"]))
 
 
 def _reference_file(reference: str, folder: str | None) -> str:

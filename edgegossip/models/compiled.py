@@ -63,8 +63,9 @@ class CompiledModel(Model):
         self._features: Any = None
         self._infer: Any = None
         self._loss_out = np.zeros((), np.float32)
+        self._profile: str | None = None  # start_profiling's file prefix, while it records
 
-    def _session(self, name: str):
+    def _session(self, name: str, profile: str | None = None):
         import onnxruntime as ort
 
         opts = ort.SessionOptions()
@@ -75,6 +76,8 @@ class CompiledModel(Model):
         # training session held 42 MB at batch 32 with it, 31 without (110 and 66 at 128), for
         # 1-3% of step time (`bench train`, docs/own-model.md): memory is what a Pi lacks
         opts.enable_mem_pattern = False
+        if profile:
+            opts.enable_profiling, opts.profile_file_prefix = True, profile
         return ort.InferenceSession(
             str(self.artifact.path(name)), opts, providers=["CPUExecutionProvider"]
         )
@@ -82,8 +85,20 @@ class CompiledModel(Model):
     def _training(self) -> None:
         """The training graph's session and its IO binding, opened at first use."""
         if self._train is None:
-            self._train = self._session(self._train_file)
+            self._train = self._session(self._train_file, self._profile)
             self._io = self._train.io_binding()
+
+    def start_profiling(self, prefix: str) -> None:
+        """Reopen the training session with onnxruntime's profiler on (`bench train --profile`):
+        every op of every step from here is timed, until end_profiling."""
+        self._profile, self._train = prefix, None
+
+    def end_profiling(self) -> str:
+        """The profiler's trace (onnxruntime's JSON), the session reopened without it next."""
+        assert self._train is not None and self._profile, "start_profiling, then steps"
+        path = self._train.end_profiling()
+        self._profile, self._train = None, None
+        return path
 
     def shapes(self, inputs: int, classes: int) -> tuple[int, int]:
         """The manifest's, whatever the settings say."""
