@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Collection, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 import tomli_w
 
@@ -455,6 +457,18 @@ def _coerce(key: str, typ: str, v):
     if typ.startswith("tuple") and isinstance(v, list) and all(isinstance(x, str) for x in v):
         return v
     raise ConfigError(f"{key}: expected {typ.split('[')[0]}, got {type(v).__name__} {v!r}")
+
+
+def check_overrides(settings: Mapping[str, Any], reserved: Collection[str] = ()) -> None:
+    """Settings a run gives its agents by name (an emulated fleet's): ConfigError, one line,
+    for a name that is no setting, or is the fleet tooling's (scope "managed") or the run's own
+    (reserved). Their values are checked as each agent's config is made."""
+    scopes = {f.name: f.metadata["scope"] for f in fields(AgentConfig)}
+    for name in settings:
+        if name not in scopes:
+            raise ConfigError(f"{name}: no such setting (docs/configuration.md lists them)")
+        if scopes[name] == "managed" or name in reserved:
+            raise ConfigError(f"{name}: the fleet sets it, not a run's settings")
 
 
 def closing_problem(algorithm: str, closing: bool) -> str | None:

@@ -44,7 +44,7 @@ def fleet_factory(root_only, tmp_path):
 
     def make(**kw):
         net = Network(loss=kw.pop("loss", 0.0))
-        spec = FleetSpec(
+        spec = FleetSpec.of(
             **{
                 "nodes": 3,
                 "algorithm": "elastic-gossip",
@@ -609,6 +609,32 @@ def test_bench_overhead_json(root_only, tmp_path):
         assert "Traceback" not in res.output
 
 
+def test_a_fleets_agent_settings_are_config_pys_by_name(tmp_path):
+    """Issue 57, item 1: an emulated fleet's agents take any setting by its config.py name, the
+    rest keeping config.py's defaults; a name that is no setting, or one the fleet sets itself
+    (an id, the fleet size, the loss injected), is refused in one line before anything runs."""
+    from edgegossip.config import ConfigError, default
+
+    spec = FleetSpec.of(
+        nodes=2,
+        algorithm="elastic-gossip",
+        backend="loopback",
+        out=tmp_path,
+        p=0.25,
+        payload="float16",
+        lr=0.02,
+    )
+    assert spec.settings == {"p": 0.25, "payload": "float16", "lr": 0.02}
+    cfg = EmulatedFleet(spec)._config(1, [("127.0.0.1", 47000), ("127.0.0.2", 47001)])
+    assert (cfg.p, cfg.payload, cfg.lr, cfg.workers, cfg.id) == (0.25, "float16", 0.02, 2, 1)
+    assert cfg.momentum == default("momentum") and cfg.eval_every == 50  # EMULATED's
+    for name, words in [("nosuch", "no such setting"), ("id", "the fleet sets it")]:
+        with pytest.raises(ConfigError, match=words):
+            FleetSpec(2, "elastic-gossip", "loopback", tmp_path, settings={name: 1})
+    with pytest.raises(ConfigError, match="workers: the fleet sets it"):
+        FleetSpec.of(nodes=2, algorithm="rps", backend="loopback", out=tmp_path, workers=3)
+
+
 def test_links_are_paced_below_their_cap_and_uncapped_ones_as_a_device_paces(tmp_path):
     """Pacing faster than the receivers can read only adds loss and takes their training's CPU:
     an uncapped link is paced at the agents' default rate, a capped one just below its cap."""
@@ -677,7 +703,7 @@ def test_a_compiled_model_trains_from_a_private_folder(root_only, tmp_path, mnis
 def test_an_agent_that_stops_is_named_with_its_own_reason(tmp_path):
     """Issue 54, item 12: emulate said "agent 0 exited with an error; see agent0.log"; it now
     gives the agent's own last line, and where the log is."""
-    spec = FleetSpec(2, "elastic-gossip", "loopback", tmp_path, model="logreg")
+    spec = FleetSpec(2, "elastic-gossip", "loopback", tmp_path, settings={"model": "logreg"})
     fleet = EmulatedFleet(spec)
     (tmp_path / "agent0.log").write_text(
         "INFO starting\nedgegossip: error: train.model: net/ holds model 1a2b, not the fleet's\n"
@@ -729,10 +755,9 @@ def test_a_closing_phase_brings_each_devices_model_to_the_average(tmp_path, mnis
         "loopback",
         out,
         network=Network(loss=0.1),
-        model="logreg",
         data=str(tmp_path / "data"),
         duration_s=128,
-        closing_s=120,
+        settings={"model": "logreg", "closing_s": 120},
     )
     fleet = EmulatedFleet(spec)
     try:

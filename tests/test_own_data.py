@@ -194,8 +194,8 @@ def test_epochs_over_the_users_own_files_count_each_nodes_rows(tmp_path):
         "loopback",
         tmp_path / "run",
         epochs=2.0,
-        batch=10,
         data=str(tmp_path / "own.npz"),
+        settings={"batch": 10},
     )
     fleet = EmulatedFleet(spec)
     fleet.data_files = fleet._own_data()

@@ -206,7 +206,8 @@ def _spec(
     if export_compose and not own.named(settings["data"]):
         fail("--export compose takes a named data set (mnist, fashion-mnist)", exit_codes.USAGE)
     out = out or Path("runs") / time.strftime("emulate-%Y%m%d-%H%M%S")
-    return FleetSpec(backend=backend, out=out, network=network, **settings)
+    trains_with = {"backend": settings.pop("train_backend")}  # the agents' setting
+    return FleetSpec.of(trains_with, backend=backend, out=out, network=network, **settings)
 
 
 def _check_closing(settings: dict) -> None:
@@ -273,7 +274,8 @@ def _headline(spec, loss_kind: str) -> str:
         else f"links {net.rate or 'uncapped'}"
     )
     return (
-        f"{spec.nodes} agents, {spec.algorithm} over {spec.transport}, {net.loss:.0%} loss "
+        f"{spec.nodes} agents, {spec.algorithm} over {spec.setting('transport')}, "
+        f"{net.loss:.0%} loss "
         f"({loss_kind}), {links}; output in {spec.out}"
     )
 
@@ -286,16 +288,17 @@ def _written(spec, summary: dict, loss_kind: str) -> dict:
     summary["events"] = churn.measure(spec.out, spec.nodes)
     summary.update(
         algorithm=spec.algorithm,
-        transport=spec.transport,
+        transport=spec.setting("transport"),
         nodes=spec.nodes,
         rate=spec.network.rate,
         backend=spec.backend,
     )
-    described = {**dataclasses.asdict(spec), **dataclasses.asdict(spec.network)}
+    agents = {("train_backend" if k == "backend" else k): v for k, v in spec.settings.items()}
+    described = {**dataclasses.asdict(spec), **agents, **dataclasses.asdict(spec.network)}
     settings = {
         k: v
         for k, v in described.items()
-        if k not in ("out", "backend", "network") and v not in ((), None)
+        if k not in ("out", "backend", "network", "settings") and v not in ((), None)
     }
     summary["report"] = str(
         page.write(spec.out, "emulate", summary, {**settings, "network": loss_kind}, None)

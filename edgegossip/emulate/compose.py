@@ -147,7 +147,7 @@ def _loss_files(spec: FleetSpec, out: Path, names: list[str]) -> None:
     (out / "loss").mkdir(exist_ok=True)
     addrs = [f"@{name}@" for name in names]
     for i, name in enumerate(names):
-        links = replayed_links(spec.network.links(), spec.seed, addrs, i)
+        links = replayed_links(spec.network.links(), spec.setting("seed"), addrs, i)
         (out / "loss" / f"{name}.nft").write_text(loss_rules(spec.network.loss, links=links))
 
 
@@ -167,7 +167,7 @@ def _image_files(spec: FleetSpec, out: Path, base: str, progress) -> dict:
     manifest."""
     device.share_read_only(mnist.cache_path(spec.data), out / "data")
     # a compiled model (or the onnx backend) trains in onnxruntime
-    extras = ("onnx",) if spec.model not in NAMED or spec.train_backend == "onnx" else ()
+    extras = ("onnx",) if spec.model not in NAMED or spec.setting("backend") == "onnx" else ()
     manifest = bundle.build(out / "wheels", extras=extras, progress=progress)
     extra = f"[{','.join(extras)}]" if extras else ""
     (out / "Containerfile").write_text(CONTAINERFILE.format(base=base, extra=extra))

@@ -15,8 +15,10 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Any
 
 from edgegossip import artifact
 from edgegossip import config as agent_config
@@ -35,8 +37,25 @@ log = logging.getLogger(__name__)
 PORT = 47000
 
 
+# what an emulated fleet sets otherwise than an agent's own default (config.py): it evaluates
+# more often, for the progress lines and the report's curves
+EMULATED = {"eval_every": 50}
+# the agent settings the fleet sets itself, from its layout, its network and its own fields
+# (EmulatedFleet._config), beside the tooling's (config.py's scope "managed"): a run's
+# `settings` may not name them
+FLEET_SETS = frozenset(
+    ("algorithm", "workers", "source", "max_steps", "duration_s", "inject_loss", "inject_burst")
+    + ("gso",)
+)
+
+
 @dataclass(frozen=True)
 class FleetSpec:
+    """One emulated fleet: its size, algorithm, network (run.py) and length, where it writes and
+    what it trains on; `settings` overrides its agents' settings by name (config.py: their
+    defaults, allowed values and checks, as an agent.toml would set them). FleetSpec.of takes
+    both in one set of keywords."""
+
     nodes: int
     algorithm: str
     backend: str  # netns | loopback
@@ -44,27 +63,34 @@ class FleetSpec:
     network: Network = Network()  # loss, its model, link caps, schedule (run.py)
     duration_s: float = 0.0
     epochs: float = 0.0
-    closing_s: float = agent_config.default("closing_s")  # the end of duration_s: train.phase
-    # the agents' settings; defaults and allowed values are config.py's
-    transport: str = agent_config.default("transport")
-    model: str = agent_config.default("model")
     # a named data set each agent's shard is cut from (data.source), or the user's own: a .npz
     # cut across the nodes or a folder of one per node (data/own.py)
     data: str = "mnist"
-    train_backend: str = agent_config.default("backend")
-    p: float = agent_config.default("p")
-    alpha: float = agent_config.default("alpha")
-    batch: int = agent_config.default("batch")
-    seed: int = agent_config.default("seed")
-    deadline_s: float = 0.0  # 0: three times one model's transfer time at the link rate, >= 5 s
-    deadline: str = agent_config.default("deadline")
-    payload: str = agent_config.default("payload")
-    eval_every: int = 50
-    checkpoint_every: int = agent_config.default("checkpoint_every")
-    checkpoint_every_s: float = agent_config.default("checkpoint_every_s")
+    settings: Mapping[str, Any] = field(default_factory=dict)
     metrics_port: int = 0  # each agent's /metrics on this port (loopback: port + id); 0: none
     # (node, cores): these devices' share of this machine's CPU, the kernel's quota (cgroups.py)
     cpu: tuple[tuple[int, float], ...] = ()
+
+    def __post_init__(self) -> None:
+        agent_config.check_overrides(self.settings, FLEET_SETS)
+
+    @classmethod
+    def of(cls, settings: Mapping[str, Any] | None = None, **given: Any) -> FleetSpec:
+        """A FleetSpec of keywords: its own fields by name, every other an agent setting, as
+        are those of `settings` (where a name is both: an agent's backend is its training's)."""
+        own = {f.name for f in fields(cls)} - {"settings"}
+        return cls(
+            **{k: v for k, v in given.items() if k in own},
+            settings={**{k: v for k, v in given.items() if k not in own}, **(settings or {})},
+        )
+
+    def setting(self, name: str) -> Any:
+        """An agent setting as this fleet's agents run it."""
+        return self.settings.get(name, EMULATED.get(name, agent_config.default(name)))
+
+    @property
+    def model(self) -> str:
+        return self.setting("model")
 
 
 class EmulatedFleet:
@@ -90,6 +116,47 @@ class EmulatedFleet:
         return [("127.0.0.1", PORT + 100 + i) for i in range(self.spec.nodes)]
 
     def _config(self, i: int, addrs: list[tuple[str, int]]) -> AgentConfig:
+        """Agent i's config: config.py's defaults < what an emulated fleet derives (its pace and
+        deadline) < EMULATED < the run's settings < what the fleet itself sets."""
+        s = self.spec
+        steps = 0
+        if s.epochs:
+            rows = own.rows(self.data_files[i]) if self.data_files else mnist.TRAIN_ROWS // s.nodes
+            steps = int(s.epochs * rows // s.setting("batch"))
+        own_data = bool(self.data_files)
+        fleet_sets = {
+            "algorithm": s.algorithm,
+            "workers": s.nodes,
+            "source": "file" if own_data else s.data,
+            "max_steps": steps,
+            "duration_s": s.duration_s,
+            "inject_loss": s.network.loss if s.backend == "loopback" else 0.0,
+            "inject_burst": s.network.burst if s.network.loss_model == "gilbert-elliott" else 1.0,
+            "gso": True,  # the netns links cut GSO buffers before the loss rule (netns.Lan)
+        }
+        assert fleet_sets.keys() == FLEET_SETS
+        return AgentConfig(
+            # the model as the agents read it: netns's shared copy of the settings' one
+            **{
+                **self._derived(i),
+                **EMULATED,
+                **s.settings,
+                **fleet_sets,
+                "model": self.model_path,
+            },
+            id=i,
+            listen=f"{addrs[i][0]}:{addrs[i][1]}",
+            peers=self._peers_of(i, addrs),
+            fleet=4242,
+            key=self.secret,
+            output=str(s.out / f"agent{i}"),
+            path=str(self.data_files[i]) if own_data else "",
+            metrics_endpoint=self.metrics_target(i, addrs) if s.metrics_port else "",
+        )
+
+    def _derived(self, i: int) -> dict[str, Any]:
+        """Node i's pace and exchange deadline, from its link: what a run's settings may set
+        otherwise."""
         s = self.spec
         link = rate_to_mbps(s.network.rate)  # sets the fixed deadline
         if s.network.medium == "wifi" and link:  # each frame twice on air the nodes share
@@ -101,47 +168,12 @@ class EmulatedFleet:
         # cap, and overflowed their buffers (1.5 points of loss beyond the network's; `bench
         # overhead --seconds 60 --rate none`, docs/results.md)
         pace = 0.9 * paced if paced else agent_config.default("rate_mbps")
-        deadline = s.deadline_s
-        if not deadline:
-            model_bits = 8 * payload.codec(s.payload).itemsize * make_model(s.model).n_params
-            deadline = max(5.0, 3 * model_bits / ((link or pace) * 1e6))
-        steps = 0
-        if s.epochs:
-            rows = own.rows(self.data_files[i]) if self.data_files else mnist.TRAIN_ROWS // s.nodes
-            steps = int(s.epochs * rows // s.batch)
-        return AgentConfig(
-            id=i,
-            listen=f"{addrs[i][0]}:{addrs[i][1]}",
-            peers=self._peers_of(i, addrs),
-            fleet=4242,
-            key=self.secret,
-            output=str(s.out / f"agent{i}"),
-            algorithm=s.algorithm,
-            model=self.model_path,
-            source="file" if self.data_files else s.data,
-            path=str(self.data_files[i]) if self.data_files else "",
-            backend=s.train_backend,
-            workers=s.nodes,
-            seed=s.seed,
-            batch=s.batch,
-            p=s.p,
-            alpha=s.alpha,
-            max_steps=steps,
-            duration_s=s.duration_s,
-            closing_s=s.closing_s,
-            eval_every=s.eval_every,
-            checkpoint_every=s.checkpoint_every,
-            checkpoint_every_s=s.checkpoint_every_s,
-            transport=s.transport,
-            rate_mbps=pace,
-            deadline_s=deadline,
-            deadline=s.deadline,
-            payload=s.payload,
-            inject_loss=s.network.loss if s.backend == "loopback" else 0.0,
-            inject_burst=s.network.burst if s.network.loss_model == "gilbert-elliott" else 1.0,
-            gso=True,  # the netns links cut GSO buffers before the loss rule (netns.Lan)
-            metrics_endpoint=self.metrics_target(i, addrs) if s.metrics_port else "",
-        )
+        if "deadline_s" in s.settings:
+            return {"rate_mbps": pace}
+        codec = payload.codec(s.setting("payload"))
+        model_bits = 8 * codec.itemsize * make_model(s.model).n_params
+        # three times one model's transfer time at the link's rate, and at least 5 s
+        return {"rate_mbps": pace, "deadline_s": max(5.0, 3 * model_bits / ((link or pace) * 1e6))}
 
     def _peers_of(self, i: int, addrs: list[tuple[str, int]]) -> tuple[Peer, ...]:
         return tuple(Peer(j, *addrs[j]) for j in sorted(self.members - {i}))
@@ -207,7 +239,7 @@ class EmulatedFleet:
                 rate=net.rate,
                 rates=dict(net.slow),
                 model=net.links(),
-                seed=s.seed,
+                seed=s.setting("seed"),
                 medium=net.medium,
             ).up()
         if s.backend == "netns":
@@ -271,7 +303,7 @@ class EmulatedFleet:
         (a user's folder may be private to them, as the model's may)."""
         s = self.spec
         dest = s.out / "shared-cache" / "data"
-        files = own.per_node(s.data, s.nodes, s.seed, dest)
+        files = own.per_node(s.data, s.nodes, s.setting("seed"), dest)
         files = [f if f.parent == dest else device.share_read_only(f, dest) for f in files]
         for f in files:
             f.chmod(0o444)
@@ -287,7 +319,7 @@ class EmulatedFleet:
         files = self.data_files or own.files_of(self.spec.data, self.spec.nodes)
         mse = make_model(self.spec.model).loss == "mse"
         fraction = agent_config.default("eval_fraction")
-        return own.test_set(self.spec.data, files, fraction, self.spec.seed, targets=mse)
+        return own.test_set(self.spec.data, files, fraction, self.spec.setting("seed"), targets=mse)
 
     def _signal(self, p: subprocess.Popen, sig: int) -> None:
         """To the agent's whole process group: unshare does not pass signals on to the agent."""

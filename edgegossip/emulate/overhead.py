@@ -341,8 +341,7 @@ def _one(plan: Plan, folder: Path, step: tuple, sent: dict, data, progress) -> d
         backend="netns",
         out=folder,
         duration_s=plan.seconds,
-        model=plan.model,
-        payload=payload,
+        settings={"model": plan.model, "payload": payload},
     )
     progress(f"{name}: {plan.nodes} agents for {plan.seconds:g} s")
     before = _cpu_times()
