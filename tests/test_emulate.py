@@ -635,6 +635,21 @@ def test_a_fleets_agent_settings_are_config_pys_by_name(tmp_path):
         FleetSpec.of(nodes=2, algorithm="rps", backend="loopback", out=tmp_path, workers=3)
 
 
+def test_emulates_options_reach_each_agents_config(tmp_path, mnist_data):
+    """An emulate option for an agent setting (here --lr and --batch, declared by
+    options.setting alone) arrives in every agent's config as given."""
+    from edgegossip.cli.emulate import _spec, emulate
+
+    args = ["--lr", "0.05", "--batch", "16", "--p", "1/4", "--train-backend", "onnx"]
+    params = emulate.make_context("emulate", [*args, "--duration", "5"]).params
+    for own in ("backend", "out", "cleanup", "export_kind", "base", "as_json"):
+        params.pop(own)
+    fleet = EmulatedFleet(_spec(params, "loopback", tmp_path, check_plots=False))
+    for i in range(4):
+        cfg = fleet._config(i, fleet.addresses())
+        assert (cfg.lr, cfg.batch, cfg.p, cfg.backend) == (0.05, 16, 0.25, "onnx")
+
+
 def test_links_are_paced_below_their_cap_and_uncapped_ones_as_a_device_paces(tmp_path):
     """Pacing faster than the receivers can read only adds loss and takes their training's CPU:
     an uncapped link is paced at the agents' default rate, a capped one just below its cap."""

@@ -90,6 +90,8 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
     help="Seconds between each agent's checkpoints: what a device that loses power loses.",
 )
 @options.setting("--alpha", "alpha")
+@options.setting("--lr", "lr")
+@options.setting("--batch", "batch", help="Examples per training step on each device.")
 @click.option(
     "--train-backend",
     type=options.choice("backend"),
