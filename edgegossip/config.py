@@ -463,11 +463,10 @@ def check_overrides(settings: Mapping[str, Any], reserved: Collection[str] = ())
     """Settings a run gives its agents by name (an emulated fleet's): ConfigError, one line,
     for a name that is no setting, or is the fleet tooling's (scope "managed") or the run's own
     (reserved). Their values are checked as each agent's config is made."""
-    scopes = {f.name: f.metadata["scope"] for f in fields(AgentConfig)}
     for name in settings:
-        if name not in scopes:
+        if name not in HELP:
             raise ConfigError(f"{name}: no such setting (docs/configuration.md lists them)")
-        if scopes[name] == "managed" or name in reserved:
+        if name in MANAGED or name in reserved:
             raise ConfigError(f"{name}: the fleet sets it, not a run's settings")
 
 
