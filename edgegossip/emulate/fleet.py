@@ -8,6 +8,7 @@ interrupted."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import secrets
@@ -154,6 +155,11 @@ class EmulatedFleet:
             metrics_endpoint=self.metrics_target(i, addrs) if s.metrics_port else "",
         )
 
+    @functools.cached_property
+    def _model_params(self) -> int:
+        """The model's parameter count, for the deadlines: built once a fleet, not once a node."""
+        return make_model(self.spec.model).n_params
+
     def _derived(self, i: int) -> dict[str, Any]:
         """Node i's pace and exchange deadline, from its link: what a run's settings may set
         otherwise."""
@@ -171,7 +177,7 @@ class EmulatedFleet:
         if "deadline_s" in s.settings:
             return {"rate_mbps": pace}
         codec = payload.codec(s.setting("payload"))
-        model_bits = 8 * codec.itemsize * make_model(s.model).n_params
+        model_bits = 8 * codec.itemsize * self._model_params
         # three times one model's transfer time at the link's rate, and at least 5 s
         return {"rate_mbps": pace, "deadline_s": max(5.0, 3 * model_bits / ((link or pace) * 1e6))}
 
