@@ -330,6 +330,21 @@ def test_loss_far_above_the_configured_is_an_alarm():
     assert loss_alarm(0.0, None, 0) is None  # TCP (all-reduce): nothing numbered
 
 
+def test_an_agents_pace_is_its_last_sessions_from_first_step_to_last():
+    """steps_per_s leaves out a slow start-up and an earlier session (a restart goes on from
+    its checkpoint's step)."""
+    from edgegossip.report.summary import step_rate
+
+    def rec(t, step, **kw):
+        return {"time": t, "step": step, **kw}
+
+    first = [rec(0, 0, event="start"), rec(30, 50), rec(31, 100)]  # 30 s to start
+    assert step_rate(first) == 50.0
+    again = [*first, rec(40, 100, event="start"), rec(41, 150), rec(43, 250)]
+    assert step_rate(again) == 50.0
+    assert step_rate([rec(0, 0, event="start"), rec(5, 50)]) is None  # one step record
+
+
 def test_an_emulated_agent_is_a_device_of_its_own(root_only, tmp_path):
     """Its own hostname, PID space and state folder, an unprivileged user without capabilities:
     it cannot touch its loss rules or anything of the host's."""

@@ -90,8 +90,20 @@ def _agent_row(i: int, scores: dict, last: dict, recs: list[dict]) -> dict:
         "accuracy": scores.get("accuracy"),
         "mse": scores.get("eval_mse"),
         **summary_row(last, recs),
+        "steps_per_s": step_rate(recs),
         "restarts": sum(1 for r in recs if r.get("event") == "start") - 1,
     }
+
+
+def step_rate(recs: list[dict]) -> float | None:
+    """Training steps a second from the agent's first step record to its last, in its last
+    session: its pace once started, whatever its start-up took (a device held to a small CPU
+    share takes a while to import what it runs)."""
+    starts = [k for k, r in enumerate(recs) if r.get("event") == "start"]
+    steps = [r for r in recs[starts[-1] if starts else 0 :] if r.get("step") and "event" not in r]
+    if len(steps) < 2 or steps[-1]["time"] <= steps[0]["time"]:
+        return None
+    return round((steps[-1]["step"] - steps[0]["step"]) / (steps[-1]["time"] - steps[0]["time"]), 1)
 
 
 ALARM_POINTS = 0.10  # observed minus configured loss beyond which something else is dropping
