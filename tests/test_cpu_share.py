@@ -1,7 +1,7 @@
-"""Issue 57, item 3, the mechanism: `emulate --cpu NODES:SHARE` gives devices a share of this
-machine's CPU as the kernel enforces it (a cgroup per capped device, emulate/cgroups.py), so a
-slow device trains beside fast ones. Named Raspberry Pi profiles are not here: they need a
-published training-like benchmark of the boards to set their ratios from."""
+"""Issue 57, item 3: `emulate --devices 8:pi-zero-2w,4:pi4,4:pi5` makes a fleet of Raspberry
+Pi boards, each device's CPU share and memory limit its board's (emulate/profiles.py: the ratios
+from published HPL runs), as the kernel enforces them (a cgroup per device, emulate/cgroups.py);
+`emulate --cpu NODES:SHARE` sets a device's share by hand."""
 
 import json
 import subprocess
@@ -9,7 +9,44 @@ import sys
 
 import pytest
 
+from edgegossip.emulate import profiles
 from edgegossip.run import cpu_shares
+
+
+def test_a_fleet_of_boards_gets_each_boards_share_and_memory():
+    names = profiles.devices("2:pi-zero-2w, 1:pi4,1:pi5")
+    assert names == ("pi-zero-2w", "pi-zero-2w", "pi4", "pi5")
+    cpu, memory = profiles.limits(names, 0.5, cores=2)
+    # a Pi 5 gets the scale; the others their HPL ratio of it: 5.1 / 31.4 and 11.889 / 35.169
+    assert cpu == ((0, 0.0812), (1, 0.0812), (2, 0.169), (3, 0.5))
+    assert memory == ((0, 512), (1, 512), (2, 8192), (3, 8192))
+    with pytest.raises(ValueError, match=r"add up to 2\.25 cores .* more than this machine's 2"):
+        profiles.limits(("pi5",) * 9, 0.25, cores=2)  # the ratios would no longer hold
+    with pytest.raises(ValueError, match="less than the kernel's least quota"):
+        profiles.limits(("pi-zero-2w", "pi5"), 0.05, cores=2)
+    for bad in ("8:pi3", "pi5", "0:pi5", "x:pi4", "4:pi5,"):
+        with pytest.raises(ValueError, match=r"want COUNT:PROFILE,\.\.\. with PROFILE one of"):
+            profiles.devices(bad)
+
+
+def test_devices_set_the_node_count_and_a_differing_one_is_refused(tmp_path):
+    def emulate(*args):
+        return subprocess.run(
+            [sys.executable, "-m", "edgegossip.cli.app", "emulate", "--backend", "loopback"]
+            + ["--duration", "5", "--out", str(tmp_path / "run"), *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    for args, said in (
+        (("--devices", "2:pi5,1:pi4", "--nodes", "4"), "--devices 2:pi5,1:pi4 is 3 nodes"),
+        (("--devices", "9:pi5"), "add up to 2.25 cores"),
+        (("--device-scale", "0.5"), "--device-scale scales --devices"),
+    ):
+        p = emulate(*args)
+        assert p.returncode == 2 and said in p.stderr and len(p.stderr.splitlines()) == 1, p.stderr
+    assert not (tmp_path / "run").exists()
 
 
 def test_cpu_shares_are_read_per_node_and_a_bad_one_is_named():
@@ -24,25 +61,29 @@ def test_cpu_shares_are_read_per_node_and_a_bad_one_is_named():
 
 
 @pytest.mark.root
-def test_a_device_with_a_fifth_of_a_core_trains_that_much_slower(root_only, tmp_path, mnist_data):
-    """Two local-only agents on loopback, 10 s, node 1 held to 0.2 cores by its quota (its
-    start-up too: about 3 s of that at this share): it makes a fraction of node 0's steps
-    (node 0 has half a core at least, on a busy machine), the kernel says it throttled it, and
-    the run's groups are gone afterwards."""
+def test_a_zero_2_w_beside_a_pi_5_trains_slower_within_its_memory(root_only, tmp_path, mnist_data):
+    """Two local-only agents on loopback, 10 s: a Pi 5 given a whole core (--device-scale 1)
+    and a Pi Zero 2 W, so 0.16 of one (its start-up too: about 4 s of that at this share). The
+    kernel holds each to its board's memory and the Zero to its quota; the Zero trains at a
+    fraction of the Pi 5's pace (at 0.11-0.16 of it on an idle machine; the Pi 5 may get less
+    than its core on a busy one, hence the bound), and the run's groups are gone afterwards."""
     from edgegossip.emulate import cgroups
 
     p = subprocess.run(
-        [sys.executable, "-m", "edgegossip.cli.app", "emulate", "--nodes", "2"]
-        + ["--backend", "loopback", "--algorithm", "local", "--model", "logreg"]
-        + ["--duration", "10", "--cpu", "1:0.2", "--out", str(tmp_path / "run"), "--json"],
+        [sys.executable, "-m", "edgegossip.cli.app", "emulate", "--backend", "loopback"]
+        + ["--devices", "1:pi5,1:pi-zero-2w", "--device-scale", "1", "--algorithm", "local"]
+        + ["--model", "logreg", "--duration", "10", "--out", str(tmp_path / "run"), "--json"],
         capture_output=True,
         text=True,
         timeout=180,
     )
     assert p.returncode == 0, p.stderr[-2000:]
     fast, slow = json.loads(p.stdout)["agents"]
-    assert (fast["cpu_share"], slow["cpu_share"]) == (None, 0.2)
-    assert slow["cpu_throttled_s"] > 0.5 and fast["cpu_throttled_s"] is None
-    assert 0 < slow["steps"] < 0.6 * fast["steps"], (slow["steps"], fast["steps"])
-    base = cgroups._base("x").parent
-    assert not [d for d in base.iterdir() if d.name.startswith("edgegossip-")]
+    assert (fast["device"], slow["device"]) == ("pi5", "pi-zero-2w")
+    assert (fast["cpu_share"], slow["cpu_share"]) == (1.0, 0.1624)
+    assert (fast["memory_limit_mb"], slow["memory_limit_mb"]) == (8192, 512)
+    assert slow["cpu_throttled_s"] > 0.5
+    assert 0 < slow["steps_per_s"] < 0.6 * fast["steps_per_s"], (slow, fast)
+    for controller in ("cpu", "memory"):
+        base = cgroups._base("x", controller).parent
+        assert not [d for d in base.iterdir() if d.name.startswith("edgegossip-")]

@@ -50,6 +50,22 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
     "kernel's quota (cgroups): slow devices beside fast ones; repeatable.",
 )
 @click.option(
+    "--devices",
+    "devices",
+    default=None,
+    metavar="COUNT:PROFILE,...",
+    help="The fleet as Raspberry Pi boards, e.g. 8:pi-zero-2w,4:pi4,4:pi5 (the node count "
+    "follows): each device's CPU share and memory limit from its board's profile.",
+)
+@click.option(
+    "--device-scale",
+    "device_scale",
+    type=click.FloatRange(min=0.01, max=64),
+    default=None,
+    help="With --devices: the cores of this machine a Pi 5 gets, the others their ratio of it "
+    "[default: 0.25].",
+)
+@click.option(
     "--deadline",
     type=options.choice("deadline"),
     default=options.default("deadline"),
@@ -134,8 +150,10 @@ def emulate(backend, out, cleanup, export_kind, base, as_json, **settings) -> No
     while. --json: the summary, with per agent rows (agent, accuracy, steps, exchanges,
     exchanges_initiated_per_step beside the configured p, bytes and datagrams, drops, peak_rss_mb,
     deadline_s_by_link: each link's last deadline, peer id -> seconds; link_loss: the loss
-    observed on each incoming link, peer id -> fraction), "plots" (PNG and SVG paths) and
-    "report" (OUT/report.html)."""
+    observed on each incoming link, peer id -> fraction; steps_per_s: its pace from its first
+    step to its last; device, cpu_share, cpu_throttled_s, memory_limit_mb: its board and the
+    limits the kernel held it to, null where none), "plots" (PNG and SVG paths) and "report"
+    (OUT/report.html)."""
     if cleanup:
         _cleanup(as_json)
         return
@@ -188,12 +206,11 @@ def _spec(
     from edgegossip.emulate.fleet import FleetSpec
     from edgegossip.errors import UsageError
     from edgegossip.report import plot
-    from edgegossip.run import cpu_shares
 
     try:
         _check_closing(settings)
+        _limits(settings, click.get_current_context())
         network = options.network_of(settings, settings["nodes"], backend)
-        settings.update(cpu=cpu_shares(settings["cpu"], settings["nodes"]))
         settings.update(model=_model(settings["model"]))
         if check_plots:
             plot.require()  # refused now, not after the run
@@ -210,6 +227,31 @@ def _spec(
     out = out or Path("runs") / time.strftime("emulate-%Y%m%d-%H%M%S")
     trains_with = {"backend": settings.pop("train_backend")}  # the agents' setting
     return FleetSpec.of(trains_with, backend=backend, out=out, network=network, **settings)
+
+
+def _limits(settings: dict, ctx: click.Context) -> None:
+    """--devices and --cpu as the fleet's boards, node count, CPU shares and memory limits (a
+    --cpu share wins over a board's); --devices refused beside a --nodes that differs."""
+    from edgegossip.emulate import profiles
+    from edgegossip.run import cpu_shares
+
+    spec, scale = settings.pop("devices"), settings.pop("device_scale")
+    names: tuple[str, ...] = ()
+    cpu: tuple = ()
+    memory: tuple = ()
+    if spec is not None:
+        names = profiles.devices(spec)
+        nodes_given = ctx.get_parameter_source("nodes") is not click.core.ParameterSource.DEFAULT
+        if nodes_given and settings["nodes"] != len(names):
+            raise ValueError(f"--devices {spec} is {len(names)} nodes, --nodes {settings['nodes']}")
+        if not 2 <= len(names) <= 64:
+            raise ValueError(f"--devices {spec}: a fleet is 2 to 64 devices, not {len(names)}")
+        cpu, memory = profiles.limits(names, profiles.DEFAULT_SCALE if scale is None else scale)
+        settings["nodes"] = len(names)
+    elif scale is not None:
+        raise ValueError("--device-scale scales --devices: name them")
+    shares = dict(cpu) | dict(cpu_shares(settings["cpu"], settings["nodes"]))
+    settings.update(cpu=tuple(sorted(shares.items())), memory=memory, devices=names)
 
 
 def _check_closing(settings: dict) -> None:
@@ -240,7 +282,7 @@ def _run(spec, as_json: bool) -> dict:
         if not as_json:
             click.echo(_headline(spec, loss_kind))
         _watch(fleet, spec.out, as_json, t0)
-        kernel, air, throttled = fleet.kernel_dropped(), fleet.air(), fleet.throttled_s()
+        kernel, air, limits = fleet.kernel_dropped(), fleet.air(), fleet.limits()
     except KeyboardInterrupt:
         fleet.down()
         fail("interrupted; agents stopped and namespaces removed", exit_codes.INTERRUPTED)
@@ -262,9 +304,10 @@ def _run(spec, as_json: bool) -> dict:
     )
     if air is not None:
         _on_air(summary, air, spec.network.loss)
-    for a in summary["agents"]:  # a device's CPU share and what its quota held it back
-        share = dict(spec.cpu).get(a["agent"])
-        a.update(cpu_share=share, cpu_throttled_s=throttled.get(a["agent"]))
+    unlimited = {"cpu_share": None, "cpu_throttled_s": None, "memory_limit_mb": None}
+    for a in summary["agents"]:  # a device's board, its limits and what its quota held back
+        a.update(limits.get(a["agent"], unlimited))
+        a["device"] = spec.devices[a["agent"]] if spec.devices else None
     return _written(spec, summary, loss_kind)
 
 

@@ -1,7 +1,8 @@
-"""Each emulated device's share of this machine's CPU, as the kernel enforces it: a cgroup per
-capped node under one per run, its CPU bandwidth limited to `share` cores (quota = share x
-period). cgroup v2 (cpu.max) where the machine has its cpu controller there, else cgroup v1's
-cpu controller (cpu.cfs_quota_us and cpu.cfs_period_us: this machine's hybrid hierarchy).
+"""Each emulated device's share of this machine's CPU and its memory, as the kernel enforces
+them: a cgroup per capped node under one per run, its CPU bandwidth limited to `share` cores
+(quota = share x period) and its memory to a limit (a device profile's, profiles.py). cgroup v2
+(cpu.max, memory.max) where the machine has its cpu controller there, else cgroup v1's cpu and
+memory controllers (cpu.cfs_quota_us, memory.limit_in_bytes: this machine's hybrid hierarchy).
 
 A process joins its node's group before it runs anything (join(), from the child between fork
 and exec), so the agent and every thread it starts are held to the share from the first
@@ -27,44 +28,58 @@ def _v2() -> bool:
     return controllers.is_file() and "cpu" in controllers.read_text().split()
 
 
-def _base(run: str) -> Path:
+def _base(run: str, controller: str = "cpu") -> Path:
     if _v2():
         return ROOT / f"edgegossip-{run}"
-    v1 = ROOT / "cpu"
-    if not (v1 / "cpu.cfs_quota_us").is_file():
+    v1 = ROOT / controller
+    if not (v1 / "cgroup.procs").is_file():
         raise CgroupError(
-            "--cpu needs the cgroup cpu controller (v2 cpu.max or v1 cpu.cfs_quota_us), "
+            f"capping devices needs the cgroup {controller} controller (v2, or v1 at {v1}), "
             "which this machine does not offer"
         )
     return v1 / f"edgegossip-{run}"
 
 
-class CpuShares:
+class DeviceGroups:
     """The run's groups: create() makes them, joiner(i) gives the preexec function that moves
-    a child into node i's, remove() deletes them once their processes are gone."""
+    a child into node i's, remove() deletes them once their processes are gone. `shares`:
+    node -> cores; `memory`: node -> MB."""
 
-    def __init__(self, run: str, shares: dict[int, float]):
+    def __init__(self, run: str, shares: dict[int, float], memory: dict[int, int] | None = None):
         self.shares = dict(shares)
-        self.base = _base(run) if shares else Path()
+        self.memory = dict(memory or {})
         self.v2 = _v2()
+        # controller -> the run's group under it (one group for both on v2)
+        self.bases = {
+            c: _base(run, c) for c, on in (("cpu", self.shares), ("memory", self.memory)) if on
+        }
 
     def create(self) -> None:
-        if not self.shares:
-            return
         try:
-            if self.v2:  # the controller must be on in the parents of the groups that use it
-                (ROOT / "cgroup.subtree_control").write_text("+cpu")
-            self.base.mkdir(exist_ok=True)
-            if self.v2:
-                (self.base / "cgroup.subtree_control").write_text("+cpu")
+            for controller, base in self.bases.items():
+                if self.v2:  # the controller must be on in the parents of the groups using it
+                    (ROOT / "cgroup.subtree_control").write_text(f"+{controller}")
+                base.mkdir(exist_ok=True)
+                if self.v2:
+                    (base / "cgroup.subtree_control").write_text(f"+{controller}")
             for i, share in self.shares.items():
-                self._limit(self.base / f"node{i}", share)
+                self._cpu(self._group("cpu", i), share)
+            for i, mb in self.memory.items():
+                (self._group("memory", i) / self._memory_file).write_text(str(mb << 20))
         except OSError as e:
             self.remove()
-            raise CgroupError(f"cannot cap the devices' CPU in {self.base}: {e.strerror}") from None
+            raise CgroupError(f"cannot cap the devices in {self.bases}: {e.strerror}") from None
 
-    def _limit(self, group: Path, share: float) -> None:
+    @property
+    def _memory_file(self) -> str:
+        return "memory.max" if self.v2 else "memory.limit_in_bytes"
+
+    def _group(self, controller: str, i: int) -> Path:
+        group = self.bases[controller] / f"node{i}"
         group.mkdir(exist_ok=True)
+        return group
+
+    def _cpu(self, group: Path, share: float) -> None:
         quota = max(1000, int(share * PERIOD_US))  # the kernel's least quota is 1 ms
         if self.v2:
             (group / "cpu.max").write_text(f"{quota} {PERIOD_US}")
@@ -72,33 +87,42 @@ class CpuShares:
             (group / "cpu.cfs_period_us").write_text(str(PERIOD_US))
             (group / "cpu.cfs_quota_us").write_text(str(quota))
 
-    def procs(self, i: int) -> Path | None:
-        """The file a process writes its pid to, to join node i's group; None: uncapped."""
-        if i not in self.shares:
-            return None
-        return self.base / f"node{i}" / "cgroup.procs"
+    def procs(self, i: int) -> list[Path]:
+        """The files a process writes its pid to, to join node i's groups (one on v2)."""
+        capped = [c for c, on in (("cpu", self.shares), ("memory", self.memory)) if i in on]
+        return sorted({self.bases[c] / f"node{i}" / "cgroup.procs" for c in capped})
 
     def joiner(self, i: int):
-        """A preexec_fn that moves the child into node i's group before it executes anything;
+        """A preexec_fn that moves the child into node i's groups before it executes anything;
         None for an uncapped node."""
-        path = self.procs(i)
-        if path is None:
+        targets = [str(p) for p in self.procs(i)]
+        if not targets:
             return None
-        target = str(path)
 
         def join() -> None:
-            with open(target, "w") as f:
-                f.write(str(os.getpid()))
+            for target in targets:
+                with open(target, "w") as f:
+                    f.write(str(os.getpid()))
 
         return join
 
+    def memory_limit_mb(self, i: int) -> int | None:
+        """Node i's memory limit as the kernel holds it, in MB; None: not limited."""
+        if i not in self.memory:
+            return None
+        group = self.bases["memory"] / f"node{i}"
+        try:
+            text = (group / self._memory_file).read_text()
+        except OSError:
+            return None
+        return int(text) >> 20 if text.strip().isdigit() else None
+
     def throttled_s(self, i: int) -> float | None:
         """Seconds node i's processes were held back by its quota so far; None: uncapped."""
-        path = self.procs(i)
-        if path is None:
+        if i not in self.shares:
             return None
         try:
-            text = (path.parent / "cpu.stat").read_text()
+            text = (self.bases["cpu"] / f"node{i}" / "cpu.stat").read_text()
         except OSError:
             return None
         for line in text.splitlines():
@@ -110,14 +134,15 @@ class CpuShares:
         return None
 
     def remove(self) -> None:
-        if not self.shares or not self.base.is_dir():
-            return
-        for i in self.shares:
+        for base in self.bases.values():
+            if not base.is_dir():
+                continue
+            for group in base.glob("node*"):
+                try:
+                    group.rmdir()
+                except OSError:
+                    pass  # still has a process: left for cleanup
             try:
-                (self.base / f"node{i}").rmdir()
+                base.rmdir()
             except OSError:
-                pass  # still has a process: left for cleanup
-        try:
-            self.base.rmdir()
-        except OSError:
-            pass
+                pass

@@ -71,6 +71,8 @@ class FleetSpec:
     metrics_port: int = 0  # each agent's /metrics on this port (loopback: port + id); 0: none
     # (node, cores): these devices' share of this machine's CPU, the kernel's quota (cgroups.py)
     cpu: tuple[tuple[int, float], ...] = ()
+    memory: tuple[tuple[int, int], ...] = ()  # (node, MB): these devices' memory limit
+    devices: tuple[str, ...] = ()  # each node's board (profiles.py), where the run named them
 
     def __post_init__(self) -> None:
         agent_config.check_overrides(self.settings, FLEET_SETS)
@@ -109,7 +111,9 @@ class EmulatedFleet:
         self.members = set(range(spec.nodes)) - late(list(spec.network.schedule))
         self.addrs: list[tuple[str, int]] = []
         self.data_files: list[Path] = []  # the user's own data: each node's file (_own_data)
-        self.cpu = cgroups.CpuShares(f"{os.getpid()}-{secrets.token_hex(3)}", dict(spec.cpu))
+        self.groups = cgroups.DeviceGroups(
+            f"{os.getpid()}-{secrets.token_hex(3)}", dict(spec.cpu), dict(spec.memory)
+        )
 
     def addresses(self) -> list[tuple[str, int]]:
         if self.lan is not None:
@@ -236,7 +240,7 @@ class EmulatedFleet:
         s.out.mkdir(parents=True, exist_ok=True)
         if not own.named(s.data):  # refused before any namespace exists
             self.data_files = self._own_data()
-        self.cpu.create()
+        self.groups.create()
         if s.backend == "netns":
             net = s.network
             self.lan = netns.Lan(
@@ -281,7 +285,7 @@ class EmulatedFleet:
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,
-            preexec_fn=self.cpu.joiner(i),  # its CPU share from its first instruction
+            preexec_fn=self.groups.joiner(i),  # its CPU and memory from its first instruction
         )
         log_f.close()
 
@@ -425,9 +429,18 @@ class EmulatedFleet:
             return None
         return [self.lan.dropped_packets(i) for i in range(self.spec.nodes)]
 
-    def throttled_s(self) -> dict[int, float | None]:
-        """Seconds each capped device was held back by its CPU quota."""
-        return {i: self.cpu.throttled_s(i) for i in self.cpu.shares}
+    def limits(self) -> dict[int, dict]:
+        """Each capped device's limits as the kernel holds them: its CPU share, the seconds its
+        quota held it back, its memory limit in MB."""
+        g = self.groups
+        return {
+            i: {
+                "cpu_share": g.shares.get(i),
+                "cpu_throttled_s": g.throttled_s(i),
+                "memory_limit_mb": g.memory_limit_mb(i),
+            }
+            for i in sorted(set(g.shares) | set(g.memory))
+        }
 
     def down(self) -> None:
         try:
@@ -436,4 +449,4 @@ class EmulatedFleet:
             if self.lan is not None:
                 self.lan.down()
                 self.lan = None
-            self.cpu.remove()
+            self.groups.remove()
