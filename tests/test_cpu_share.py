@@ -87,3 +87,22 @@ def test_a_zero_2_w_beside_a_pi_5_trains_slower_within_its_memory(root_only, tmp
     for controller in ("cpu", "memory"):
         base = cgroups._base("x", controller).parent
         assert not [d for d in base.iterdir() if d.name.startswith("edgegossip-")]
+
+
+@pytest.mark.root
+def test_cleanup_removes_the_groups_a_killed_run_left(root_only):
+    """A run stopped by a signal it cannot handle leaves its device groups, and the agents in
+    them: `emulate --cleanup` stops those processes and removes the groups."""
+    from edgegossip.emulate import cgroups
+
+    groups = cgroups.DeviceGroups("cleanup-test", {0: 0.5}, {0: 256})
+    groups.create()
+    proc = subprocess.Popen(["sleep", "60"], preexec_fn=groups.joiner(0))
+    try:
+        removed = cgroups.cleanup()
+        assert proc.wait(timeout=30) == -9
+        assert all(not b.exists() for b in groups.bases.values()), removed
+        assert sum("edgegossip-cleanup-test" in r for r in removed) == len(groups.bases)
+    finally:
+        proc.kill()
+        groups.remove()

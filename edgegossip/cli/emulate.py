@@ -123,7 +123,9 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
     help="Output folder (default runs/emulate-TIMESTAMP).",
 )
 @click.option(
-    "--cleanup", is_flag=True, help="Remove namespaces, links and agents left by an earlier run."
+    "--cleanup",
+    is_flag=True,
+    help="Remove namespaces, links, device cgroups and agents left by an earlier run.",
 )
 @click.option(
     "--export",
@@ -186,11 +188,11 @@ def emulate(backend, out, cleanup, export_kind, base, as_json, **settings) -> No
 
 
 def _cleanup(as_json: bool) -> None:
-    from edgegossip.emulate import netns
+    from edgegossip.emulate import cgroups, netns
 
     if not netns.is_root():
         fail("--cleanup needs root", exit_codes.NEEDS_ROOT)
-    removed = netns.cleanup()
+    removed = netns.cleanup() + cgroups.cleanup()
     click.echo(
         json.dumps({"removed": removed})
         if as_json

@@ -11,6 +11,8 @@ instruction. A share is of one core: 0.25 is a quarter of one, 2.0 two whole one
 from __future__ import annotations
 
 import os
+import signal
+import time
 from pathlib import Path
 
 from edgegossip.errors import EdgegossipError
@@ -146,3 +148,34 @@ class DeviceGroups:
                 base.rmdir()
             except OSError:
                 pass
+
+
+def cleanup() -> list[str]:
+    """Remove the groups earlier runs left behind (a run stopped by a signal it could not
+    handle), stopping the processes still in them; returns the groups removed."""
+    roots = [ROOT] if _v2() else [ROOT / "cpu", ROOT / "memory"]
+    removed = []
+    for base in (b for root in roots for b in sorted(root.glob("edgegossip-*"))):
+        for group in sorted(base.glob("node*")):
+            for pid in (group / "cgroup.procs").read_text().split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            _rmdir(group)
+        if _rmdir(base):
+            removed.append(str(base.relative_to(ROOT)))
+    return removed
+
+
+def _rmdir(group: Path, wait_s: float = 5.0) -> bool:
+    """Remove a group once the processes killed in it are gone (the kernel refuses before)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            group.rmdir()
+            return True
+        except OSError:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
