@@ -62,7 +62,7 @@ def test_cpu_shares_are_read_per_node_and_a_bad_one_is_named():
 
 @pytest.mark.root
 def test_a_zero_2_w_beside_a_pi_5_trains_slower_within_its_memory(root_only, tmp_path, mnist_data):
-    """Two local-only agents on loopback, 10 s: a Pi 5 given a whole core (--device-scale 1)
+    """Two local-only agents on loopback, 7 s: a Pi 5 given a whole core (--device-scale 1)
     and a Pi Zero 2 W, so 0.16 of one (its start-up too: about 4 s of that at this share). The
     kernel holds each to its board's memory and the Zero to its quota; the Zero trains at a
     fraction of the Pi 5's pace (at 0.11-0.16 of it on an idle machine; the Pi 5 may get less
@@ -72,7 +72,7 @@ def test_a_zero_2_w_beside_a_pi_5_trains_slower_within_its_memory(root_only, tmp
     p = subprocess.run(
         [sys.executable, "-m", "edgegossip.cli.app", "emulate", "--backend", "loopback"]
         + ["--devices", "1:pi5,1:pi-zero-2w", "--device-scale", "1", "--algorithm", "local"]
-        + ["--model", "logreg", "--duration", "10", "--out", str(tmp_path / "run"), "--json"],
+        + ["--model", "logreg", "--duration", "7", "--out", str(tmp_path / "run"), "--json"],
         capture_output=True,
         text=True,
         timeout=180,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections import Counter
 from pathlib import Path
 
 import click
@@ -211,7 +212,7 @@ def _spec(
 
     try:
         _check_closing(settings)
-        _limits(settings, click.get_current_context())
+        _limits(settings, click.get_current_context(silent=True))
         network = options.network_of(settings, settings["nodes"], backend)
         settings.update(model=_model(settings["model"]))
         if check_plots:
@@ -231,9 +232,10 @@ def _spec(
     return FleetSpec.of(trains_with, backend=backend, out=out, network=network, **settings)
 
 
-def _limits(settings: dict, ctx: click.Context) -> None:
+def _limits(settings: dict, ctx: click.Context | None) -> None:
     """--devices and --cpu as the fleet's boards, node count, CPU shares and memory limits (a
-    --cpu share wins over a board's); --devices refused beside a --nodes that differs."""
+    --cpu share wins over a board's); --devices refused beside a --nodes given that differs
+    (without a command line, ctx None, the boards set the count)."""
     from edgegossip.emulate import profiles
     from edgegossip.run import cpu_shares
 
@@ -243,7 +245,8 @@ def _limits(settings: dict, ctx: click.Context) -> None:
     memory: tuple = ()
     if spec is not None:
         names = profiles.devices(spec)
-        nodes_given = ctx.get_parameter_source("nodes") is not click.core.ParameterSource.DEFAULT
+        default = click.core.ParameterSource.DEFAULT
+        nodes_given = ctx is not None and ctx.get_parameter_source("nodes") is not default
         if nodes_given and settings["nodes"] != len(names):
             raise ValueError(f"--devices {spec} is {len(names)} nodes, --nodes {settings['nodes']}")
         if not 2 <= len(names) <= 64:
@@ -320,8 +323,10 @@ def _headline(spec, loss_kind: str) -> str:
         if net.medium == "wifi"
         else f"links {net.rate or 'uncapped'}"
     )
+    boards = Counter(spec.devices)
+    mix = f" ({', '.join(f'{n} {b}' for b, n in boards.items())})" if boards else ""
     return (
-        f"{spec.nodes} agents, {spec.algorithm} over {spec.setting('transport')}, "
+        f"{spec.nodes} agents{mix}, {spec.algorithm} over {spec.setting('transport')}, "
         f"{net.loss:.0%} loss "
         f"({loss_kind}), {links}; output in {spec.out}"
     )
