@@ -39,6 +39,20 @@ def test_export_without_pyyaml_is_one_line_and_writes_nothing(tmp_path, monkeypa
     assert not out.exists()
 
 
+def test_a_boards_limits_are_its_containers(tmp_path):
+    """--devices (and --cpu) carry into the export as each service's own cgroup limits, as
+    docker compose and podman-compose set them: cpus and mem_limit."""
+    from edgegossip.emulate.compose import _service
+    from edgegossip.emulate.fleet import FleetSpec
+
+    spec = FleetSpec(
+        3, "elastic-gossip", "netns", tmp_path, cpu=((0, 0.0406), (1, 0.25)), memory=((0, 512),)
+    )
+    zero, pi5, free = (_service(spec, i, f"node{i}", BASE) for i in range(3))
+    assert (zero["cpus"], zero["mem_limit"], pi5["cpus"]) == (0.0406, "512m", 0.25)
+    assert "mem_limit" not in pi5 and "cpus" not in free and "mem_limit" not in free
+
+
 @pytest.fixture
 def podman_env(tmp_path, root_only):
     for tool in ("podman", "podman-compose"):

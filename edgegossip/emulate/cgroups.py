@@ -70,7 +70,8 @@ class DeviceGroups:
                 (self._group("memory", i) / self._memory_file).write_text(str(mb << 20))
         except OSError as e:
             self.remove()
-            raise CgroupError(f"cannot cap the devices in {self.bases}: {e.strerror}") from None
+            where = " and ".join(sorted({str(b) for b in self.bases.values()}))
+            raise CgroupError(f"cannot cap the devices in {where}: {e.strerror}") from None
 
     @property
     def _memory_file(self) -> str:

@@ -114,8 +114,8 @@ def _pyyaml():
 
 
 def _service(spec: FleetSpec, i: int, name: str, base: str) -> dict:
-    """Node i's service: its image, loss and link cap, and its folders (a compiled model's
-    too)."""
+    """Node i's service: its image, loss and link cap, its board's CPU share and memory (the
+    engine's own cgroup limits: --devices, --cpu), and its folders (a compiled model's too)."""
     env = {
         "EG_LOSS_PERCENT": f"{spec.network.loss * 100:g}",
         "EG_LOSS_MODEL": spec.network.loss_model,
@@ -124,7 +124,13 @@ def _service(spec: FleetSpec, i: int, name: str, base: str) -> dict:
     rate = spec.network.rate_of(i)
     if rate and rate_to_mbps(rate):
         env["EG_TBF"] = " ".join(tbf(rate))  # the words of netns.tbf: one link model
+    limits: dict = {}
+    if i in dict(spec.cpu):
+        limits["cpus"] = dict(spec.cpu)[i]
+    if i in dict(spec.memory):
+        limits["mem_limit"] = f"{dict(spec.memory)[i]}m"
     return {
+        **limits,
         "build": {"context": ".", "dockerfile": "Containerfile", "args": {"BASE": base}},
         "image": IMAGE,
         "hostname": name,
