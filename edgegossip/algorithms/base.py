@@ -109,6 +109,18 @@ class Algorithm:
         return {}
 
 
+def choose_peers(workers: int, p: float, rng: np.random.Generator) -> list[int | None]:
+    """For each worker, the peer it picks this step, or None (probability 1 - p)."""
+    picks: list[int | None] = []
+    for i in range(workers):
+        if workers > 1 and rng.random() < p:
+            j = int(rng.integers(workers - 1))
+            picks.append(j + (j >= i))
+        else:
+            picks.append(None)
+    return picks
+
+
 class GossipAlgorithm(Algorithm):
     """Gossip: with probability p per step a worker picks one peer; the pickers' and the picked
     workers' pre-step parameters are snapshotted, every worker steps, then merge() applies."""
@@ -118,8 +130,6 @@ class GossipAlgorithm(Algorithm):
 
     @classmethod
     def sim_step(cls, world: World) -> None:
-        from edgegossip.algorithms.elastic_gossip import choose_peers
-
         picks = choose_peers(world.n, world.p, world.rng)
         involved = {w for w, j in enumerate(picks) if j is not None} | {
             j for j in picks if j is not None

@@ -18,18 +18,6 @@ from edgegossip import kernels
 from edgegossip.algorithms.base import GossipAlgorithm, World
 
 
-def choose_peers(workers: int, p: float, rng: np.random.Generator) -> list[int | None]:
-    """For each worker, the peer it picks this step, or None (probability 1 - p)."""
-    picks: list[int | None] = []
-    for i in range(workers):
-        if workers > 1 and rng.random() < p:
-            j = int(rng.integers(workers - 1))
-            picks.append(j + (j >= i))
-        else:
-            picks.append(None)
-    return picks
-
-
 def exchange_sets(picks: list[int | None]) -> list[set[int]]:
     """P_i = {pick_i} | {j : pick_j == i}."""
     sets = [set() if p is None else {p} for p in picks]

@@ -12,8 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from edgegossip import kernels
-from edgegossip.algorithms.base import GossipAlgorithm, World
-from edgegossip.algorithms.elastic_gossip import choose_peers
+from edgegossip.algorithms.base import GossipAlgorithm, World, choose_peers
 from edgegossip.dataplane import wire
 
 __all__ = ["choose_peers", "apply", "GossipPull"]

@@ -54,8 +54,7 @@ import math
 import numpy as np
 
 from edgegossip import kernels
-from edgegossip.algorithms.base import GossipAlgorithm, World
-from edgegossip.algorithms.elastic_gossip import choose_peers
+from edgegossip.algorithms.base import GossipAlgorithm, World, choose_peers
 
 __all__ = ["choose_peers", "unit", "give", "taken", "apply", "GossipPush"]
 
