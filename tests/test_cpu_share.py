@@ -29,6 +29,18 @@ def test_a_fleet_of_boards_gets_each_boards_share_and_memory():
             profiles.devices(bad)
 
 
+def test_a_machine_without_the_controllers_is_told_at_the_start(tmp_path, monkeypatch):
+    """No cgroup controller to cap devices with: one CgroupError from create(), where the
+    fleet's start handles it (one line, exit 1), not from building the fleet."""
+    from edgegossip.emulate import cgroups
+
+    monkeypatch.setattr(cgroups, "ROOT", tmp_path)  # a hierarchy with no controller in it
+    groups = cgroups.DeviceGroups("none", {0: 0.5}, {0: 512})
+    with pytest.raises(cgroups.CgroupError, match="needs the cgroup cpu controller"):
+        groups.create()
+    groups.remove()
+
+
 def test_devices_set_the_node_count_and_a_differing_one_is_refused(tmp_path):
     def emulate(*args):
         return subprocess.run(

@@ -51,12 +51,16 @@ class DeviceGroups:
         self.shares = dict(shares)
         self.memory = dict(memory or {})
         self.v2 = _v2()
-        # controller -> the run's group under it (one group for both on v2)
-        self.bases = {
-            c: _base(run, c) for c, on in (("cpu", self.shares), ("memory", self.memory)) if on
-        }
+        self.run = run
+        # controller -> the run's group under it (one group for both on v2); create() finds
+        # them, so that a machine without a controller is told so where the run's start is
+        # handled (CgroupError), not in a constructor
+        self.bases: dict[str, Path] = {}
 
     def create(self) -> None:
+        self.bases = {
+            c: _base(self.run, c) for c, on in (("cpu", self.shares), ("memory", self.memory)) if on
+        }
         try:
             for controller, base in self.bases.items():
                 if self.v2:  # the controller must be on in the parents of the groups using it
