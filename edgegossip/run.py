@@ -69,6 +69,12 @@ def slow_links(values: tuple[str, ...], nodes: int) -> tuple[tuple[int, str], ..
     return tuple(sorted(out.items()))
 
 
+# A device's CPU share, in cores of this machine: at least the kernel's least CFS quota (1 ms)
+# over the period emulate/cgroups.py sets (100 ms), at most far more than any machine here has.
+MIN_SHARE = 0.01
+MAX_SHARE = 64.0
+
+
 def cpu_shares(values: tuple[str, ...], nodes: int) -> tuple[tuple[int, float], ...]:
     """--cpu NODES:SHARE values as (node, share of one core) pairs in node order, NODES one node
     (3), a range (0-7) or all; a later value wins for a node named twice."""
@@ -79,15 +85,26 @@ def cpu_shares(values: tuple[str, ...], nodes: int) -> tuple[tuple[int, float], 
             cores = float(share)
             first, _, last = which.partition("-")
             span = range(nodes) if which == "all" else range(int(first), int(last or first) + 1)
-            if not 0.01 <= cores <= 64 or not span or span[0] < 0 or span[-1] >= nodes:
+            if not MIN_SHARE <= cores <= MAX_SHARE or not span or span[0] < 0 or span[-1] >= nodes:
                 raise ValueError
         except ValueError:
             raise ValueError(
                 f"--cpu {v}: want NODES:SHARE, NODES a node, a range (0-7) or all within "
-                f"0..{nodes - 1}, SHARE the cores it gets (0.25: a quarter of one; 0.01 to 64)"
+                f"0..{nodes - 1}, SHARE the cores it gets (0.25: a quarter of one; "
+                f"{MIN_SHARE:g} to {MAX_SHARE:g})"
             ) from None
         out.update(dict.fromkeys(span, cores))
     return tuple(sorted(out.items()))
+
+
+@dataclass(frozen=True)
+class Device:
+    """One emulated device beyond its agent: its board (emulate/profiles.py), if the run named
+    one, and the limits the kernel holds it to (emulate/cgroups.py), None where it does not."""
+
+    board: str | None = None
+    cpu: float | None = None  # cores of this machine, MIN_SHARE to MAX_SHARE
+    memory_mb: int | None = None
 
 
 @dataclass(frozen=True)

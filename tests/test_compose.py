@@ -44,10 +44,10 @@ def test_a_boards_limits_are_its_containers(tmp_path):
     docker compose and podman-compose set them: cpus and mem_limit."""
     from edgegossip.emulate.compose import _service
     from edgegossip.emulate.fleet import FleetSpec
+    from edgegossip.run import Device
 
-    spec = FleetSpec(
-        3, "elastic-gossip", "netns", tmp_path, cpu=((0, 0.0406), (1, 0.25)), memory=((0, 512),)
-    )
+    devices = (Device("pi-zero-2w", 0.0406, 512), Device(cpu=0.25))
+    spec = FleetSpec(3, "elastic-gossip", "netns", tmp_path, devices=devices)
     zero, pi5, free = (_service(spec, i, f"node{i}", BASE) for i in range(3))
     assert (zero["cpus"], zero["mem_limit"], pi5["cpus"]) == (0.0406, "512m", 0.25)
     assert "mem_limit" not in pi5 and "cpus" not in free and "mem_limit" not in free

@@ -16,10 +16,11 @@ from edgegossip.run import cpu_shares
 def test_a_fleet_of_boards_gets_each_boards_share_and_memory():
     names = profiles.devices("2:pi-zero-2w, 1:pi4,1:pi5")
     assert names == ("pi-zero-2w", "pi-zero-2w", "pi4", "pi5")
-    cpu, memory = profiles.limits(names, 0.5, cores=2)
+    boards = profiles.limits(names, 0.5, cores=2)
     # a Pi 5 gets the scale; the others their HPL ratio of it: 5.1 / 31.4 and 11.889 / 35.169
-    assert cpu == ((0, 0.0812), (1, 0.0812), (2, 0.169), (3, 0.5))
-    assert memory == ((0, 512), (1, 512), (2, 8192), (3, 8192))
+    assert [d.cpu for d in boards] == [0.0812, 0.0812, 0.169, 0.5]
+    assert [d.memory_mb for d in boards] == [512, 512, 8192, 8192]
+    assert [d.board for d in boards] == list(names)
     with pytest.raises(ValueError, match=r"add up to 2\.25 cores .* more than this machine's 2"):
         profiles.limits(("pi5",) * 9, 0.25, cores=2)  # the ratios would no longer hold
     with pytest.raises(ValueError, match="less than the kernel's least quota"):

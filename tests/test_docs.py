@@ -69,3 +69,10 @@ def test_the_catalog_declares_each_metric_once_and_summarises_as_declared():
     row = catalog.summary_row(records[-1], records)
     assert row["steps"] == 9 and row["peak_rss_mb"] == 90.0  # last, and the largest
     assert row["datagrams_lost"] == 0 and row["drops"] == {}  # never reported: the empty value
+
+
+def test_the_board_profiles_table_is_the_profiles():
+    """docs/usage.md's table of `emulate --devices` boards is what profiles.PROFILES says."""
+    from edgegossip.emulate import profiles
+
+    assert profiles.table() in (ROOT / "docs" / "usage.md").read_text()

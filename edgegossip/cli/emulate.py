@@ -16,6 +16,7 @@ from edgegossip.algorithms import NAMES as ALGORITHMS
 from edgegossip.cli import options
 from edgegossip.cli.render import fail, score, table
 from edgegossip.dataplane.drops import KINDS
+from edgegossip.run import MAX_SHARE, MIN_SHARE
 
 # the table printed at the end (without --json)
 COLUMNS = ("agent", "accuracy", *(key for key, _ in catalog.columns().values()))
@@ -61,7 +62,7 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
 @click.option(
     "--device-scale",
     "device_scale",
-    type=click.FloatRange(min=0.01, max=64),
+    type=click.FloatRange(min=MIN_SHARE, max=MAX_SHARE),
     default=None,
     help="With --devices: the cores of this machine a Pi 5 gets, the others their ratio of it "
     "[default: 0.25].",
@@ -237,12 +238,10 @@ def _limits(settings: dict, ctx: click.Context | None) -> None:
     --cpu share wins over a board's); --devices refused beside a --nodes given that differs
     (without a command line, ctx None, the boards set the count)."""
     from edgegossip.emulate import profiles
-    from edgegossip.run import cpu_shares
+    from edgegossip.run import Device, cpu_shares
 
     spec, scale = settings.pop("devices"), settings.pop("device_scale")
-    names: tuple[str, ...] = ()
-    cpu: tuple = ()
-    memory: tuple = ()
+    boards: tuple[Device, ...] = ()
     if spec is not None:
         names = profiles.devices(spec)
         default = click.core.ParameterSource.DEFAULT
@@ -251,12 +250,16 @@ def _limits(settings: dict, ctx: click.Context | None) -> None:
             raise ValueError(f"--devices {spec} is {len(names)} nodes, --nodes {settings['nodes']}")
         if not 2 <= len(names) <= 64:
             raise ValueError(f"--devices {spec}: a fleet is 2 to 64 devices, not {len(names)}")
-        cpu, memory = profiles.limits(names, profiles.DEFAULT_SCALE if scale is None else scale)
+        boards = profiles.limits(names, profiles.DEFAULT_SCALE if scale is None else scale)
         settings["nodes"] = len(names)
     elif scale is not None:
         raise ValueError("--device-scale scales --devices: name them")
-    shares = dict(cpu) | dict(cpu_shares(settings["cpu"], settings["nodes"]))
-    settings.update(cpu=tuple(sorted(shares.items())), memory=memory, devices=names)
+    given = dict(cpu_shares(settings.pop("cpu"), settings["nodes"]))
+    if boards or given:
+        boards = boards or (Device(),) * settings["nodes"]
+        settings["devices"] = tuple(
+            dataclasses.replace(d, cpu=given.get(i, d.cpu)) for i, d in enumerate(boards)
+        )
 
 
 def _check_closing(settings: dict) -> None:
@@ -312,18 +315,20 @@ def _run(spec, as_json: bool) -> dict:
     unlimited = {"cpu_share": None, "cpu_throttled_s": None, "memory_limit_mb": None}
     for a in summary["agents"]:  # a device's board, its limits and what its quota held back
         a.update(limits.get(a["agent"], unlimited))
-        a["device"] = spec.devices[a["agent"]] if spec.devices else None
+        a["device"] = spec.device(a["agent"]).board
     return _written(spec, summary, loss_kind)
 
 
 def _headline(spec, loss_kind: str) -> str:
+    from edgegossip.emulate import profiles
+
     net = spec.network
     links = (
         f"one Wi-Fi channel of {net.rate}"
         if net.medium == "wifi"
         else f"links {net.rate or 'uncapped'}"
     )
-    boards = Counter(spec.devices)
+    boards = Counter(profiles.PROFILES[d.board].board for d in spec.devices if d.board)
     mix = f" ({', '.join(f'{n} {b}' for b, n in boards.items())})" if boards else ""
     return (
         f"{spec.nodes} agents{mix}, {spec.algorithm} over {spec.setting('transport')}, "

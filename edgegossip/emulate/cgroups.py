@@ -16,9 +16,10 @@ import time
 from pathlib import Path
 
 from edgegossip.errors import EdgegossipError
+from edgegossip.run import MIN_SHARE
 
 ROOT = Path("/sys/fs/cgroup")
-PERIOD_US = 100_000  # the kernel's default bandwidth period
+PERIOD_US = 100_000  # the kernel's default bandwidth period; run.MIN_SHARE is 1 ms of it
 
 
 class CgroupError(EdgegossipError):
@@ -87,7 +88,7 @@ class DeviceGroups:
         return group
 
     def _cpu(self, group: Path, share: float) -> None:
-        quota = max(1000, int(share * PERIOD_US))  # the kernel's least quota is 1 ms
+        quota = int(max(share, MIN_SHARE) * PERIOD_US)
         if self.v2:
             (group / "cpu.max").write_text(f"{quota} {PERIOD_US}")
         else:

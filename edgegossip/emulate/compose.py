@@ -124,11 +124,11 @@ def _service(spec: FleetSpec, i: int, name: str, base: str) -> dict:
     rate = spec.network.rate_of(i)
     if rate and rate_to_mbps(rate):
         env["EG_TBF"] = " ".join(tbf(rate))  # the words of netns.tbf: one link model
-    limits: dict = {}
-    if i in dict(spec.cpu):
-        limits["cpus"] = dict(spec.cpu)[i]
-    if i in dict(spec.memory):
-        limits["mem_limit"] = f"{dict(spec.memory)[i]}m"
+    device, limits = spec.device(i), dict[str, float | str]()
+    if device.cpu:
+        limits["cpus"] = device.cpu
+    if device.memory_mb:
+        limits["mem_limit"] = f"{device.memory_mb}m"
     return {
         **limits,
         "build": {"context": ".", "dockerfile": "Containerfile", "args": {"BASE": base}},

@@ -31,7 +31,7 @@ from edgegossip.emulate.schedule import late
 from edgegossip.errors import PREFIX as ERROR_PREFIX
 from edgegossip.metrics import read as read_metrics
 from edgegossip.models import NAMED, make_model
-from edgegossip.run import Network, rate_to_mbps
+from edgegossip.run import Device, Network, rate_to_mbps
 
 log = logging.getLogger(__name__)
 
@@ -69,10 +69,8 @@ class FleetSpec:
     data: str = "mnist"
     settings: Mapping[str, Any] = field(default_factory=dict)
     metrics_port: int = 0  # each agent's /metrics on this port (loopback: port + id); 0: none
-    # (node, cores): these devices' share of this machine's CPU, the kernel's quota (cgroups.py)
-    cpu: tuple[tuple[int, float], ...] = ()
-    memory: tuple[tuple[int, int], ...] = ()  # (node, MB): these devices' memory limit
-    devices: tuple[str, ...] = ()  # each node's board (profiles.py), where the run named them
+    # each node's board and CPU and memory limits (run.Device), where the run set any
+    devices: tuple[Device, ...] = ()
 
     def __post_init__(self) -> None:
         agent_config.check_overrides(self.settings, FLEET_SETS)
@@ -95,6 +93,10 @@ class FleetSpec:
     def model(self) -> str:
         return self.setting("model")
 
+    def device(self, i: int) -> Device:
+        """Node i's board and limits (none set: Device())."""
+        return self.devices[i] if i < len(self.devices) else Device()
+
 
 class EmulatedFleet:
     def __init__(self, spec: FleetSpec):
@@ -112,7 +114,9 @@ class EmulatedFleet:
         self.addrs: list[tuple[str, int]] = []
         self.data_files: list[Path] = []  # the user's own data: each node's file (_own_data)
         self.groups = cgroups.DeviceGroups(
-            f"{os.getpid()}-{secrets.token_hex(3)}", dict(spec.cpu), dict(spec.memory)
+            f"{os.getpid()}-{secrets.token_hex(3)}",
+            {i: d.cpu for i, d in enumerate(spec.devices) if d.cpu},
+            {i: d.memory_mb for i, d in enumerate(spec.devices) if d.memory_mb},
         )
 
     def addresses(self) -> list[tuple[str, int]]:

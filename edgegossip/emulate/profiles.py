@@ -21,8 +21,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from edgegossip.run import MIN_SHARE, Device
+
 DEFAULT_SCALE = 0.25  # a Pi 5's share of one of this machine's cores: 8 of them fill 2 cores
-MIN_SHARE = 0.01  # cgroups.py's least quota (1 ms) over its period (100 ms)
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,16 @@ PROFILES = {
 }
 
 
+def table() -> str:
+    """The profiles as docs/usage.md shows them (a test holds the page to this)."""
+    rows = ["| profile | board | HPL, Gflops | of a Pi 5 | memory |", "|---|---|---|---|---|"]
+    for name, p in PROFILES.items():
+        hpl = f"{p.gflops:g}" + ("" if p.speed == 1 else f" (Pi 5: {p.pi5_gflops:g})")
+        memory = f"{p.memory_mb // 1024} GB" if p.memory_mb >= 1024 else f"{p.memory_mb} MB"
+        rows.append(f"| `{name}` | {p.board} | {hpl} | {round(p.speed, 3):g} | {memory} |")
+    return "\n".join(rows) + "\n"
+
+
 def devices(spec: str) -> tuple[str, ...]:
     """--devices COUNT:PROFILE,... as each node's profile, in node order."""
     out: list[str] = []
@@ -59,15 +70,13 @@ def devices(spec: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def limits(
-    names: tuple[str, ...], scale: float, cores: int | None = None
-) -> tuple[tuple[tuple[int, float], ...], tuple[tuple[int, int], ...]]:
-    """Each node's (node, cores) CPU share and (node, MB) memory limit; refused where the
+def limits(names: tuple[str, ...], scale: float, cores: int | None = None) -> tuple[Device, ...]:
+    """Each node's board with its CPU share (in cores) and memory limit; refused where the
     shares add up to more than this machine's cores."""
     cores = cores or os.cpu_count() or 1
-    shares = tuple((i, round(scale * PROFILES[n].speed, 4)) for i, n in enumerate(names))
-    total = sum(s for _, s in shares)
-    if min(s for _, s in shares) < MIN_SHARE:
+    shares = [round(scale * PROFILES[n].speed, 4) for n in names]
+    total = sum(shares)
+    if min(shares) < MIN_SHARE:
         raise ValueError(
             f"--device-scale {scale}: its slowest device would get less than the kernel's "
             f"least quota ({MIN_SHARE} of a core)"
@@ -77,4 +86,4 @@ def limits(
             f"--devices: their shares add up to {total:.2f} cores at --device-scale {scale} "
             f"(a Pi 5's), more than this machine's {cores}: a smaller scale keeps the ratios"
         )
-    return shares, tuple((i, PROFILES[n].memory_mb) for i, n in enumerate(names))
+    return tuple(Device(n, s, PROFILES[n].memory_mb) for n, s in zip(names, shares))
