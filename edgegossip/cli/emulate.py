@@ -148,8 +148,15 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
     help="Serve each agent's Prometheus /metrics on this port (loopback: PORT + id; netns: at "
     "the agent's address inside its namespace); 0: none.",
 )
+@click.option(
+    "--curve",
+    is_flag=True,
+    help="Sample the fleet's average model at every --checkpoint-every-s (each agent writes a "
+    "checkpoint that often) and score the samples after the run: average_model_curve and "
+    "time_to_average_accuracy_s in the summary.",
+)
 @click.option("--json", "as_json", is_flag=True)
-def emulate(backend, out, cleanup, export_kind, base, as_json, **settings) -> None:
+def emulate(backend, out, cleanup, export_kind, base, curve, as_json, **settings) -> None:
     """Run NODES agents, each a light device in its own network namespace on one bridge, for a
     while. --json: the summary, with per agent rows (agent, accuracy, steps, exchanges,
     exchanges_initiated_per_step beside the configured p, bytes and datagrams, drops, peak_rss_mb,
@@ -167,6 +174,13 @@ def emulate(backend, out, cleanup, export_kind, base, as_json, **settings) -> No
         backend = options.resolve_network_backend(backend)
     if not settings["duration_s"] and not settings["epochs"]:
         fail("give --duration SECONDS or --epochs E", exit_codes.USAGE)
+    every = settings["checkpoint_every_s"]
+    if curve and (export_kind or not settings["duration_s"] or every >= settings["duration_s"]):
+        fail(
+            "--curve samples at every --checkpoint-every-s of a --duration: give both, the "
+            "first the smaller, and no --export",
+            exit_codes.USAGE,
+        )
     spec = _spec(
         settings,
         "netns" if export_kind else backend,
@@ -180,7 +194,7 @@ def emulate(backend, out, cleanup, export_kind, base, as_json, **settings) -> No
     if backend == "loopback" and spec.network.rate:
         # tbf needs namespaces; the agents still pace at the configured rate
         spec = dataclasses.replace(spec, network=dataclasses.replace(spec.network, rate=None))
-    summary = _run(spec, as_json)
+    summary = _run(spec, as_json, every if curve else None)
     if as_json:
         click.echo(json.dumps(summary))
     else:
@@ -275,9 +289,10 @@ def _check_closing(settings: dict) -> None:
         raise UsageError(f"--closing: {problem}")
 
 
-def _run(spec, as_json: bool) -> dict:
-    """Run the fleet to its end with progress every 5 s (not with --json); its summary, written
-    to OUT/summary.json beside OUT/report.html."""
+def _run(spec, as_json: bool, curve_every_s: float | None) -> dict:
+    """Run the fleet to its end with progress every 5 s (not with --json), sampling its average
+    model every curve_every_s (None: not); its summary, written to OUT/summary.json beside
+    OUT/report.html."""
     from edgegossip.emulate import cgroups, netns
     from edgegossip.emulate.fleet import EmulatedFleet
     from edgegossip.report.summary import summarize
@@ -289,7 +304,7 @@ def _run(spec, as_json: bool) -> dict:
         fleet.up()
         if not as_json:
             click.echo(_headline(spec, loss_kind))
-        _watch(fleet, spec.out, as_json, t0)
+        _watch(fleet, spec.out, as_json, t0, curve_every_s)
         kernel, air, limits = fleet.kernel_dropped(), fleet.air(), fleet.limits()
     except KeyboardInterrupt:
         fleet.down()
@@ -378,14 +393,21 @@ def _on_air(summary: dict, air: dict, configured: float) -> None:
     summary["loss_alarm"] = loss_alarm(configured, beyond, expected)
 
 
-def _watch(fleet, out: Path, as_json: bool, t0: float) -> None:
+def _watch(fleet, out: Path, as_json: bool, t0: float, curve_every_s: float | None) -> None:
     """Until every agent has stopped, or the fleet is overdue (then stopped); an agent that
-    crashed or exited with an error ends the run. The schedule's events, as they come due."""
+    crashed or exited with an error ends the run. The schedule's events, as they come due; the
+    average model's samples (report/average.py) every curve_every_s."""
     from edgegossip.emulate.schedule import Timeline
+    from edgegossip.report.average import CurveSampler
 
     timeline = Timeline(list(fleet.spec.network.schedule), out)
-    last_print = 0.0
+    sampler = CurveSampler(out, fleet.spec.nodes) if curve_every_s else None
+    last_print = last_sample = 0.0
     while any(fleet.running()) or timeline.pending:
+        now = time.monotonic() - t0
+        if sampler and curve_every_s and now - last_sample >= curve_every_s:
+            last_sample = now
+            sampler.sample(now)
         for e in timeline.due(fleet, time.monotonic() - t0):
             if not as_json:
                 click.echo(f"[{time.monotonic() - t0:6.0f} s] node {e.node}: {e.action} {e.value}")

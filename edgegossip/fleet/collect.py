@@ -18,7 +18,8 @@ from edgegossip.fleet.ssh import Ssh
 from edgegossip.metrics import read as read_metrics
 from edgegossip.models import EXPORTABLE, ONNX_MISSING, make_model, onnx_available
 from edgegossip.report import page
-from edgegossip.report.summary import average, summarize
+from edgegossip.report.average import average
+from edgegossip.report.summary import summarize
 
 
 def fetch(fleet, device, deadline: float, out: Path, live: bool, model) -> dict:

@@ -12,6 +12,7 @@ from edgegossip.catalog import invalid, summary_row
 from edgegossip.data import mnist
 from edgegossip.metrics import read as read_metrics
 from edgegossip.models import make_model
+from edgegossip.report import average as fleet_average
 from edgegossip.report import plot
 
 
@@ -40,7 +41,9 @@ def summarize(
         agents.append(_agent_row(i, scores, last, recs))
     avg_scores: dict = {}
     if params:
-        avg_scores = model.evaluate(average(params), data.x_test, _targets(model, data))
+        avg_scores = model.evaluate(
+            fleet_average.average(params), data.x_test, _targets(model, data)
+        )
     avg_acc = avg_scores.get("accuracy")
     # from sequence gaps on each incoming link: immune to agents starting or stopping at
     # different moments; injected loss never reaches the inbox, so it counts as lost
@@ -52,6 +55,7 @@ def summarize(
     alarm = loss_alarm(configured_loss, observed, expected) if configured_loss is not None else None
     t0 = min((r["time"] for h in histories.values() for r in h[:1]), default=None)
     plots = _plots(out, histories, agents, avg_acc)
+    curve = fleet_average.scored(out, model, data.x_test, _targets(model, data))
     return {
         "time_to_accuracy_s": {str(t): time_to(histories, t, t0) for t in (0.95, 0.97)},
         "configured_loss": configured_loss,
@@ -61,6 +65,12 @@ def summarize(
         "loss_alarm": alarm,
         "average_model_accuracy": avg_acc,
         "average_model_mse": avg_scores.get("eval_mse"),  # a model trained with mse
+        "average_model_curve": curve,  # emulate --curve; else empty
+        "time_to_average_accuracy_s": {
+            str(t): fleet_average.time_to(curve, t) for t in fleet_average.TARGETS
+        }
+        if curve
+        else None,
         "elapsed_s": round(elapsed_s, 1),
         "kernel_dropped_packets": kernel_dropped,
         "agents": agents,
@@ -119,11 +129,6 @@ def loss_alarm(configured: float, observed: float | None, expected: int) -> str 
         "else drops the fleet's packets (a firewall, an overloaded host); the figures of this run "
         "do not measure the configured loss"
     )
-
-
-def average(params: list[np.ndarray]) -> np.ndarray:
-    """The fleet's average model (summed in float64: many small devices, one rounding)."""
-    return np.asarray(np.mean(params, axis=0, dtype=np.float64)).astype(np.float32)
 
 
 def time_to(histories: dict[int, list[dict]], target: float, t0: float | None) -> dict:
