@@ -174,7 +174,8 @@ def test_sighup_takes_new_peers_keeps_a_bad_config_and_restarts_for_other_settin
     tmp_path, free_udp_port, mnist_data, procs
 ):
     """Issue 45: agent.toml read again on SIGHUP. Another peer list: taken while training (a
-    `peers` record). A file that does not load: logged, the
+    `peers` record); another phase (issue 57) too, into the closing phase and back to
+    training. A file that does not load: logged, the
     running config kept. Another setting (lr): a final checkpoint and exit 75, to be restarted
     (the fleet lab checks the config hash a deploy waits for)."""
     cfg = _cfg(tmp_path, free_udp_port)
@@ -186,6 +187,14 @@ def test_sighup_takes_new_peers_keeps_a_bad_config_and_restarts_for_other_settin
     _swap(path, config.to_toml(more))
     p.send_signal(signal.SIGHUP)
     assert _events(tmp_path, "peers", 1)[0]["peers"] == [1, 2]
+    _swap(path, config.to_toml(replace(more, phase="closing")))  # `fleet set phase=closing`
+    p.send_signal(signal.SIGHUP)
+    closing = _events(tmp_path, "closing", 1)[0]["step"]
+    assert _events(tmp_path, "phase", 1)[0]["phase"] == "closing" and p.poll() is None
+    _swap(path, config.to_toml(more))
+    p.send_signal(signal.SIGHUP)
+    _events(tmp_path, "phase", 2)
+    _wait_for_step(tmp_path / "out", closing + 50)  # training again, not restarted
     _swap(path, "[agent\n")  # half a file
     p.send_signal(signal.SIGHUP)
     step = _events(tmp_path, "reload_refused", 1)[0]["step"]

@@ -396,6 +396,8 @@ class Agent:
         cfg = self.cfg
         late = cfg.closing_s > 0 and time.monotonic() - t0 >= cfg.duration_s - cfg.closing_s
         if cfg.phase != "closing" and not late:
+            if (ctx.cfg.p, ctx.cfg.alpha) != (cfg.p, cfg.alpha):  # back to training (reload.py)
+                ctx.cfg = replace(ctx.cfg, p=cfg.p, alpha=cfg.alpha)
             return False
         if (ctx.cfg.p, ctx.cfg.alpha) != (1.0, CLOSING_ALPHA):
             ctx.cfg = replace(ctx.cfg, p=1.0, alpha=CLOSING_ALPHA)

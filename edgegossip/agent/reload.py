@@ -10,6 +10,9 @@ Anything else changed (a setting, or the peers of an algorithm whose partition o
 on them: RPS, all-reduce), the agent stops as on SIGTERM, with a final checkpoint, and sets
 `restart`: the CLI exits with exit_codes.RESTART, which systemd's Restart=on-failure turns
 into a start on the new config.
+The phase (train.phase: `fleet set phase=closing`) the agent itself takes between two steps,
+whatever its algorithm: a restart would cost a small board its start-up and every exchange in
+flight, and in an emulated fleet of small CPU shares half a minute.
 A config that does not load is logged and the running one kept.
 
 The file is read by a thread of its own (Reader), never by the training thread, and only as a
@@ -49,6 +52,9 @@ class Live:
     plane: DataPlane | None  # None: an algorithm without datagrams
     protocol: Protocol
     ctx: Context
+
+
+AGENT_LIVE = frozenset({"phase"})  # taken between two steps by the agent (agent._closing_now)
 
 
 def beyond_live(old: AgentConfig, new: AgentConfig, live: frozenset[str]) -> list[str]:
@@ -108,14 +114,24 @@ def apply(agent, new: AgentConfig) -> None:
         log.info("reload: agent.toml unchanged")
         return
     live: Live | None = agent.live
-    other = beyond_live(old, new, live.protocol.live_settings if live is not None else frozenset())
-    if other or live is None or not live.protocol.live_settings:
-        what = ", ".join(other) or f"the peers of {old.algorithm}"
+    protocol_live = live.protocol.live_settings if live is not None else frozenset()
+    other = beyond_live(old, new, protocol_live | AGENT_LIVE)
+    if other or live is None:
+        what = ", ".join(other) or "the phase before the data plane runs"
         log.warning("reload: %s changed: stopping to restart on the new config", what)
         agent.restart = True
         agent.stop_event.set()
         return
-    _take_peers(agent, live, new)
+    if new.phase != old.phase:
+        agent.cfg = live.ctx.cfg = replace(old, phase=new.phase)  # _closing_now sets p, alpha
+        agent.config_hash = config_hash(agent.cfg)
+        if agent.storage is not None:
+            agent.storage.record(
+                {"event": "phase", "agent": new.id, "step": agent.step, "phase": new.phase}
+            )
+        log.warning("reload: phase now %s, without a restart", new.phase)
+    if beyond_live(agent.cfg, new, AGENT_LIVE):
+        _take_peers(agent, live, new)
 
 
 def _take_peers(agent, live: Live, new: AgentConfig) -> None:
