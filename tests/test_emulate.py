@@ -1,6 +1,7 @@
 """Emulated fleets in network namespaces (root; must run in CI): real kernel loss, agents killed
 and restarted, a link cut and healed, leftovers cleaned. logreg on real MNIST keeps runs short."""
 
+import inspect
 import json
 import statistics
 import subprocess
@@ -657,8 +658,8 @@ def test_emulates_options_reach_each_agents_config(tmp_path, mnist_data):
 
     args = ["--lr", "0.05", "--batch", "16", "--p", "1/4", "--train-backend", "onnx"]
     params = emulate.make_context("emulate", [*args, "--duration", "5"]).params
-    for own in ("backend", "out", "cleanup", "export_kind", "base", "as_json"):
-        params.pop(own)
+    for own in inspect.signature(emulate.callback).parameters:  # the command's, not the agents'
+        params.pop(own, None)
     fleet = EmulatedFleet(_spec(params, "loopback", tmp_path, check_plots=False))
     for i in range(4):
         cfg = fleet._config(i, fleet.addresses())
@@ -767,8 +768,9 @@ def _completed_since(before: dict, after: list[dict]) -> int:
 
 def test_a_closing_phase_brings_each_devices_model_to_the_average(tmp_path, mnist_data):
     """Issue 57: four real agents on loopback, each holding two classes of MNIST, 10% loss,
-    8 s of training, then the closing phase (train.closing_s): no more training steps, every
-    step an exchange. Waited for, within a generous bound, until every device has merged 8
+    8 s of training, then the closing phase, which the fleet starts on every device at once
+    (emulate --closing, taken live by each agent): no more training steps, every step an
+    exchange. Waited for, within a generous bound, until every device has merged 8
     exchanges whole in it (a busy machine takes longer, not fewer; the held-out accuracies are
     no event to wait for: each device holds out rows of its own two classes). Then each device
     holds nearly the average: its model within 10% of the average's norm from it, and within
@@ -787,13 +789,15 @@ def test_a_closing_phase_brings_each_devices_model_to_the_average(tmp_path, mnis
         network=Network(loss=0.1),
         data=str(tmp_path / "data"),
         duration_s=128,
-        settings={"model": "logreg", "closing_s": 120},
+        closing_s=120,
+        settings={"model": "logreg"},
     )
     fleet = EmulatedFleet(spec)
     try:
         fleet.up()
 
         def merged() -> bool:
+            fleet.close_when_due()  # what emulate's watch does
             seen = [_closing(out, i) for i in range(4)]
             return all(c is not None and _completed_since(*c) >= 8 for c in seen)
 

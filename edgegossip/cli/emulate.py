@@ -90,7 +90,8 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
     type=click.FloatRange(min=0),
     default=0.0,
     help="The last SECONDS of --duration in the closing phase (train.phase): no more "
-    "training, every step an exchange, so that each device's own model comes to the average.",
+    "training, every step an exchange, so that each device's own model comes to the average; "
+    "every device enters it at once, SECONDS before the first to start ends its --duration.",
 )
 @options.setting("--transport", "transport", help="The data plane's transport.")
 @options.setting(
@@ -226,7 +227,7 @@ def _spec(
     from edgegossip.report import plot
 
     try:
-        _check_closing(settings)
+        _check_closing(settings, export_compose)
         _limits(settings, click.get_current_context(silent=True))
         network = options.network_of(settings, settings["nodes"], backend)
         settings.update(model=_model(settings["model"]))
@@ -276,12 +277,18 @@ def _limits(settings: dict, ctx: click.Context | None) -> None:
         )
 
 
-def _check_closing(settings: dict) -> None:
-    """--closing as the agents' config takes it (config.validate), refused before any start."""
+def _check_closing(settings: dict, export_compose: bool) -> None:
+    """--closing as the agents' config takes it (config.validate), refused before any start;
+    and not exported, for the emulator starts it (EmulatedFleet.close_when_due)."""
     from edgegossip.config import closing_problem
     from edgegossip.errors import UsageError
 
     closing = settings["closing_s"]
+    if closing and export_compose:
+        raise UsageError(
+            "--closing is started by the emulator, on every device at once: "
+            "an exported fleet has none"
+        )
     if closing and closing > settings["duration_s"]:
         raise UsageError("--closing is the end of --duration: at most --duration")
     problem = closing_problem(settings["algorithm"], bool(closing))
@@ -403,6 +410,7 @@ def _watch(fleet, out: Path, as_json: bool, t0: float, curve_every_s: float | No
     timeline = Timeline(list(fleet.spec.network.schedule), out)
     sampler = CurveSampler(out, fleet.spec.nodes) if curve_every_s else None
     last_print = last_sample = 0.0
+    closed = False
     while any(fleet.running()) or timeline.pending:
         now = time.monotonic() - t0
         if sampler and curve_every_s and now - last_sample >= curve_every_s:
@@ -420,6 +428,9 @@ def _watch(fleet, out: Path, as_json: bool, t0: float, curve_every_s: float | No
             click.echo(f"[{time.monotonic() - t0:6.0f} s]")
             for i, (r, alive) in enumerate(zip(fleet.latest(), fleet.running())):
                 click.echo(_progress_line(i, r, alive))
+        if fleet.close_when_due() and not as_json and not closed:
+            closed = True
+            click.echo(f"[{time.monotonic() - t0:6.0f} s] every device: phase closing")
         if fleet.overdue():
             break
     fleet.stop()

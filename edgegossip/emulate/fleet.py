@@ -46,7 +46,7 @@ EMULATED = {"eval_every": 50}
 # `settings` may not name them
 FLEET_SETS = frozenset(
     ("algorithm", "workers", "source", "max_steps", "duration_s", "inject_loss", "inject_burst")
-    + ("gso",)
+    + ("gso", "closing_s")
 )
 
 
@@ -64,6 +64,9 @@ class FleetSpec:
     network: Network = Network()  # loss, its model, link caps, schedule (run.py)
     duration_s: float = 0.0
     epochs: float = 0.0
+    # the last closing_s of duration_s in the closing phase, started on every device at once
+    # (EmulatedFleet.close_when_due)
+    closing_s: float = 0.0
     # a named data set each agent's shard is cut from (data.source), or the user's own: a .npz
     # cut across the nodes or a folder of one per node (data/own.py)
     data: str = "mnist"
@@ -113,6 +116,8 @@ class EmulatedFleet:
         self.members = set(range(spec.nodes)) - late(list(spec.network.schedule))
         self.addrs: list[tuple[str, int]] = []
         self.data_files: list[Path] = []  # the user's own data: each node's file (_own_data)
+        self.starts: dict[int, float] = {}  # node -> its agent's start record's time
+        self.closed = False  # close_when_due has put every device in phase closing
         self.groups = cgroups.DeviceGroups(
             f"{os.getpid()}-{secrets.token_hex(3)}",
             {i: d.cpu for i, d in enumerate(spec.devices) if d.cpu},
@@ -142,6 +147,7 @@ class EmulatedFleet:
             "inject_loss": s.network.loss if s.backend == "loopback" else 0.0,
             "inject_burst": s.network.burst if s.network.loss_model == "gilbert-elliott" else 1.0,
             "gso": True,  # the netns links cut GSO buffers before the loss rule (netns.Lan)
+            "closing_s": 0.0,  # not each agent's clock: the fleet's (close_when_due)
         }
         assert fleet_sets.keys() == FLEET_SETS
         return AgentConfig(
@@ -357,6 +363,29 @@ class EmulatedFleet:
         if self.lan is None:
             raise RuntimeError("changing a link's rate needs the netns backend")
         self.lan.set_rate(i, rate)
+
+    def close_when_due(self) -> bool:
+        """Phase closing on every device at once (as `fleet set phase=closing` does to a fleet,
+        taken live: agent/reload.py), closing_s before the first agent to start ends its
+        duration_s. By each agent's own clock, a device that started late (a small CPU share
+        takes a while to import) would still be training while the others close, and close
+        after they have stopped, with nobody to close with. True once done."""
+        s = self.spec
+        if self.closed or not s.closing_s:
+            return self.closed
+        for i in sorted(self.members - set(self.starts)):
+            path = s.out / f"agent{i}" / "metrics.jsonl"
+            recs = read_metrics(path) if path.is_file() else []
+            start = next((r for r in recs if r.get("event") == "start"), None)
+            if start is not None:
+                self.starts[i] = start["time"]
+        if not self.starts or time.time() < min(self.starts.values()) + s.duration_s - s.closing_s:
+            return False
+        for i in range(s.nodes):
+            self.configs[i] = replace(self.configs[i], phase="closing")
+            self.reload_agent(i)
+        self.closed = True
+        return True
 
     def latest(self) -> list[dict | None]:
         out = []
