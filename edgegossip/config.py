@@ -327,6 +327,9 @@ HELP = {f.name: f.metadata["help"] for f in fields(AgentConfig)}
 FLEET_WIDE = tuple(f.name for f in fields(AgentConfig) if f.metadata["scope"] == "fleet")
 MANAGED = tuple(f.name for f in fields(AgentConfig) if f.metadata["scope"] == "managed")
 # the sections a fleet shares in fleet.toml: those with a setting that is not the tooling's
+# what a running agent takes on SIGHUP without a restart, whatever its algorithm (agent/reload.py;
+# a protocol may take more: Protocol.live_settings), so `fleet set` reloads instead of restarting
+LIVE = frozenset({"phase"})
 SHARED_SECTIONS = tuple(s for s, keys in SECTIONS.items() if set(keys) - set(MANAGED))
 
 

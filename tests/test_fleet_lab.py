@@ -141,6 +141,7 @@ def test_fleet_end_to_end(lab, tmp_path):
     assert all(r["model_digest"] == digest and not r["model_mismatch"] for r in st.values()), st
 
     peers_change_without_restart(lab)
+    closing_and_back_without_restart(lab)
 
     res = js("fleet", "set", "p=1/16", "--fleet", str(lab), timeout=600)
     assert all(r["ok"] for r in res["devices"]) and res["changes"] == {"p": 0.0625}
@@ -261,6 +262,19 @@ def peers_change_without_restart(lab: Path) -> None:
         ).stdout.decode()
         seen = [json.loads(line)["peers"] for line in peers.splitlines()][-2:]
         assert len(seen) == 2 and len(seen[0]) == 1 and len(seen[1]) == 2, (n, seen)
+
+
+def closing_and_back_without_restart(lab: Path) -> None:
+    """Issue 57: `fleet set phase=closing` reloads every device (a phase is taken live), so each
+    is closing with its uptime going on; `fleet set phase=train` brings them back training."""
+    before, t0 = status(lab), time.monotonic()
+    res = js("fleet", "set", "phase=closing", "--fleet", str(lab), timeout=600)
+    assert all(r["ok"] and r["state"] == "closing" for r in res["devices"]), res
+    after = status(lab)
+    for n, row in after.items():
+        assert row["uptime_s"] >= before[n]["uptime_s"] + time.monotonic() - t0 - 5, (n, row)
+    res = js("fleet", "set", "phase=train", "--fleet", str(lab), timeout=600)
+    assert all(r["ok"] and r["state"] == "training" for r in res["devices"]), res
 
 
 def test_a_real_prometheus_scrapes_the_lab_through_file_sd(lab, tmp_path, free_tcp_port):

@@ -94,6 +94,7 @@ class Agent:
         self._starting = True  # until the clock wait at start is over
         self._steps = StepTimes()
         self._ticks = 0  # steps of the closing phase taken (_close_tick)
+        self._closing = False  # in the closing phase now (_closing_now)
         self._next_record = 0.0
         self._threads: dict = {}  # the agent's other threads by role, for their CPU time
         try:
@@ -181,7 +182,7 @@ class Agent:
             else "paused"
             if controls.paused.is_set()
             else "closing"
-            if self._ticks
+            if self._closing
             else "training"
         )
         return {
@@ -398,10 +399,12 @@ class Agent:
         if cfg.phase != "closing" and not late:
             if (ctx.cfg.p, ctx.cfg.alpha) != (cfg.p, cfg.alpha):  # back to training (reload.py)
                 ctx.cfg = replace(ctx.cfg, p=cfg.p, alpha=cfg.alpha)
+            self._closing = False
             return False
         if (ctx.cfg.p, ctx.cfg.alpha) != (1.0, CLOSING_ALPHA):
             ctx.cfg = replace(ctx.cfg, p=1.0, alpha=CLOSING_ALPHA)
-        if not self._ticks:
+        if not self._closing:
+            self._closing = True
             assert self.storage is not None
             self.storage.record({"event": "closing", "agent": cfg.id, "step": self.step})
         return True

@@ -54,9 +54,6 @@ class Live:
     ctx: Context
 
 
-AGENT_LIVE = frozenset({"phase"})  # taken between two steps by the agent (agent._closing_now)
-
-
 def beyond_live(old: AgentConfig, new: AgentConfig, live: frozenset[str]) -> list[str]:
     """The settings whose values differ, other than those the protocol takes live."""
     return [
@@ -115,7 +112,7 @@ def apply(agent, new: AgentConfig) -> None:
         return
     live: Live | None = agent.live
     protocol_live = live.protocol.live_settings if live is not None else frozenset()
-    other = beyond_live(old, new, protocol_live | AGENT_LIVE)
+    other = beyond_live(old, new, protocol_live | config_io.LIVE)
     if other or live is None:
         what = ", ".join(other) or "the phase before the data plane runs"
         log.warning("reload: %s changed: stopping to restart on the new config", what)
@@ -130,7 +127,7 @@ def apply(agent, new: AgentConfig) -> None:
                 {"event": "phase", "agent": new.id, "step": agent.step, "phase": new.phase}
             )
         log.warning("reload: phase now %s, without a restart", new.phase)
-    if beyond_live(agent.cfg, new, AGENT_LIVE):
+    if beyond_live(agent.cfg, new, config_io.LIVE):
         _take_peers(agent, live, new)
 
 

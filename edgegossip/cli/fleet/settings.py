@@ -1,4 +1,5 @@
-"""`edgegossip fleet set KEY=VALUE ...`: change a setting, then a rolling restart."""
+"""`edgegossip fleet set KEY=VALUE ...`: change a setting, then a rolling restart (a reload where
+every change is one a running agent takes live: config.LIVE)."""
 
 from __future__ import annotations
 
@@ -23,11 +24,13 @@ def set_(assignments, batch, max_fail, fleet_dir, as_json, concurrency, timeout_
     """Change training or network settings (KEY=VALUE, e.g. p=1/16 lr=0.01 net.rate_mbps=10):
     for the whole fleet, or as overrides of --only devices. Everything is validated before any
     device is touched; then each device gets its new agent.toml and restarts, resuming from its
-    checkpoint, batch by batch, each waited for until it trains again.
+    checkpoint, batch by batch, each waited for until it trains again (phase=closing and back:
+    reloaded, taken without a restart).
 
     --json: {"changes": {key: value}, "devices": [{"name", "ok", "error", "state", "config_hash",
     "seconds"}]}"""
     from edgegossip.catalog import RUNNING
+    from edgegossip.config import LIVE
     from edgegossip.fleet import agentconf, inventory, parallel, remote, settings
     from edgegossip.fleet.deploy import rollout, wait_training
     from edgegossip.fleet.ssh import Ssh
@@ -40,12 +43,13 @@ def set_(assignments, batch, max_fail, fleet_dir, as_json, concurrency, timeout_
     except inventory.InventoryError as e:
         fail(str(e), exit_codes.USAGE)
     inventory.save(new)
+    action = "reload" if {name for _, name, _ in changes} <= LIVE else "restart"
 
     def restart(d, deadline):
         text = agentconf.toml(new, new.device(d.name))
         ssh = Ssh(new, d, deadline)
         remote.put_config(ssh, text)
-        remote.service(ssh, "restart")
+        remote.service(ssh, action)
         want = hashlib.sha256(text.encode()).hexdigest()[:12]
         state = wait_training(new, d, max(1.0, deadline - time.monotonic() - 1), want)
         if state not in RUNNING:
