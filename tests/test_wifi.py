@@ -16,6 +16,11 @@ from edgegossip.cli.app import cli
 from edgegossip.emulate import netns
 
 SECONDS = 3.0
+# the mixed fleet below: in three runs on an idle machine its average model scored 0.79-0.81
+# and each device was within 0.026 of it; a busy machine gives the devices fewer steps and
+# fewer exchanges in the same seconds (each device starts only 16-24 in the run: an exchange
+# that meets a peer busy answering another waits out its 5 s deadline)
+LEARNED, HOLDS = 0.7, 0.06
 PAYLOAD = 1400  # bytes per datagram; 1442 on the wire with IPv4, UDP and Ethernet headers
 WIRE = PAYLOAD + 42
 
@@ -104,23 +109,53 @@ def test_wifi_needs_namespaces_and_a_rate_and_is_not_exported(tmp_path):
 
 
 @pytest.mark.root
-def test_a_fleet_trains_across_one_wifi_channel(root_only, tmp_path, mnist_data):
-    """Three logreg agents on a 10 Mbit/s channel, 10% loss, 6 s: they learn, and the summary
-    says what the air carried (at least every datagram sent, twice, less what it dropped)."""
+def test_a_mixed_fleet_on_one_channel_trains_skewed_data_to_one_model(root_only, tmp_path):
+    """Issue 57's fleet, small: 8 boards of two profiles (4 Pi 4s, 4 Pi 5s) on one 10 Mbit/s
+    channel, 10% loss in bursts of 4, each device's data a Dirichlet(0.1) cut of MNIST, logreg,
+    24 s of which the last 12 are the closing phase, the average model sampled as it goes, with
+    docs/usage.md's settings for skewed data (lr 0.01, momentum 0.9, p = 1/4).
+    Each board is held to its profile's share and memory, the kernel's quota holds the Pi 4s
+    back and they train slower; the run's device groups are removed after it; the air
+    carried every datagram sent, twice, less what it dropped; the fleet learned one model and
+    each device holds it at the end."""
+    from edgegossip.data.split import split_mnist
+    from edgegossip.emulate import cgroups
+
+    list(split_mnist(tmp_path / "data", 8, "dirichlet", beta=0.1))
     t0 = time.monotonic()
     p = subprocess.run(
-        [sys.executable, "-m", "edgegossip.cli.app", "emulate", "--nodes", "3"]
-        + ["--medium", "wifi", "--rate", "10mbit", "--model", "logreg", "--duration", "6"]
-        + ["--loss", "0.1", "--p", "1/4", "--out", str(tmp_path / "run"), "--json"],
+        [sys.executable, "-m", "edgegossip.cli.app", "emulate", "--devices", "4:pi4,4:pi5"]
+        + ["--device-scale", "0.3", "--medium", "wifi", "--rate", "10mbit", "--loss", "0.1"]
+        + ["--loss-model", "gilbert-elliott", "--burst", "4", "--data", str(tmp_path / "data")]
+        + ["--model", "logreg", "--p", "1/4", "--lr", "0.01", "--momentum", "0.9"]
+        + ["--duration", "24", "--closing", "12"]
+        + ["--checkpoint-every-s", "2", "--curve", "--out", str(tmp_path / "run"), "--json"],
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=300,
     )
     assert p.returncode == 0, p.stderr[-2000:]
     s = json.loads(p.stdout)
-    assert s["average_model_accuracy"] > 0.85, s["average_model_accuracy"]
-    sent = sum(a["datagrams_sent"] for a in s["agents"])
+    agents = s["agents"]
+    pi4, pi5 = agents[:4], agents[4:]
+    assert {(a["device"], a["cpu_share"], a["memory_limit_mb"]) for a in pi4} == {
+        ("pi4", 0.1014, 8192)
+    }
+    assert {(a["device"], a["cpu_share"]) for a in pi5} == {("pi5", 0.3)}
+    assert all(a["cpu_throttled_s"] > 0.5 for a in pi4), agents  # held to their quota
+    # a third of a Pi 5's share (0.338); on a busy machine a Pi 5 may get less than its own
+    assert max(a["steps_per_s"] for a in pi4) < min(a["steps_per_s"] for a in pi5), agents
+    sent = sum(a["datagrams_sent"] for a in agents)
     air = s["air"]
     assert air["packets"] >= 2 * sent - air["dropped"] > 0, (air, sent)
-    assert 0 <= air["congestion_loss"] < 1
-    print(f"wifi fleet: {time.monotonic() - t0:.0f} s, air {air}")
+    average = s["average_model_accuracy"]
+    assert average > LEARNED, average
+    for a in agents:
+        assert abs(a["accuracy"] - average) < HOLDS, (a["accuracy"], average)
+    curve = s["average_model_curve"]
+    assert [r["time_s"] for r in curve] == sorted(r["time_s"] for r in curve) and len(curve) >= 3
+    assert curve[-1]["devices"] == 8 and curve[-1]["accuracy"] > curve[0]["accuracy"], curve
+    for controller in ("cpu", "memory"):  # the run's device groups are gone
+        base = cgroups._base("x", controller).parent
+        assert not [d for d in base.iterdir() if d.name.startswith("edgegossip-")]
+    print(f"mixed wifi fleet: {time.monotonic() - t0:.0f} s, air {air}, curve {curve}")

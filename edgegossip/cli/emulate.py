@@ -110,6 +110,7 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
 )
 @options.setting("--alpha", "alpha")
 @options.setting("--lr", "lr")
+@options.setting("--momentum", "momentum")
 @options.setting("--batch", "batch", help="Examples per training step on each device.")
 @click.option(
     "--train-backend",
