@@ -75,6 +75,16 @@ class Param:
         return int(np.prod(self.shape, dtype=np.int64))
 
 
+@dataclass
+class Prefix:
+    """A frozen prefix computed once per example (prefix.py finds the cut)."""
+
+    features: onnx.ModelProto  # x -> the cut tensor, every BatchNorm on its statistics
+    train: Compiled  # the cut, y -> loss, grad; the same parameter layout
+    name: str  # the cut tensor
+    shape: list[int]  # one example's
+
+
 @dataclass(frozen=True)
 class Compiled:
     train: onnx.ModelProto  # the training graph
@@ -90,7 +100,7 @@ class Compiled:
     frozen: list[str]  # weights the user froze (Choice)
     input_dtype: str = "float32"  # the batch's element type: int64 for token ids
     exporter_changes: list[str] = field(default_factory=list)  # coverage.exporter_changes
-    prefix: prefix.Prefix | None = None  # a frozen prefix computed once per example
+    prefix: Prefix | None = None  # a frozen prefix computed once per example
 
 
 @dataclass(frozen=True)
@@ -186,7 +196,7 @@ def _prefix(model, x: str, logits: str, params, live, loss: str, choice: Choice)
         return None
     version = next(o.version for o in head.opset_import if o.domain in ("", "ai.onnx"))
     head.ir_version = RUNTIMES[version][1]
-    return prefix.Prefix(head, train, name, shape)
+    return Prefix(head, train, name, shape)
 
 
 INDEX_INPUTS = (np.dtype(np.int64), np.dtype(np.int32))  # an embedding's token ids

@@ -9,27 +9,13 @@ backbone. The cached graph trains the same parameters, laid out the same."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 import numpy as np
 import onnx
 import onnx.utils
 
 from edgegossip.compiler.inference import for_inference
 
-if TYPE_CHECKING:
-    from edgegossip.compiler.build import Compiled
-
 RANDOM = ("Dropout", "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike")
-
-
-@dataclass
-class Prefix:
-    features: onnx.ModelProto  # x -> the cut tensor, every BatchNorm on its statistics
-    train: Compiled  # the cut, y -> loss, grad; the same parameter layout
-    name: str  # the cut tensor
-    shape: list[int]  # one example's
 
 
 def cut(graph, x: str, trained: set[str], live: set[str]) -> str | None:
