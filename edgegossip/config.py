@@ -326,10 +326,10 @@ RANGES: dict[str, Range] = {
 HELP = {f.name: f.metadata["help"] for f in fields(AgentConfig)}
 FLEET_WIDE = tuple(f.name for f in fields(AgentConfig) if f.metadata["scope"] == "fleet")
 MANAGED = tuple(f.name for f in fields(AgentConfig) if f.metadata["scope"] == "managed")
-# the sections a fleet shares in fleet.toml: those with a setting that is not the tooling's
 # what a running agent takes on SIGHUP without a restart, whatever its algorithm (agent/reload.py;
 # a protocol may take more: Protocol.live_settings), so `fleet set` reloads instead of restarting
 LIVE = frozenset({"phase"})
+# the sections a fleet shares in fleet.toml: those with a setting that is not the tooling's
 SHARED_SECTIONS = tuple(s for s, keys in SECTIONS.items() if set(keys) - set(MANAGED))
 
 
@@ -471,6 +471,16 @@ def check_overrides(settings: Mapping[str, Any], reserved: Collection[str] = ())
             raise ConfigError(f"{name}: no such setting (docs/configuration.md lists them)")
         if name in MANAGED or name in reserved:
             raise ConfigError(f"{name}: the fleet sets it, not a run's settings")
+
+
+def check_values(settings: Mapping[str, Any]) -> None:
+    """Each setting's value against its allowed values and range: ConfigError, one line naming
+    the setting, for the first that is outside them."""
+    for name, v in settings.items():
+        if name in CHOICES and v not in CHOICES[name]:
+            raise ConfigError(f"{name}: must be {_one_of(CHOICES[name])}")
+        if name in RANGES and v not in RANGES[name]:
+            raise ConfigError(f"{name}: {RANGES[name].text()}")
 
 
 def closing_problem(algorithm: str, closing: bool) -> str | None:

@@ -14,8 +14,9 @@ baseline (its transport is reliable TCP; the payload setting does not apply to i
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 import numpy as np
 
@@ -29,38 +30,52 @@ from edgegossip.models import make_model, resolved
 from edgegossip.models.optim import NesterovSGD
 from edgegossip.run import Network
 
+# the agent settings simulate models, read through SimConfig.setting; any other is refused
+SIMULATED = frozenset(
+    ("model", "p", "alpha", "lr", "momentum", "seed", "chunk_bytes", "partition", "payload")
+)
+
 
 @dataclass(frozen=True)
 class SimConfig:
-    # settings an agent has too take their defaults and allowed values from config.py
+    """One simulated run: its algorithm, workers, network (run.py), length and data, and
+    `settings`, the workers' agent settings by name (config.py: their defaults, allowed values
+    and ranges, as an agent.toml would set them; those of SIMULATED). SimConfig.of takes both
+    in one set of keywords, as FleetSpec.of does."""
+
     algorithm: str = agent_config.default("algorithm")
-    model: str = agent_config.default("model")
     data: str = "mnist"  # a data set `data fetch` knows, or the user's FILE.npz or DIR (own.py)
     workers: int = agent_config.default("workers")
-    p: float = agent_config.default("p")
-    alpha: float = agent_config.default("alpha")
     network: Network = Network()  # how datagrams are lost (rates, slow links: not modelled)
     epochs: float = 1.0  # passes over each worker's shard
-    batch: int = 128  # examples per step summed over workers (the reference's)
-    lr: float = agent_config.default("lr")
-    momentum: float = agent_config.default("momentum")
-    seed: int = agent_config.default("seed")
-    chunk_bytes: int = agent_config.default("chunk_bytes")
-    partition: str = agent_config.default("partition")
+    batch: int = 128  # examples per step summed over workers (the reference's), not an agent's
     beta: float = 0.5  # Dirichlet concentration (partition=dirichlet)
     classes_per_worker: int = 2  # partition=classes
-    payload: str = agent_config.default("payload")
     closing: int = 0  # rounds of the closing phase after training (algorithms/base.py)
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, **given: Any) -> SimConfig:
+        """A SimConfig of keywords: its own fields by name, every other an agent setting."""
+        own = {f.name for f in fields(cls)} - {"settings"}
+        return cls(
+            **{k: v for k, v in given.items() if k in own},
+            settings={k: v for k, v in given.items() if k not in own},
+        )
+
+    def setting(self, name: str) -> Any:
+        """An agent setting as the simulated workers run it."""
+        return self.settings.get(name, agent_config.default(name))
 
     def check(self) -> None:
-        for name in ("algorithm", "partition", "payload"):
-            if getattr(self, name) not in agent_config.CHOICES[name]:
-                raise ValueError(f"{name} must be one of {', '.join(agent_config.CHOICES[name])}")
-        resolved(self.model)  # a name or a compiled model's folder, else ValueError
+        agent_config.check_overrides(self.settings)
+        for name in self.settings:
+            if name not in SIMULATED:
+                raise ValueError(f"{name}: a setting simulate does not model")
+        agent_config.check_values({"algorithm": self.algorithm, **self.settings})
+        resolved(self.setting("model"))  # a name or a compiled model's folder, else ValueError
         if self.workers < 1 or (self.workers < 2 and algorithms.get(self.algorithm).datagrams):
             raise ValueError(f"workers must be at least 2 for {self.algorithm}")
-        if not 0 <= self.p <= 1:
-            raise ValueError("p must be in [0, 1]")
         if self.batch < self.workers:
             raise ValueError("batch must be at least the number of workers")
         if self.epochs <= 0:
@@ -68,7 +83,7 @@ class SimConfig:
         problem = agent_config.closing_problem(self.algorithm, bool(self.closing))
         if problem:
             raise ValueError(f"--closing: {problem}")
-        payload.codec(self.payload).plan(1, self.chunk_bytes)
+        payload.codec(self.setting("payload")).plan(1, self.setting("chunk_bytes"))
 
 
 class _Net:
@@ -146,7 +161,7 @@ def load(cfg: SimConfig) -> Mnist | own.Pool:
     model's targets its own pixels), or the user's file or folder of one file per worker.
     ValueError (device.DataMismatch among them) for what does not fit; DataError for a data
     set not fetched."""
-    model = make_model(cfg.model, cfg.seed)
+    model = make_model(cfg.setting("model"), cfg.setting("seed"))
     mse = model.loss == "mse"
     if own.named(cfg.data):
         data: Mnist | own.Pool = mnist.load(name=cfg.data)
@@ -156,29 +171,31 @@ def load(cfg: SimConfig) -> Mnist | own.Pool:
         rows = device.DeviceData(data.x_train, data.y_train, data.x_val, data.y_val)
     else:
         fraction = agent_config.default("eval_fraction")
-        data, rows = own.pooled(cfg.data, cfg.workers, cfg.seed, fraction, targets=mse)
+        data, rows = own.pooled(cfg.data, cfg.workers, cfg.setting("seed"), fraction, targets=mse)
     ids = np.dtype(model.input_dtype).kind == "i"
     inputs, classes = model.shapes(784, 10)
     device.check(rows, inputs, classes, model.input_shape, model.loss, ids)
-    if cfg.partition != "iid" and data.cut is not None:
-        raise ValueError(f"--partition {cfg.partition}: --data {cfg.data} holds a file per worker")
-    if cfg.partition != "iid" and mse:
-        raise ValueError(f"--partition {cfg.partition} cuts by class; an mse model has none")
+    kind = cfg.setting("partition")
+    if kind != "iid" and data.cut is not None:
+        raise ValueError(f"--partition {kind}: --data {cfg.data} holds a file per worker")
+    if kind != "iid" and mse:
+        raise ValueError(f"--partition {kind} cuts by class; an mse model has none")
     return data
 
 
 def _shards(cfg: SimConfig, data: Mnist | own.Pool) -> list[np.ndarray]:
     if data.cut is not None:
         return data.cut
-    if cfg.partition == "iid":
-        return partition.iid(len(data.x_train), cfg.workers, cfg.seed)
+    kind, seed = cfg.setting("partition"), cfg.setting("seed")
+    if kind == "iid":
+        return partition.iid(len(data.x_train), cfg.workers, seed)
     labels = data.y_train
     if labels is None:  # load() refuses this first
-        raise ValueError(f"--partition {cfg.partition} needs class labels")
-    if cfg.partition == "dirichlet":
-        return partition.dirichlet(labels, cfg.workers, cfg.beta, cfg.seed)
-    if cfg.partition == "classes":
-        return partition.classes(labels, cfg.workers, cfg.classes_per_worker, cfg.seed)
+        raise ValueError(f"--partition {kind} needs class labels")
+    if kind == "dirichlet":
+        return partition.dirichlet(labels, cfg.workers, cfg.beta, seed)
+    if kind == "classes":
+        return partition.classes(labels, cfg.workers, cfg.classes_per_worker, seed)
     raise ValueError("partition must be iid, dirichlet or classes")
 
 
@@ -186,12 +203,14 @@ def _world(cfg: SimConfig, model) -> tuple:
     """The W workers (one shared initialisation, as in the reference runs), the lossy network
     between them, and each worker's random stream: (world, net, rngs)."""
     W = cfg.workers
-    codec = payload.codec(cfg.payload)
-    plan = codec.plan(model.n_params, cfg.chunk_bytes)
+    codec = payload.codec(cfg.setting("payload"))
+    plan = codec.plan(model.n_params, cfg.setting("chunk_bytes"))
     wire_copy = payload.Roundtrip(codec, model.n_params, plan.chunk_elems)
-    init = model.init(cfg.seed)
+    init = model.init(cfg.setting("seed"))
     xs = [init.copy() for _ in range(W)]
-    opts = [NesterovSGD(model.n_params, cfg.lr, cfg.momentum) for _ in range(W)]
+    opts = [
+        NesterovSGD(model.n_params, cfg.setting("lr"), cfg.setting("momentum")) for _ in range(W)
+    ]
     grads = [np.zeros(model.n_params, np.float32) for _ in range(W)]
     pres = [np.empty(model.n_params, np.float32) for _ in range(W)]
     # what a peer receives of pres[w]: pres[w] itself, or its encoded and decoded copy
@@ -201,8 +220,15 @@ def _world(cfg: SimConfig, model) -> tuple:
         else [np.empty(model.n_params, np.float32) for _ in range(W)]
     )
     avg_grad = np.zeros(model.n_params, np.float32)
-    rngs = [np.random.default_rng([cfg.seed, w]) for w in range(W)]
-    net = _Net(plan, cfg.network, W, np.random.default_rng([cfg.seed, 10_000]), codec, cfg.seed)
+    rngs = [np.random.default_rng([cfg.setting("seed"), w]) for w in range(W)]
+    net = _Net(
+        plan,
+        cfg.network,
+        W,
+        np.random.default_rng([cfg.setting("seed"), 10_000]),
+        codec,
+        cfg.setting("seed"),
+    )
     world = algorithms.World(
         xs,
         opts,
@@ -210,11 +236,11 @@ def _world(cfg: SimConfig, model) -> tuple:
         pres,
         sent,
         net,
-        np.random.default_rng([cfg.seed, 20_000]),
+        np.random.default_rng([cfg.setting("seed"), 20_000]),
         plan,
         wire_copy,
-        cfg.p,
-        cfg.alpha,
+        cfg.setting("p"),
+        cfg.setting("alpha"),
         avg_grad,
         weights=[1.0] * W,
     )
@@ -225,16 +251,24 @@ def _world(cfg: SimConfig, model) -> tuple:
 _ROW_SETTINGS = ("algorithm", "model", "data", "workers", "p", "alpha", "seed", "partition")
 
 
+def _row_value(cfg: SimConfig, name: str) -> Any:
+    return getattr(cfg, name) if name in cfg.__dataclass_fields__ else cfg.setting(name)
+
+
 def _result(
     cfg: SimConfig, model, world, data: Mnist | own.Pool, steps: int, epochs: float
 ) -> dict:
     xs, net, algorithm = world.xs, world.net, algorithms.get(cfg.algorithm)
     avg = np.asarray(np.mean(xs, axis=0, dtype=np.float64)).astype(np.float32)
     return {
-        **{k: v for k, v in asdict(cfg).items() if k in (*_ROW_SETTINGS, "payload")},
+        **{k: _row_value(cfg, k) for k in (*_ROW_SETTINGS, "payload")},
         **cfg.network.described(),
-        **({"beta": cfg.beta} if cfg.partition == "dirichlet" else {}),
-        **({"classes_per_worker": cfg.classes_per_worker} if cfg.partition == "classes" else {}),
+        **({"beta": cfg.beta} if cfg.setting("partition") == "dirichlet" else {}),
+        **(
+            {"classes_per_worker": cfg.classes_per_worker}
+            if cfg.setting("partition") == "classes"
+            else {}
+        ),
         "epochs": round(epochs, 4),
         "steps": steps,
         **_scores(model, xs[0], avg, data),
@@ -278,7 +312,7 @@ def simulate(
     a longer run is the row a run of E epochs would give, and a long run killed early keeps them."""
     cfg.check()
     W = cfg.workers
-    model = make_model(cfg.model, cfg.seed)
+    model = make_model(cfg.setting("model"), cfg.setting("seed"))
     world, net, rngs = _world(cfg, model)
     algorithm = algorithms.get(cfg.algorithm)
     shards = _shards(cfg, data)

@@ -110,7 +110,7 @@ def test_simulated_push_sum_keeps_every_weight_held_or_in_flight(mnist_data):
     from edgegossip.simulate import SimConfig, simulate
 
     for loss, least in ((0.1, 0.75), (0.3, 0.35)):
-        cfg = SimConfig(
+        cfg = SimConfig.of(
             algorithm="gossip-push",
             model="logreg",
             network=Network(loss=loss),
@@ -197,7 +197,7 @@ def test_simulated_rps_holds_its_accuracy_with_int8_payloads(mnist_data):
 
     acc = {}
     for codec in ("float32", "int8"):
-        cfg = SimConfig(
+        cfg = SimConfig.of(
             algorithm="rps", model="logreg", network=Network(loss=0.1), epochs=1, payload=codec
         )
         acc[codec] = simulate(cfg, mnist_data, lambda *a: None, None, None)["acc_average"]
@@ -212,7 +212,7 @@ def test_a_closing_phase_brings_every_workers_own_model_to_the_average(mnist_dat
     of it, and worker 0's accuracy to the average's, through 10% loss."""
     from edgegossip.simulate import SimConfig, simulate
 
-    cfg = SimConfig(
+    cfg = SimConfig.of(
         algorithm=algorithm,
         model="logreg",
         workers=16,
@@ -226,3 +226,23 @@ def test_a_closing_phase_brings_every_workers_own_model_to_the_average(mnist_dat
     assert before["spread"] > 0.1 and after["spread"] < before["spread"] / 4, (before, after)
     assert abs(after["acc_worker0"] - after["acc_average"]) < 0.02, after
     assert after["bytes_sent_per_worker"] > before["bytes_sent_per_worker"]
+
+
+def test_a_simulated_run_takes_agent_settings_by_name_and_checks_them_as_config_does():
+    """Issue 57, item 1: simulate's workers read their settings as an agent does (config.py's
+    defaults, choices and ranges); one it does not model is refused, not ignored."""
+    from edgegossip import config
+    from edgegossip.simulate import SimConfig
+
+    cfg = SimConfig.of(algorithm="rps", workers=8, lr=0.05)
+    assert (cfg.workers, cfg.setting("lr"), cfg.setting("p")) == (8, 0.05, config.default("p"))
+    cfg.check()
+    for bad, words in (
+        ({"rate_mbps": 5.0}, "rate_mbps: a setting simulate does not model"),
+        ({"payload": "int4"}, "payload: must be float32, float16, bfloat16 or int8"),
+        ({"p": 1.5}, "p: "),
+        ({"nope": 1}, "nope: no such setting"),
+        ({"algorithm": "flood"}, "algorithm: must be elastic-gossip, "),
+    ):
+        with pytest.raises(ValueError, match=words):
+            SimConfig.of(**{"algorithm": "rps", **bad}).check()

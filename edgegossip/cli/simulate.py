@@ -104,7 +104,7 @@ def simulate(eval_every, history, plot, as_json, **settings) -> None:
         network = options.network_of(settings, settings["workers"], "simulate")
     except ValueError as e:
         fail(str(e), exit_codes.USAGE)
-    cfg = SimConfig(network=network, **settings)
+    cfg = SimConfig.of(network=network, **settings)
     if eval_every is None and (history is not None or plot is not None):
         fail("--history and --plot need --eval-every", exit_codes.USAGE)
     if eval_every is not None and history is None and plot is None:
@@ -122,7 +122,7 @@ def simulate(eval_every, history, plot, as_json, **settings) -> None:
         {
             "algorithm": cfg.algorithm,
             "workers": cfg.workers,
-            "p": cfg.p,
+            "p": cfg.setting("p"),
             "loss": cfg.network.loss,
             "epochs": cfg.epochs,
             f"{score} worker 0": result[f"{score}_worker0"],
