@@ -332,8 +332,8 @@ def test_loss_far_above_the_configured_is_an_alarm():
 
 
 def test_an_agents_pace_is_its_last_sessions_from_first_step_to_last():
-    """steps_per_s leaves out a slow start-up and an earlier session (a restart goes on from
-    its checkpoint's step)."""
+    """steps_per_s leaves out a slow start-up, an earlier session (a restart goes on from its
+    checkpoint's step) and a closing phase's records after the last step."""
     from edgegossip.report.summary import step_rate
 
     def rec(t, step, **kw):
@@ -344,6 +344,9 @@ def test_an_agents_pace_is_its_last_sessions_from_first_step_to_last():
     again = [*first, rec(40, 100, event="start"), rec(41, 150), rec(43, 250)]
     assert step_rate(again) == 50.0
     assert step_rate([rec(0, 0, event="start"), rec(5, 50)]) is None  # one step record
+    # a closing phase's records: the step stands still, and the pace is training's
+    closed = [*first, rec(31.5, 100, event="closing"), rec(40, 100), rec(60, 100)]
+    assert step_rate(closed) == 50.0
 
 
 def test_an_emulated_agent_is_a_device_of_its_own(root_only, tmp_path):

@@ -106,11 +106,14 @@ def _agent_row(i: int, scores: dict, last: dict, recs: list[dict]) -> dict:
 
 
 def step_rate(recs: list[dict]) -> float | None:
-    """Training steps a second from the agent's first step record to its last, in its last
-    session: its pace once started, whatever its start-up took (a device held to a small CPU
-    share takes a while to import what it runs)."""
+    """Training steps a second from the agent's first step record to the first that holds its
+    last step, in its last session: its pace once started, whatever its start-up took (a
+    device held to a small CPU share takes a while to import what it runs), and not diluted by
+    a closing phase, whose records repeat the last step."""
     starts = [k for k, r in enumerate(recs) if r.get("event") == "start"]
     steps = [r for r in recs[starts[-1] if starts else 0 :] if r.get("step") and "event" not in r]
+    if steps:  # to the first record of the last step: a closing phase's records stand still
+        steps = steps[: next(k for k, r in enumerate(steps) if r["step"] == steps[-1]["step"]) + 1]
     if len(steps) < 2 or steps[-1]["time"] <= steps[0]["time"]:
         return None
     return round((steps[-1]["step"] - steps[0]["step"]) / (steps[-1]["time"] - steps[0]["time"]), 1)
