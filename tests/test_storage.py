@@ -106,7 +106,9 @@ def test_an_agent_stays_within_its_budget(tmp_path, free_udp_port, mnist_data, p
     recs = read(path)
     assert path.stat().st_size <= cap + 4096
     steps = [r["step"] for r in recs if r.get("event") is None]
-    assert steps[-1] == 8000 and len(steps) < 8000  # thinned, not cut: the start is there too
+    # thinned, not cut: the end is there (a record every step asked for, each spaced by what
+    # it costs: agent.EVAL_SHARE) and the start too
+    assert steps[-1] > 7500 and len(steps) < 8000
     assert recs[0]["event"] == "start" and recs[-1]["event"] == "stop"
     assert final["disk_written_mb"] is not None and final["checkpoint_step"] == 8000
 
