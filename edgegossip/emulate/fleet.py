@@ -35,7 +35,10 @@ from edgegossip.run import Device, Network, rate_to_mbps
 
 log = logging.getLogger(__name__)
 
-PORT = 47000
+PORT = 47000  # each device's, in its own namespace
+# loopback devices share this machine's ports: below the kernel's ephemeral range (from 32768),
+# where no other socket is handed one (a CI run once found 47101 taken by another's)
+LOOPBACK_PORT = 27100
 
 
 # what an emulated fleet sets otherwise than an agent's own default (config.py): it evaluates
@@ -127,7 +130,7 @@ class EmulatedFleet:
     def addresses(self) -> list[tuple[str, int]]:
         if self.lan is not None:
             return [(self.lan.address(i), PORT) for i in range(self.spec.nodes)]
-        return [("127.0.0.1", PORT + 100 + i) for i in range(self.spec.nodes)]
+        return [("127.0.0.1", LOOPBACK_PORT + i) for i in range(self.spec.nodes)]
 
     def _config(self, i: int, addrs: list[tuple[str, int]]) -> AgentConfig:
         """Agent i's config: config.py's defaults < what an emulated fleet derives (its pace and
