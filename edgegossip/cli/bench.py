@@ -417,9 +417,15 @@ def overhead(as_json, variants, **plan) -> None:
         o.schedule(parsed, plan["reference"], rate_cap, plan["rounds"])
     except ValueError as e:
         fail(f"--variant: {e}", exit_codes.USAGE)
-    result = o.run(
-        o.Plan(network=network, variants=parsed, **plan), lambda m: click.echo(m, err=True)
+    spec = o.fleet(
+        plan["out"],
+        nodes=plan["nodes"],
+        duration_s=plan["seconds"],
+        model=plan["model"],
+        network=network,
     )
+    knobs = {k: plan[k] for k in ("target", "reference", "rounds")}
+    result = o.run(o.Plan(spec, parsed, **knobs), lambda m: click.echo(m, err=True))
     if as_json:
         emit(result, True, [])
     else:

@@ -286,29 +286,44 @@ DEFAULT_VARIANTS = (f"{DEFAULT}:float32", f"{DEFAULT}:int8")
 
 @dataclass(frozen=True)
 class Plan:
-    """What `bench overhead` runs: the fleet, and the variants beside the local reference."""
+    """What `bench overhead` runs: `fleet`, what every run shares (its size, length, model,
+    network, settings and the folder each run writes under, run/), each run setting its own
+    algorithm, payload and link cap; and the variants beside the local reference."""
 
-    nodes: int = 4
-    seconds: float = 150.0
-    model: str = "mlp"
-    network: Network = Network(loss=0.1, rate="20mbit")  # each variant may cap its own rate
+    fleet: FleetSpec
     variants: tuple[tuple, ...] = ((DEFAULT, "float32"), (DEFAULT, "int8"))
     target: float = 0.95
-    out: Path | None = None
     reference: str = "around"
     rounds: int = 1
 
 
-def run(plan: Plan = Plan(), progress=print) -> dict:
+def fleet(out: Path | None = None, **given) -> FleetSpec:
+    """The fleet every run of a Plan shares: FleetSpec.of's keywords (nodes, duration_s, model,
+    network, ...) over bench overhead's defaults, under `out` or a new temporary folder."""
+    base = {
+        "nodes": 4,
+        "duration_s": 150.0,
+        "model": "mlp",
+        "network": Network(loss=0.1, rate="20mbit"),
+    }
+    return FleetSpec.of(
+        algorithm=Local.name,
+        backend="netns",
+        out=out or Path(tempfile.mkdtemp(prefix="bench-overhead-")),
+        **{**base, **given},
+    )
+
+
+def run(plan: Plan, progress=print) -> dict:
     from edgegossip.data import mnist
 
-    order = schedule(plan.variants, plan.reference, plan.network.rate, plan.rounds)
+    spec, net = plan.fleet, plan.fleet.network
+    order = schedule(plan.variants, plan.reference, net.rate, plan.rounds)
     data = mnist.load()
-    base = plan.out or Path(tempfile.mkdtemp(prefix="bench-overhead-"))
     runs: list[dict] = []
     sent: dict[tuple, list[dict]] = {}  # (payload, cap): the agent rows of its last gossip run
     for name, algorithm, payload, cap in order:
-        runs.append(_one(plan, base / name, (name, algorithm, payload, cap), sent, data, progress))
+        runs.append(_one(plan, name, (algorithm, payload, cap), sent, data, progress))
     local_rates = {i: r["steps_per_s"] for i, r in enumerate(runs) if r["algorithm"] == Local.name}
     ref = reference_rate(list(local_rates.values()))
     for i, r in enumerate(runs):
@@ -316,39 +331,39 @@ def run(plan: Plan = Plan(), progress=print) -> dict:
         r["of_local_here"] = round(r["steps_per_s"] / local_at(local_rates, i), 3)
         for a in r["agents"]:
             a["of_local"] = round(a["steps_per_s"] / ref["steps_per_s"], 3)
-    net = plan.network
     return {
         "benchmark": "overhead",
-        **{k: getattr(plan, k) for k in ("nodes", "seconds", "model")},
+        "nodes": spec.nodes,
+        "seconds": spec.duration_s,
+        "model": spec.model,
         **{k: getattr(net, k) for k in ("loss", "loss_model", "burst", "rate")},
         **{k: getattr(plan, k) for k in ("target", "rounds")},
         "reference": ref,
         "runs": runs,
         "variants": by_variant(runs),
-        "output": str(base),
+        "output": str(spec.out),
     }
 
 
-def _one(plan: Plan, folder: Path, step: tuple, sent: dict, data, progress) -> dict:
+def _one(plan: Plan, name: str, step: tuple, sent: dict, data, progress) -> dict:
     """One fleet of the schedule, measured; a gossip run's agent rows kept in `sent` for the
     floor that replays them."""
-    name, algorithm, payload, cap = step
-    loads = _loads(plan.model, payload, sent[(payload, cap)]) if algorithm == floor.NAME else None
-    spec = FleetSpec(
-        nodes=plan.nodes,
+    algorithm, payload, cap = step
+    base = plan.fleet
+    loads = _loads(base.model, payload, sent[(payload, cap)]) if algorithm == floor.NAME else None
+    spec = replace(
+        base,
         algorithm=Local.name if loads else algorithm,
-        network=replace(plan.network, rate=cap),
-        backend="netns",
-        out=folder,
-        duration_s=plan.seconds,
-        settings={"model": plan.model, "payload": payload},
+        network=replace(base.network, rate=cap),
+        out=base.out / name,
+        settings={**base.settings, "payload": payload},
     )
-    progress(f"{name}: {plan.nodes} agents for {plan.seconds:g} s")
+    progress(f"{name}: {spec.nodes} agents for {spec.duration_s:g} s")
     before = _cpu_times()
     found = _fleet(name, spec, progress, loads)
     steal = _steal(before, _cpu_times())
     rows, summary = _measure(
-        folder, plan.nodes, plan.model, plan.network.loss, plan.seconds, plan.target, data
+        spec.out, spec.nodes, spec.model, spec.network.loss, spec.duration_s, plan.target, data
     )
     for row, f in zip(rows, found):
         row.update(_floor_row(f))
