@@ -246,3 +246,18 @@ def test_a_simulated_run_takes_agent_settings_by_name_and_checks_them_as_config_
     ):
         with pytest.raises(ValueError, match=words):
             SimConfig.of(**{"algorithm": "rps", **bad}).check()
+
+
+def test_receive_buffers_grow_for_a_small_model_within_their_memory():
+    """A gossip inbox gets more than its two exchange buffers only while they fit
+    RECEIVE_BUFFERS_MB; RPS keeps one per block (0 here)."""
+    from edgegossip import algorithms
+    from edgegossip.algorithms import base
+
+    gossip = algorithms.get("elastic-gossip")
+    assert gossip.receive_buffers_for(20_586) == base.MAX_RECEIVE_BUFFERS  # the Fashion CNN
+    assert gossip.receive_buffers_for(2_913_290) == gossip.receive_buffers == 2  # the seed MLP
+    for n in (7_850, 300_000, 500_000, 1_000_000):
+        k = gossip.receive_buffers_for(n)
+        assert k == 2 or k * 4 * n <= base.RECEIVE_BUFFERS_MB * 2**20
+    assert algorithms.get("rps").receive_buffers_for(7_850) == 0

@@ -235,9 +235,8 @@ class Agent:
             inject_burst=cfg.inject_burst,
             senders=frozenset(peers),
             rps_blocks=cfg.workers if self.algorithm.rps_blocks else 0,
-            # gossip: an exchange we started and one we answer at a time; memory for those,
-            # not for every peer
-            receive_buffers=self.algorithm.receive_buffers,
+            # gossip: buffers for the exchanges in flight, not for every peer
+            receive_buffers=self.algorithm.receive_buffers_for(self.model.n_params),
             messages=self.algorithm.messages,
             stale_s=cfg.deadline_s,
         )
