@@ -257,12 +257,13 @@ def by_variant(runs: list[dict]) -> list[dict]:
     return list(out.values())
 
 
-def _measure(folder: Path, nodes: int, model: str, loss: float, seconds: float, target, data):
+def _measure(spec: FleetSpec, target: float, data):
     """One finished fleet's per-agent rows (of_local not yet set) and its run summary."""
-    s = summarize(folder, nodes, model, loss, "kernel", seconds, None, data)
+    folder, loss = spec.out, spec.network.loss
+    s = summarize(folder, spec.nodes, spec.model, loss, "kernel", spec.duration_s, None, data)
     rows = []
     histories = {}
-    for i in range(nodes):
+    for i in range(spec.nodes):
         recs = read(folder / f"agent{i}" / "metrics.jsonl")
         histories[i] = [r for r in recs if "accuracy" in r and r.get("accuracy") is not None]
         rows.append({"agent": i, **_agent_row(recs)})
@@ -362,9 +363,7 @@ def _one(plan: Plan, name: str, step: tuple, sent: dict, data, progress) -> dict
     before = _cpu_times()
     found = _fleet(name, spec, progress, loads)
     steal = _steal(before, _cpu_times())
-    rows, summary = _measure(
-        spec.out, spec.nodes, spec.model, spec.network.loss, spec.duration_s, plan.target, data
-    )
+    rows, summary = _measure(spec, plan.target, data)
     for row, f in zip(rows, found):
         row.update(_floor_row(f))
     if found:  # what the kernel dropped of the replayed traffic, as a gossip run's loss
