@@ -110,7 +110,7 @@ class Algorithm:
         they fit RECEIVE_BUFFERS_MB, up to MAX_RECEIVE_BUFFERS."""
         if not cls.receive_buffers:
             return 0
-        fit = int(RECEIVE_BUFFERS_MB * 2**20) // (4 * n_params)
+        fit = RECEIVE_BUFFERS_MB * 2**20 // (4 * n_params)
         return max(cls.receive_buffers, min(MAX_RECEIVE_BUFFERS, fit))
 
     @classmethod

@@ -30,7 +30,6 @@ from edgegossip.emulate.fleet import EmulatedFleet, FleetSpec
 from edgegossip.metrics import read
 from edgegossip.models import make_model
 from edgegossip.report.summary import summarize, time_to
-from edgegossip.run import Network
 
 
 def _cpu_times() -> list[int]:
@@ -300,19 +299,10 @@ class Plan:
 
 def fleet(out: Path | None = None, **given) -> FleetSpec:
     """The fleet every run of a Plan shares: FleetSpec.of's keywords (nodes, duration_s, model,
-    network, ...) over bench overhead's defaults, under `out` or a new temporary folder."""
-    base = {
-        "nodes": 4,
-        "duration_s": 150.0,
-        "model": "mlp",
-        "network": Network(loss=0.1, rate="20mbit"),
-    }
-    return FleetSpec.of(
-        algorithm=Local.name,
-        backend="netns",
-        out=out or Path(tempfile.mkdtemp(prefix="bench-overhead-")),
-        **{**base, **given},
-    )
+    network, ...; their defaults are the CLI's), local-only in namespaces, under `out` or a new
+    temporary folder."""
+    out = out or Path(tempfile.mkdtemp(prefix="bench-overhead-"))
+    return FleetSpec.of(algorithm=Local.name, backend="netns", out=out, **given)
 
 
 def run(plan: Plan, progress=print) -> dict:
