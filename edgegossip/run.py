@@ -1,6 +1,15 @@
-"""What a run's network is, described once for every tool that runs a fleet: `simulate` draws its
-losses from it, `emulate` and `bench overhead` have the kernel (or the receive path) apply it,
-and their summaries and reports name it.
+"""What a run is, described once for every tool that runs a fleet: `simulate`, `emulate`, `bench
+overhead` and the lab each take a Run and add only where and how they run it (simulate.py's
+Simulation, emulate/fleet.py's FleetSpec, lab/machines.py). Offering an agent setting on all of
+them is its declaration in config.py and its use: a Run carries any setting by name, checked there.
+
+    Run(algorithm, nodes, network, devices, data, epochs, duration_s, settings)
+
+The fleet's size is `nodes` everywhere (simulate's workers, the lab's devices; an agent's own
+config calls it train.workers, for sharding its data).
+
+A run's network: `simulate` draws its losses from it, `emulate` and `bench overhead` have the
+kernel (or the receive path) apply it, and their summaries and reports name it.
 
     Network(loss, loss_model, burst, trace, rate, slow, schedule)
 
@@ -20,8 +29,11 @@ exists is one a tool can run.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
 
+from edgegossip import config
 from edgegossip.transport.lossmodel import LossModel
 
 RATE_UNITS = (("gbit", 1000.0), ("mbit", 1.0), ("kbit", 0.001))
@@ -158,3 +170,56 @@ class Network:
         if self.medium != "switch":
             out.update(medium=self.medium)
         return out
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of a fleet: what it runs (algorithm), how many devices (nodes) with which boards
+    and limits (devices, where set), its network, what it trains on (data: a data set `data
+    fetch` knows, or the user's FILE.npz or DIR, data/own.py), its length (epochs over each
+    device's shard, or duration_s) and `settings`, every other agent setting by name, as an
+    agent.toml would set them (config.py: their defaults, allowed values and ranges). Run.of
+    takes all of them in one set of keywords; a tool's class adds its own fields and the
+    settings it sets itself (RESERVED) or otherwise than an agent does (DEFAULTS)."""
+
+    algorithm: str = config.default("algorithm")
+    nodes: int = config.default("workers")
+    network: Network = Network()
+    devices: tuple[Device, ...] = ()
+    data: str = "mnist"
+    epochs: float = 0.0
+    duration_s: float = 0.0
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+    RESERVED: ClassVar[frozenset[str]] = frozenset()
+    DEFAULTS: ClassVar[Mapping[str, Any]] = {}
+
+    def __post_init__(self) -> None:
+        config.check_overrides(self.settings, self.RESERVED)
+
+    @classmethod
+    def of(cls, settings: Mapping[str, Any] | None = None, **given: Any):
+        """A run of keywords: its fields by name, every other an agent setting, as are those of
+        `settings` (where a name is both: an agent's backend is its training's)."""
+        own = {f.name for f in fields(cls)} - {"settings"}
+        return cls(
+            **{k: v for k, v in given.items() if k in own},
+            settings={**{k: v for k, v in given.items() if k not in own}, **(settings or {})},
+        )
+
+    def setting(self, name: str) -> Any:
+        """An agent setting as this run's agents run it."""
+        return self.settings.get(name, self.DEFAULTS.get(name, config.default(name)))
+
+    @property
+    def model(self) -> str:
+        return self.setting("model")
+
+    def device(self, i: int) -> Device:
+        """Node i's board and limits (none set: Device())."""
+        return self.devices[i] if i < len(self.devices) else Device()
+
+    def check(self) -> None:
+        """The settings' values: ConfigError, one line naming the setting, for what no agent
+        would run."""
+        config.check_values({"algorithm": self.algorithm, **self.settings})

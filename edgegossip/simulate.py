@@ -14,8 +14,8 @@ baseline (its transport is reliable TCP; the payload setting does not apply to i
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,55 +28,41 @@ from edgegossip.dataplane import payload, wire
 from edgegossip.dataplane.chunking import ChunkPlan
 from edgegossip.models import make_model, resolved
 from edgegossip.models.optim import NesterovSGD
-from edgegossip.run import Network
+from edgegossip.run import Network, Run
 
-# the agent settings simulate models, read through SimConfig.setting; any other is refused
+# the agent settings simulate models, read through Simulation.setting; any other is refused
 SIMULATED = frozenset(
     ("model", "p", "alpha", "lr", "momentum", "seed", "chunk_bytes", "partition", "payload")
 )
 
 
 @dataclass(frozen=True)
-class SimConfig:
-    """One simulated run: its algorithm, workers, network (run.py), length and data, and
-    `settings`, the workers' agent settings by name (config.py: their defaults, allowed values
-    and ranges, as an agent.toml would set them; those of SIMULATED). SimConfig.of takes both
-    in one set of keywords, as FleetSpec.of does."""
+class Simulation(Run):
+    """A run (run.Run) as simulate makes it: its nodes as workers in this process, stepping in
+    lock-step, `batch` examples a step summed over them (the reference's, not an agent's batch),
+    and `closing` rounds of the closing phase after training (algorithms/base.py). Its network's
+    rates, slow links and schedule are not modelled, nor its devices."""
 
-    algorithm: str = agent_config.default("algorithm")
-    data: str = "mnist"  # a data set `data fetch` knows, or the user's FILE.npz or DIR (own.py)
-    workers: int = agent_config.default("workers")
-    network: Network = Network()  # how datagrams are lost (rates, slow links: not modelled)
     epochs: float = 1.0  # passes over each worker's shard
-    batch: int = 128  # examples per step summed over workers (the reference's), not an agent's
+    batch: int = 128
     beta: float = 0.5  # Dirichlet concentration (partition=dirichlet)
     classes_per_worker: int = 2  # partition=classes
-    closing: int = 0  # rounds of the closing phase after training (algorithms/base.py)
-    settings: Mapping[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, **given: Any) -> SimConfig:
-        """A SimConfig of keywords: its own fields by name, every other an agent setting."""
-        own = {f.name for f in fields(cls)} - {"settings"}
-        return cls(
-            **{k: v for k, v in given.items() if k in own},
-            settings={k: v for k, v in given.items() if k not in own},
-        )
-
-    def setting(self, name: str) -> Any:
-        """An agent setting as the simulated workers run it."""
-        return self.settings.get(name, agent_config.default(name))
+    closing: int = 0
 
     def check(self) -> None:
-        agent_config.check_overrides(self.settings)
+        super().check()
         for name in self.settings:
             if name not in SIMULATED:
                 raise ValueError(f"{name}: a setting simulate does not model")
-        agent_config.check_values({"algorithm": self.algorithm, **self.settings})
+        net = self.network
+        if net.rate or net.slow or net.schedule or net.medium != "switch":
+            raise ValueError("simulate models each link's losses, not rates, media or schedules")
+        if self.devices or self.duration_s:
+            raise ValueError("simulate runs epochs in lock-step: no devices' limits, no duration")
         resolved(self.setting("model"))  # a name or a compiled model's folder, else ValueError
-        if self.workers < 1 or (self.workers < 2 and algorithms.get(self.algorithm).datagrams):
+        if self.nodes < 1 or (self.nodes < 2 and algorithms.get(self.algorithm).datagrams):
             raise ValueError(f"workers must be at least 2 for {self.algorithm}")
-        if self.batch < self.workers:
+        if self.batch < self.nodes:
             raise ValueError("batch must be at least the number of workers")
         if self.epochs <= 0:
             raise ValueError("epochs must be positive")
@@ -156,7 +142,7 @@ class _Feed:
         return self.order[self.pos - self.size : self.pos]
 
 
-def load(cfg: SimConfig) -> Mnist | own.Pool:
+def load(cfg: Simulation) -> Mnist | own.Pool:
     """The run's data, checked against its model and partition: a named data set (an mse
     model's targets its own pixels), or the user's file or folder of one file per worker.
     ValueError (device.DataMismatch among them) for what does not fit; DataError for a data
@@ -171,7 +157,7 @@ def load(cfg: SimConfig) -> Mnist | own.Pool:
         rows = device.DeviceData(data.x_train, data.y_train, data.x_val, data.y_val)
     else:
         fraction = agent_config.default("eval_fraction")
-        data, rows = own.pooled(cfg.data, cfg.workers, cfg.setting("seed"), fraction, targets=mse)
+        data, rows = own.pooled(cfg.data, cfg.nodes, cfg.setting("seed"), fraction, targets=mse)
     ids = np.dtype(model.input_dtype).kind == "i"
     inputs, classes = model.shapes(784, 10)
     device.check(rows, inputs, classes, model.input_shape, model.loss, ids)
@@ -183,26 +169,26 @@ def load(cfg: SimConfig) -> Mnist | own.Pool:
     return data
 
 
-def _shards(cfg: SimConfig, data: Mnist | own.Pool) -> list[np.ndarray]:
+def _shards(cfg: Simulation, data: Mnist | own.Pool) -> list[np.ndarray]:
     if data.cut is not None:
         return data.cut
     kind, seed = cfg.setting("partition"), cfg.setting("seed")
     if kind == "iid":
-        return partition.iid(len(data.x_train), cfg.workers, seed)
+        return partition.iid(len(data.x_train), cfg.nodes, seed)
     labels = data.y_train
     if labels is None:  # load() refuses this first
         raise ValueError(f"--partition {kind} needs class labels")
     if kind == "dirichlet":
-        return partition.dirichlet(labels, cfg.workers, cfg.beta, seed)
+        return partition.dirichlet(labels, cfg.nodes, cfg.beta, seed)
     if kind == "classes":
-        return partition.classes(labels, cfg.workers, cfg.classes_per_worker, seed)
+        return partition.classes(labels, cfg.nodes, cfg.classes_per_worker, seed)
     raise ValueError("partition must be iid, dirichlet or classes")
 
 
-def _world(cfg: SimConfig, model) -> tuple:
+def _world(cfg: Simulation, model) -> tuple:
     """The W workers (one shared initialisation, as in the reference runs), the lossy network
     between them, and each worker's random stream: (world, net, rngs)."""
-    W = cfg.workers
+    W = cfg.nodes
     codec = payload.codec(cfg.setting("payload"))
     plan = codec.plan(model.n_params, cfg.setting("chunk_bytes"))
     wire_copy = payload.Roundtrip(codec, model.n_params, plan.chunk_elems)
@@ -247,21 +233,28 @@ def _world(cfg: SimConfig, model) -> tuple:
     return world, net, rngs
 
 
-# the settings a result row repeats
-_ROW_SETTINGS = ("algorithm", "model", "data", "workers", "p", "alpha", "seed", "partition")
+# the agent settings a result row repeats
+_ROW_SETTINGS = ("p", "alpha", "seed", "partition", "payload")
 
 
-def _row_value(cfg: SimConfig, name: str) -> Any:
-    return getattr(cfg, name) if name in cfg.__dataclass_fields__ else cfg.setting(name)
+def _described(cfg: Simulation) -> dict[str, Any]:
+    """What a result row says of its run; its size as simulate's rows have always named it."""
+    return {
+        "algorithm": cfg.algorithm,
+        "model": cfg.model,
+        "data": cfg.data,
+        "workers": cfg.nodes,
+        **{k: cfg.setting(k) for k in _ROW_SETTINGS},
+    }
 
 
 def _result(
-    cfg: SimConfig, model, world, data: Mnist | own.Pool, steps: int, epochs: float
+    cfg: Simulation, model, world, data: Mnist | own.Pool, steps: int, epochs: float
 ) -> dict:
     xs, net, algorithm = world.xs, world.net, algorithms.get(cfg.algorithm)
     avg = np.asarray(np.mean(xs, axis=0, dtype=np.float64)).astype(np.float32)
     return {
-        **{k: _row_value(cfg, k) for k in (*_ROW_SETTINGS, "payload")},
+        **_described(cfg),
         **cfg.network.described(),
         **({"beta": cfg.beta} if cfg.setting("partition") == "dirichlet" else {}),
         **(
@@ -301,7 +294,7 @@ def _scores(model, worker0: np.ndarray, avg: np.ndarray, data: Mnist | own.Pool)
 
 
 def simulate(
-    cfg: SimConfig,
+    cfg: Simulation,
     data: Mnist | own.Pool,
     progress: Callable[[int, int, dict], None] | None = None,
     eval_every: float | None = None,
@@ -311,7 +304,7 @@ def simulate(
     complete row every eval_every epochs: the learning rate is constant, so the row at epoch E of
     a longer run is the row a run of E epochs would give, and a long run killed early keeps them."""
     cfg.check()
-    W = cfg.workers
+    W = cfg.nodes
     model = make_model(cfg.setting("model"), cfg.setting("seed"))
     world, net, rngs = _world(cfg, model)
     algorithm = algorithms.get(cfg.algorithm)

@@ -26,7 +26,7 @@ fi
 cleanup() { "$eg" lab down "$out/lab" >/dev/null 2>&1 || true; }
 [ -f "$("$py" -c 'from edgegossip.data import mnist; print(mnist.cache_path())')" ] ||
   "$eg" data fetch mnist >/dev/null
-step lab-up "$eg" lab up --devices 2 --arch "$arch" --os "$release" --model "$model" \
+step lab-up "$eg" lab up --nodes 2 --arch "$arch" --os "$release" --model "$model" \
   --out "$out/lab" --json
 step wheelhouse "$eg" fleet wheelhouse --for "$target" --out "$out/wh" "${extras[@]}" --json
 step deploy "$eg" fleet deploy --fleet "$out/lab" --wheelhouse "$out/wh" --json

@@ -72,7 +72,7 @@ step kernel-and-wire-tests in_root sh -c "rm -rf /tmp/eg-tests && cp -r /opt/edg
   test_kernels.py test_wire.py test_inbox.py test_fast_path.py test_hardening.py"
 step bench-mac in_root $bin/edgegossip bench mac --seconds 0.3
 step data-fetch in_root $bin/edgegossip data fetch mnist
-step simulate in_root $bin/edgegossip simulate --algorithm elastic-gossip --loss 0.1 --model logreg --workers 4 --epochs 1 --json
+step simulate in_root $bin/edgegossip simulate --algorithm elastic-gossip --loss 0.1 --model logreg --nodes 4 --epochs 1 --json
 cat > "$root/tmp/a0.toml" <<TOML
 [agent]
 id = 0

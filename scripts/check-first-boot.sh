@@ -36,7 +36,7 @@ sys.exit(0 if r["state"] == sys.argv[2] and r["step"] and r["clock"] == sys.argv
 }
 [ -f "$("$py" -c 'from edgegossip.data import mnist; print(mnist.cache_path())')" ] ||
   "$eg" data fetch mnist >/dev/null
-step lab-up "$eg" lab up --devices 1 --arch arm64 --os "$os" --model logreg --algorithm local \
+step lab-up "$eg" lab up --nodes 1 --arch arm64 --os "$os" --model logreg --algorithm local \
   --out "$out/lab" --json
 device=$("$py" -c 'import json, sys; print(json.load(open(sys.argv[1]))["devices"][0]["name"])' "$out/lab-up.log")
 step wheelhouse "$eg" fleet wheelhouse --for "$target" --out "$out/wh" --json

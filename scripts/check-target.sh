@@ -34,7 +34,7 @@ assert platform.machine() == 'aarch64' and k.IMPLEMENTATION == 'cython' and a.IM
 print(platform.machine(), k.IMPLEMENTATION, a.IMPLEMENTATION)"
 step bench-kernels in_root /opt/check/bin/edgegossip bench kernels --json --size 20000 --repeat 1
 step simulate in_root /opt/check/bin/edgegossip simulate --algorithm elastic-gossip --model logreg \
-  --workers 2 --epochs 0.2 --json
+  --nodes 2 --epochs 0.2 --json
 step wheelhouse-again "$eg" fleet wheelhouse --for "$target" --out "$out/wh2" --json
 cmp <("$py" -c "import json,sys; print(json.load(open(sys.argv[1]))['release'])" "$out/wh/edgegossip-wheelhouse.json") \
     <("$py" -c "import json,sys; print(json.load(open(sys.argv[1]))['release'])" "$out/wh2/edgegossip-wheelhouse.json") \

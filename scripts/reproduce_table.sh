@@ -26,7 +26,7 @@ for row in "${rows[@]}"; do echo "$row"; done | \
   OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 xargs -P "$parallel" -I{} bash -c '
     name=${1%%|*}; args=${1#*|}
     [ -s "'"$out"'/$name.json" ] && exit 0
-    echo "edgegossip simulate $args --workers 4 --epochs '"$epochs"' --json" > "'"$out"'/$name.cmd"
-    .venv/bin/edgegossip simulate $args --workers 4 --epochs '"$epochs"' --json \
+    echo "edgegossip simulate $args --nodes 4 --epochs '"$epochs"' --json" > "'"$out"'/$name.cmd"
+    .venv/bin/edgegossip simulate $args --nodes 4 --epochs '"$epochs"' --json \
       --eval-every '"$every"' --history "'"$out"'/$name.history.jsonl" > "'"$out"'/$name.json.tmp" 2> "'"$out"'/$name.log" && mv "'"$out"'/$name.json.tmp" "'"$out"'/$name.json"
   ' _ {}

@@ -107,10 +107,10 @@ def test_simulated_push_sum_keeps_every_weight_held_or_in_flight(mnist_data):
     gave is in flight on its link until the next message there gets through, never lost: the
     weights held and in flight sum to W, and the held ones stay far from the drain to 0 that
     losing them did (0.000171 of 4 held after 5 epochs at 30% loss, 0.287 at 10%)."""
-    from edgegossip.simulate import SimConfig, simulate
+    from edgegossip.simulate import Simulation, simulate
 
     for loss, least in ((0.1, 0.75), (0.3, 0.35)):
-        cfg = SimConfig.of(
+        cfg = Simulation.of(
             algorithm="gossip-push",
             model="logreg",
             network=Network(loss=loss),
@@ -193,11 +193,11 @@ def test_simulated_rps_holds_its_accuracy_with_int8_payloads(mnist_data):
     """Issue 54, item 15: RPS averages every iteration, so int8's rounding of each block was
     paid every iteration: 3.3 points below float32 on logreg here, 9 on the seed MLP. With the
     rounding carried forward it is within half a point."""
-    from edgegossip.simulate import SimConfig, simulate
+    from edgegossip.simulate import Simulation, simulate
 
     acc = {}
     for codec in ("float32", "int8"):
-        cfg = SimConfig.of(
+        cfg = Simulation.of(
             algorithm="rps", model="logreg", network=Network(loss=0.1), epochs=1, payload=codec
         )
         acc[codec] = simulate(cfg, mnist_data, lambda *a: None, None, None)["acc_average"]
@@ -210,12 +210,12 @@ def test_a_closing_phase_brings_every_workers_own_model_to_the_average(mnist_dat
     own model is far from the average (spread 0.35 for Elastic Gossip at p = 1/32); 10 closing
     rounds, in which nobody trains and everybody exchanges, bring each to within a few percent
     of it, and worker 0's accuracy to the average's, through 10% loss."""
-    from edgegossip.simulate import SimConfig, simulate
+    from edgegossip.simulate import Simulation, simulate
 
-    cfg = SimConfig.of(
+    cfg = Simulation.of(
         algorithm=algorithm,
         model="logreg",
-        workers=16,
+        nodes=16,
         p=1 / 32,
         partition="dirichlet",
         beta=0.1,
@@ -232,10 +232,10 @@ def test_a_simulated_run_takes_agent_settings_by_name_and_checks_them_as_config_
     """Issue 57, item 1: simulate's workers read their settings as an agent does (config.py's
     defaults, choices and ranges); one it does not model is refused, not ignored."""
     from edgegossip import config
-    from edgegossip.simulate import SimConfig
+    from edgegossip.simulate import Simulation
 
-    cfg = SimConfig.of(algorithm="rps", workers=8, lr=0.05)
-    assert (cfg.workers, cfg.setting("lr"), cfg.setting("p")) == (8, 0.05, config.default("p"))
+    cfg = Simulation.of(algorithm="rps", nodes=8, lr=0.05)
+    assert (cfg.nodes, cfg.setting("lr"), cfg.setting("p")) == (8, 0.05, config.default("p"))
     cfg.check()
     for bad, words in (
         ({"rate_mbps": 5.0}, "rate_mbps: a setting simulate does not model"),
@@ -245,7 +245,7 @@ def test_a_simulated_run_takes_agent_settings_by_name_and_checks_them_as_config_
         ({"algorithm": "flood"}, "algorithm: must be elastic-gossip, "),
     ):
         with pytest.raises(ValueError, match=words):
-            SimConfig.of(**{"algorithm": "rps", **bad}).check()
+            Simulation.of(**{"algorithm": "rps", **bad}).check()
 
 
 def test_receive_buffers_grow_for_a_small_model_within_their_memory():

@@ -47,7 +47,7 @@ def test_a_boards_limits_are_its_containers(tmp_path):
     from edgegossip.run import Device
 
     devices = (Device("pi-zero-2w", 0.0406, 512), Device(cpu=0.25))
-    spec = FleetSpec(3, "elastic-gossip", "netns", tmp_path, devices=devices)
+    spec = FleetSpec(nodes=3, out=tmp_path, devices=devices)
     zero, pi5, free = (_service(spec, i, f"node{i}", BASE) for i in range(3))
     assert (zero["cpus"], zero["mem_limit"], pi5["cpus"]) == (0.0406, "512m", 0.25)
     assert "mem_limit" not in pi5 and "cpus" not in free and "mem_limit" not in free

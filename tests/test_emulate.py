@@ -649,7 +649,7 @@ def test_a_fleets_agent_settings_are_config_pys_by_name(tmp_path):
     assert cfg.momentum == default("momentum") and cfg.eval_every == 50  # EMULATED's
     for name, words in [("nosuch", "no such setting"), ("id", "the fleet sets it")]:
         with pytest.raises(ConfigError, match=words):
-            FleetSpec(2, "elastic-gossip", "loopback", tmp_path, settings={name: 1})
+            FleetSpec(nodes=2, backend="loopback", out=tmp_path, settings={name: 1})
     with pytest.raises(ConfigError, match="workers: the fleet sets it"):
         FleetSpec.of(nodes=2, algorithm="rps", backend="loopback", out=tmp_path, workers=3)
 
@@ -737,7 +737,7 @@ def test_a_compiled_model_trains_from_a_private_folder(root_only, tmp_path, mnis
 def test_an_agent_that_stops_is_named_with_its_own_reason(tmp_path):
     """Issue 54, item 12: emulate said "agent 0 exited with an error; see agent0.log"; it now
     gives the agent's own last line, and where the log is."""
-    spec = FleetSpec(2, "elastic-gossip", "loopback", tmp_path, settings={"model": "logreg"})
+    spec = FleetSpec(nodes=2, backend="loopback", out=tmp_path, settings={"model": "logreg"})
     fleet = EmulatedFleet(spec)
     (tmp_path / "agent0.log").write_text(
         "INFO starting\nedgegossip: error: train.model: net/ holds model 1a2b, not the fleet's\n"
@@ -785,10 +785,10 @@ def test_a_closing_phase_brings_each_devices_model_to_the_average(tmp_path, mnis
     list(split_mnist(tmp_path / "data", 4, "classes"))
     out = tmp_path / "run"
     spec = FleetSpec(
-        4,
-        "elastic-gossip",
-        "loopback",
-        out,
+        nodes=4,
+        algorithm="elastic-gossip",
+        backend="loopback",
+        out=out,
         network=Network(loss=0.1),
         data=str(tmp_path / "data"),
         duration_s=128,

@@ -189,10 +189,10 @@ def test_epochs_over_the_users_own_files_count_each_nodes_rows(tmp_path):
     x, y = tokens(100, 0)
     np.savez(tmp_path / "own.npz", x=x, y=y)
     spec = FleetSpec(
-        2,
-        "elastic-gossip",
-        "loopback",
-        tmp_path / "run",
+        nodes=2,
+        algorithm="elastic-gossip",
+        backend="loopback",
+        out=tmp_path / "run",
         epochs=2.0,
         data=str(tmp_path / "own.npz"),
         settings={"batch": 10},
@@ -213,7 +213,7 @@ def test_simulate_trains_an_autoencoder_on_a_folder_of_one_file_per_worker(tmp_p
     x_test = _latent(1000, 2)
     np.savez(tmp_path / "one.npz", x=_latent(4000, 1), x_test=x_test)
     _compiled(tmp_path, "dense_autoencoder", "mse")
-    run = ["simulate", "--algorithm", "elastic-gossip", "--workers", "4", "--loss", "0.1"]
+    run = ["simulate", "--algorithm", "elastic-gossip", "--nodes", "4", "--loss", "0.1"]
     run += ["--model", str(tmp_path / "dense_autoencoder"), "--lr", "0.05", "--json"]
     res = CliRunner().invoke(cli, run + ["--data", str(tmp_path / "own"), "--epochs", "60"])
     assert res.exit_code == 0, res.output

@@ -128,7 +128,7 @@ def mac(as_json: bool, seconds: float) -> None:
 
 @bench.command()
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of a table.")
-@click.option("--workers", default=4, show_default=True, type=click.IntRange(1, 64))
+@options.nodes(64, dest="workers")
 def shard(as_json: bool, workers: int) -> None:
     """A device's MNIST shard held deflated against plain rows: MB, a batch, an evaluation.
 
@@ -329,7 +329,7 @@ def metrics(as_json: bool, seconds: float, every_s: float, models: tuple[str, ..
 
 @bench.command()
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of tables.")
-@click.option("--nodes", type=click.IntRange(2, 32), default=4, show_default=True)
+@options.nodes(32, least=2)
 @click.option(
     "--seconds",
     type=click.FloatRange(10, 3600),

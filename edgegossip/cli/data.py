@@ -88,9 +88,7 @@ def _read(name: str, source: Path | None, tmp: Path) -> tuple[str, dict]:
 
 @data.command()
 @click.argument("name", type=click.Choice(["mnist", "fashion-mnist"]))
-@click.option(
-    "--workers", type=click.IntRange(1, 4096), required=True, help="Devices to split for."
-)
+@options.nodes(4096, default=None, dest="workers")
 @click.option(
     "--partition",
     type=options.choice("partition"),

@@ -38,7 +38,7 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
 
 
 @click.command()
-@click.option("--nodes", type=click.IntRange(2, 64), default=4, show_default=True)
+@options.nodes(64, least=2)
 @click.option(
     "--algorithm", type=click.Choice(ALGORITHMS), default=DEFAULT_ALGORITHM, show_default=True
 )

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from edgegossip import exit_codes
+from edgegossip.cli import options
 from edgegossip.cli.render import emit, fail
 
 
@@ -16,9 +17,7 @@ def keys() -> None:
 
 
 @keys.command()
-@click.option(
-    "--workers", type=click.IntRange(2, 65535), required=True, help="Devices in the fleet."
-)
+@options.nodes(65535, least=2, default=None, dest="workers")
 @click.option(
     "--fleet",
     type=click.IntRange(0, 2**32 - 1),

@@ -23,7 +23,7 @@ def lab() -> None:
 
 
 @lab.command()
-@click.option("--devices", "n", type=click.IntRange(1, 200), default=3, show_default=True)
+@options.nodes(200, default=3, alias="--devices", dest="n")
 @options.network(
     offer=("loss", "rate", "slow"),
     loss="0",
@@ -80,19 +80,18 @@ def up(n, out, as_json, **opts) -> None:
     """Boot N devices and write OUT/fleet.toml pointing at them."""
     from edgegossip.errors import EdgegossipError
     from edgegossip.lab import machines
+    from edgegossip.run import Run
 
     try:
         net = options.network_of(opts, n)
     except ValueError as e:
         fail(str(e), exit_codes.USAGE)
     o = SimpleNamespace(**opts)
-    settings = {"train": {"algorithm": o.algorithm, "model": o.model}, "data": {"source": o.data}}
+    run = Run.of(algorithm=o.algorithm, nodes=n, network=net, data=o.data, model=o.model)
     try:
         result = machines.up(
-            n,
+            run,
             out,
-            net,
-            settings,
             None if o.split == "none" else o.split,
             progress=lambda m: click.echo(m, err=True),
             spec=lab_root.Spec(o.os_name, o.arch or ""),

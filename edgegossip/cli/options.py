@@ -30,6 +30,23 @@ def setting(flag: str, name: str, *, dest: str | None = None, **kw):
     return click.option(flag, *([dest] if dest else []), **kw)
 
 
+def nodes(
+    most: int, least: int = 1, default: int | None = 4, alias: str = "--workers", dest="nodes"
+):
+    """--nodes: the fleet's size, one name on every command that takes it (run.Run.nodes), with
+    the name the command had before (alias) kept."""
+    return click.option(
+        "--nodes",
+        alias,
+        dest,
+        type=click.IntRange(least, most),
+        default=default,
+        required=default is None,
+        show_default=default is not None,
+        help="How many devices the fleet has.",
+    )
+
+
 def dataset(help: str):
     """--data: one of the data sets `edgegossip data fetch` knows."""
     from edgegossip.data.mnist import DATASETS

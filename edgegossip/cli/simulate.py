@@ -22,7 +22,7 @@ from edgegossip.errors import UsageError
     "What the workers train on: a data set `edgegossip data fetch` knows, the user's FILE.npz "
     "(cut by --partition) or a DIR of one .npz per worker."
 )
-@click.option("--workers", type=click.IntRange(1, 256), default=4, show_default=True)
+@options.nodes(256)
 @options.setting("--p", "p", help="Exchange probability per worker per step.")
 @options.setting("--alpha", "alpha")
 @options.network(
@@ -98,13 +98,13 @@ def simulate(eval_every, history, plot, as_json, **settings) -> None:
     (datagrams as they go on the wire, framing included; a float32 ring for allreduce),
     datagrams_sent, datagrams_lost, elapsed_s [, push_weight_sum,
     push_weight_in_flight (gossip-push: the weights held, and those on their way)]."""
-    from edgegossip.simulate import SimConfig
+    from edgegossip.simulate import Simulation
 
     try:
-        network = options.network_of(settings, settings["workers"], "simulate")
+        network = options.network_of(settings, settings["nodes"], "simulate")
+        cfg = Simulation.of(network=network, **settings)
     except ValueError as e:
         fail(str(e), exit_codes.USAGE)
-    cfg = SimConfig.of(network=network, **settings)
     if eval_every is None and (history is not None or plot is not None):
         fail("--history and --plot need --eval-every", exit_codes.USAGE)
     if eval_every is not None and history is None and plot is None:
@@ -121,7 +121,7 @@ def simulate(eval_every, history, plot, as_json, **settings) -> None:
     rows = [
         {
             "algorithm": cfg.algorithm,
-            "workers": cfg.workers,
+            "workers": cfg.nodes,
             "p": cfg.setting("p"),
             "loss": cfg.network.loss,
             "epochs": cfg.epochs,
@@ -162,7 +162,7 @@ def _run(cfg, data, eval_every, history, rows: list[dict], keep_last: bool) -> d
     the last one too if keep_last."""
     from edgegossip.simulate import simulate as run
 
-    name = f"{cfg.algorithm} W={cfg.workers}"
+    name = f"{cfg.algorithm} W={cfg.nodes}"
     with click.progressbar(length=1, label=name, show_pos=True, file=sys.stderr) as bar:
 
         def progress(step, total, info):

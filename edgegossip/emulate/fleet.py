@@ -16,8 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ from edgegossip.emulate.schedule import late
 from edgegossip.errors import PREFIX as ERROR_PREFIX
 from edgegossip.metrics import read as read_metrics
 from edgegossip.models import NAMED, make_model
-from edgegossip.run import Device, Network, rate_to_mbps
+from edgegossip.run import Run, rate_to_mbps
 
 log = logging.getLogger(__name__)
 
@@ -54,54 +53,19 @@ FLEET_SETS = frozenset(
 
 
 @dataclass(frozen=True)
-class FleetSpec:
-    """One emulated fleet: its size, algorithm, network (run.py) and length, where it writes and
-    what it trains on; `settings` overrides its agents' settings by name (config.py: their
-    defaults, allowed values and checks, as an agent.toml would set them). FleetSpec.of takes
-    both in one set of keywords."""
+class FleetSpec(Run):
+    """A run (run.Run) as emulate and bench overhead make it: its agents as processes, on
+    `backend` (netns | loopback), each writing under `out`."""
 
-    nodes: int
-    algorithm: str
-    backend: str  # netns | loopback
-    out: Path
-    network: Network = Network()  # loss, its model, link caps, schedule (run.py)
-    duration_s: float = 0.0
-    epochs: float = 0.0
+    backend: str = "netns"
+    out: Path = Path("runs/emulate")
     # the last closing_s of duration_s in the closing phase, started on every device at once
     # (EmulatedFleet.close_when_due)
     closing_s: float = 0.0
-    # a named data set each agent's shard is cut from (data.source), or the user's own: a .npz
-    # cut across the nodes or a folder of one per node (data/own.py)
-    data: str = "mnist"
-    settings: Mapping[str, Any] = field(default_factory=dict)
     metrics_port: int = 0  # each agent's /metrics on this port (loopback: port + id); 0: none
-    # each node's board and CPU and memory limits (run.Device), where the run set any
-    devices: tuple[Device, ...] = ()
 
-    def __post_init__(self) -> None:
-        agent_config.check_overrides(self.settings, FLEET_SETS)
-
-    @classmethod
-    def of(cls, settings: Mapping[str, Any] | None = None, **given: Any) -> FleetSpec:
-        """A FleetSpec of keywords: its own fields by name, every other an agent setting, as
-        are those of `settings` (where a name is both: an agent's backend is its training's)."""
-        own = {f.name for f in fields(cls)} - {"settings"}
-        return cls(
-            **{k: v for k, v in given.items() if k in own},
-            settings={**{k: v for k, v in given.items() if k not in own}, **(settings or {})},
-        )
-
-    def setting(self, name: str) -> Any:
-        """An agent setting as this fleet's agents run it."""
-        return self.settings.get(name, EMULATED.get(name, agent_config.default(name)))
-
-    @property
-    def model(self) -> str:
-        return self.setting("model")
-
-    def device(self, i: int) -> Device:
-        """Node i's board and limits (none set: Device())."""
-        return self.devices[i] if i < len(self.devices) else Device()
+    RESERVED = FLEET_SETS
+    DEFAULTS = EMULATED
 
 
 class EmulatedFleet:

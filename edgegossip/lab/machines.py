@@ -19,6 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from edgegossip import config
 from edgegossip.emulate.netns import kill_namespace_processes
 from edgegossip.errors import EdgegossipError
 from edgegossip.fleet import create as fleet_create
@@ -26,7 +27,7 @@ from edgegossip.fleet import inventory
 from edgegossip.fleet.ssh import Ssh, SshError
 from edgegossip.lab import network
 from edgegossip.lab import root as lab_root
-from edgegossip.run import Network
+from edgegossip.run import Run
 
 REGISTRY = Path("/run/edgegossip/labs")
 STATE = "lab.json"
@@ -43,15 +44,16 @@ def _save_state(out: Path, state: dict) -> None:
 
 
 def up(
-    n: int,
+    run: Run,
     out: Path,
-    net: Network | None = None,
-    settings: dict | None = None,
     split: str | None = "iid",
     progress=print,
     spec: lab_root.Spec = lab_root.DEFAULT,
 ) -> dict:
-    net = net or Network()  # no loss, uncapped
+    """Boot run.nodes devices on run.network, their fleet.toml in `out` giving them its
+    algorithm, data and settings; each device's own file cut from the data set by `split`
+    (None: the data set shipped whole)."""
+    n, net = run.nodes, run.network
     if os.geteuid() != 0:
         raise LabError("a lab needs root (network namespaces, systemd-nspawn)")
     if (out / STATE).exists():
@@ -72,7 +74,7 @@ def up(
     _save_state(out, state)
     try:
         network.up(lab, n, net)
-        fleet = _fleet(out, lab, names, settings or {}, split, progress)
+        fleet = _fleet(out, lab, names, _settings(run), split, progress)
         pub = (fleet.ssh_key_path().with_suffix(".pub")).read_text()
         progress(f"booting {n} devices from {root}")
         for i, nm in enumerate(names):
@@ -93,6 +95,15 @@ def up(
         "fleet": str(out / inventory.NAME),
         "devices": [{"name": d["name"], "address": d["address"]} for d in state["devices"]],
     }
+
+
+def _settings(run: Run) -> dict[str, dict[str, Any]]:
+    """The run's agent settings as fleet.toml's sections hold them."""
+    flat = {"algorithm": run.algorithm, "source": run.data, **run.settings}
+    out: dict[str, dict[str, Any]] = {}
+    for k, v in flat.items():
+        out.setdefault(config.section_of(k), {})[k] = v
+    return out
 
 
 def _fleet(out: Path, lab: int, names: list[str], settings: dict, split, progress):
