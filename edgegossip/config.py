@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -149,7 +149,25 @@ class AgentConfig:
         "train", 4, "fleet size, for sharding the data", scope="fleet", range=Range(1)
     )
     partition: str = setting(
-        "train", "iid", "how MNIST is sharded (data/partition.py)", PARTITIONS, scope="fleet"
+        "train",
+        "iid",
+        "how the data set is cut across the fleet (data/partition.py)",
+        PARTITIONS,
+        scope="fleet",
+    )
+    beta: float = setting(
+        "train",
+        0.5,
+        "partition dirichlet's concentration: small gives each device few classes",
+        scope="fleet",
+        range=POSITIVE,
+    )
+    classes_per_worker: int = setting(
+        "train",
+        2,
+        "partition classes: the classes each device holds",
+        scope="fleet",
+        range=Range(1),
     )
     seed: int = setting(
         "train", 0, "seed of the shared initialisation and the shards", scope="fleet"
@@ -352,6 +370,8 @@ APPLIES_WHEN = {
     "label_column": ("source", ("file",)),
     "eval_fraction": ("source", ("file",)),
     "partition": ("source", tuple(s for s in SOURCES if s != "file")),
+    "beta": ("partition", ("dirichlet",)),
+    "classes_per_worker": ("partition", ("classes",)),
     **{
         k: ("algorithm", algorithms.acting(k))
         for a in algorithms.REGISTRY.values()
@@ -393,6 +413,11 @@ def is_network(text) -> bool:
 
 def section_of(key: str) -> str:
     return next(s for s, keys in SECTIONS.items() if key in keys)
+
+
+def acts(key: str, value_of: Callable[[str], Any]) -> bool:
+    """Whether setting `key` acts, the others' values as value_of gives them (APPLIES_WHEN)."""
+    return key not in APPLIES_WHEN or value_of(APPLIES_WHEN[key][0]) in APPLIES_WHEN[key][1]
 
 
 def check_effective(c: AgentConfig, given) -> None:
@@ -597,10 +622,8 @@ def to_toml(c: AgentConfig) -> str:
             return [f"{p.id}@{p.host}:{p.port}" for p in v]
         return v
 
-    def acts(k: str) -> bool:
-        if k == "key" and c.keys:
-            return False
-        return k not in APPLIES_WHEN or getattr(c, APPLIES_WHEN[k][0]) in APPLIES_WHEN[k][1]
+    def written(k: str) -> bool:
+        return not (k == "key" and c.keys) and acts(k, lambda name: getattr(c, name))
 
-    doc = {s: {k: val(getattr(c, k)) for k in keys if acts(k)} for s, keys in SECTIONS.items()}
+    doc = {s: {k: val(getattr(c, k)) for k in keys if written(k)} for s, keys in SECTIONS.items()}
     return tomli_w.dumps(doc)

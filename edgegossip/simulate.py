@@ -32,7 +32,8 @@ from edgegossip.run import Network, Run
 
 # the agent settings simulate models, read through Simulation.setting; any other is refused
 SIMULATED = frozenset(
-    ("model", "p", "alpha", "lr", "momentum", "seed", "chunk_bytes", "partition", "payload")
+    ("model", "p", "alpha", "lr", "momentum", "seed", "chunk_bytes", "payload")
+    + ("partition", "beta", "classes_per_worker")
 )
 
 
@@ -45,8 +46,6 @@ class Simulation(Run):
 
     epochs: float = 1.0  # passes over each worker's shard
     batch: int = 128
-    beta: float = 0.5  # Dirichlet concentration (partition=dirichlet)
-    classes_per_worker: int = 2  # partition=classes
     closing: int = 0
 
     def check(self) -> None:
@@ -173,16 +172,10 @@ def _shards(cfg: Simulation, data: Mnist | own.Pool) -> list[np.ndarray]:
     if data.cut is not None:
         return data.cut
     kind, seed = cfg.setting("partition"), cfg.setting("seed")
-    if kind == "iid":
-        return partition.iid(len(data.x_train), cfg.nodes, seed)
-    labels = data.y_train
-    if labels is None:  # load() refuses this first
-        raise ValueError(f"--partition {kind} needs class labels")
-    if kind == "dirichlet":
-        return partition.dirichlet(labels, cfg.nodes, cfg.beta, seed)
-    if kind == "classes":
-        return partition.classes(labels, cfg.nodes, cfg.classes_per_worker, seed)
-    raise ValueError("partition must be iid, dirichlet or classes")
+    # iid cuts by count alone: a data set without labels (an mse model's) has rows to count
+    labels = np.zeros(len(data.x_train), np.int64) if data.y_train is None else data.y_train
+    beta, k = cfg.setting("beta"), cfg.setting("classes_per_worker")
+    return partition.cut(kind, labels, cfg.nodes, seed, beta, k)
 
 
 def _world(cfg: Simulation, model) -> tuple:
@@ -256,12 +249,11 @@ def _result(
     return {
         **_described(cfg),
         **cfg.network.described(),
-        **({"beta": cfg.beta} if cfg.setting("partition") == "dirichlet" else {}),
-        **(
-            {"classes_per_worker": cfg.classes_per_worker}
-            if cfg.setting("partition") == "classes"
-            else {}
-        ),
+        **{
+            k: cfg.setting(k)
+            for k in ("beta", "classes_per_worker")
+            if agent_config.acts(k, cfg.setting)
+        },
         "epochs": round(epochs, 4),
         "steps": steps,
         **_scores(model, xs[0], avg, data),

@@ -29,6 +29,29 @@ def test_mnist_source_holds_only_the_shard_and_the_eval_slice(mnist_data):
     np.testing.assert_array_equal(device.ready(d.x_eval), full.x_val[:500])
 
 
+def test_an_agent_cuts_its_shard_by_the_fleets_partition_and_its_parameters(mnist_data):
+    """Issue 57, item 1: beta and classes_per_worker are the fleet's settings, as simulate and
+    `data split` take them; an agent once cut Dirichlet shards at 0.5 and class shards at 2
+    whatever the run said."""
+    from edgegossip.data import partition
+
+    labels = mnist_data.y_train
+    for kind, kw, want in (
+        ("dirichlet", {"beta": 0.1}, partition.dirichlet(labels, 8, 0.1, 3)[5]),
+        ("classes", {"k": 3}, partition.classes(labels, 8, 3, 3)[5]),
+    ):
+        d = device.from_mnist(5, 8, kind, 3, 10, **kw)
+        np.testing.assert_array_equal(d.y, labels[want])
+    assert len(np.unique(device.from_mnist(5, 8, "classes", 3, 10, k=3).y)) == 3
+    cfg = AgentConfig(
+        id=0, listen="127.0.0.1:1", algorithm="local", partition="dirichlet", beta=0.1
+    )
+    assert "beta = 0.1" in config.to_toml(cfg)
+    assert "beta" not in config.to_toml(
+        AgentConfig(id=0, listen="127.0.0.1:1", algorithm="local", beta=0.1)
+    )
+
+
 def test_npz_and_csv_files(tmp_path):
     rng = np.random.default_rng(0)
     x, y = rng.standard_normal((50, 6), dtype=np.float32), rng.integers(0, 3, 50)

@@ -44,6 +44,21 @@ def test_one_file_is_cut_into_disjoint_near_equal_parts(tmp_path):
     assert len(t.y_test) == 11 and t.x_test.shape == (11, 96)
 
 
+def test_one_file_is_cut_by_the_runs_partition(tmp_path):
+    """Issue 57, item 1: `emulate --data FILE --partition dirichlet --beta B` cuts the user's
+    file as simulate does its rows (partition.cut, the file's labels); a folder is the user's
+    own cut, and a partition beside it is refused."""
+    from edgegossip.data import partition
+
+    x, y = tokens(400, 0)
+    np.savez(tmp_path / "own.npz", x=x, y=y)
+    files = own.per_node(tmp_path / "own.npz", 4, 3, tmp_path / "cut", "dirichlet", beta=0.1)
+    for f, idx in zip(files, partition.dirichlet(y, 4, 0.1, 3)):
+        np.testing.assert_array_equal(np.load(f)["y"], y[idx])
+    with pytest.raises(device.DataMismatch, match="holds a file per node"):
+        own.per_node(tmp_path / "cut", 4, 3, tmp_path / "again", "classes")
+
+
 def test_a_folder_is_one_file_per_node_in_node_order(tmp_path):
     for i in (1, 2, 10):
         x, y = tokens(5, i)
@@ -86,12 +101,12 @@ def test_a_transformer_learns_from_each_devices_own_file_under_loss(root_only, t
     res = CliRunner().invoke(
         cli,
         ["emulate", "--nodes", "2", "--model", str(model), "--data", str(private)]
-        + ["--duration", "8", "--loss", "0.1", "--out", str(tmp_path / "run"), "--json"],
+        + ["--epochs", "15", "--loss", "0.1", "--out", str(tmp_path / "run"), "--json"],
     )
     assert res.exit_code == 0, res.output
     s = json.loads(res.output.strip().splitlines()[-1])
     assert s["loss_kind"] == "kernel (nftables)" and s["observed_loss"] > 0.03, s
-    # 8 s of a thousand steps or more each: well above chance on a busy machine too
+    # 15 epochs (1,400 steps each), not seconds, which a busy machine makes fewer steps
     assert s["average_model_accuracy"] > 2 * CHANCE, s
     assert all(a["steps"] > 100 and a["accuracy"] > 2 * CHANCE for a in s["agents"]), s["agents"]
 
@@ -173,7 +188,8 @@ def test_an_autoencoder_learns_from_its_own_rows_in_an_emulated_fleet(tmp_path):
         cli,
         ["emulate", "--nodes", "2", "--backend", "loopback", "--loss", "0.1"]
         + ["--model", str(tmp_path / "dense_autoencoder"), "--data", str(tmp_path / "ae.npz")]
-        + ["--duration", "6", "--out", str(tmp_path / "run"), "--json"],
+        # a number of epochs, not seconds: a busy machine gives a timed run fewer steps
+        + ["--epochs", "30", "--out", str(tmp_path / "run"), "--json"],
     )
     assert res.exit_code == 0, res.output
     s = json.loads(res.output.strip().splitlines()[-1])

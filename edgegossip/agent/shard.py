@@ -51,6 +51,8 @@ def load_data(cfg: AgentConfig, model) -> device.DeviceData:
             cfg.eval_examples,
             mnist.cache_path(cfg.source),
             packed,
+            cfg.beta,
+            cfg.classes_per_worker,
         )
         if mse:
             data.y = data.y_eval = None

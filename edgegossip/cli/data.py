@@ -89,21 +89,10 @@ def _read(name: str, source: Path | None, tmp: Path) -> tuple[str, dict]:
 @data.command()
 @click.argument("name", type=click.Choice(["mnist", "fashion-mnist"]))
 @options.nodes(4096, default=None, dest="workers")
-@click.option(
-    "--partition",
-    type=options.choice("partition"),
-    default=options.default("partition"),
-    show_default=True,
-)
-@click.option(
-    "--beta",
-    type=click.FloatRange(min=0, min_open=True),
-    default=0.5,
-    show_default=True,
-    help="Dirichlet concentration (small: few classes per device).",
-)
-@click.option("--classes-per-worker", "k", type=click.IntRange(1, 10), default=2, show_default=True)
-@click.option("--seed", default=0, show_default=True)
+@options.setting("--partition", "partition")
+@options.setting("--beta", "beta")
+@options.setting("--classes-per-worker", "classes_per_worker", dest="k")
+@options.setting("--seed", "seed")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True)
 @click.option(
     "--json",

@@ -102,6 +102,10 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
     "(x_eval, y_eval; x_test, y_test to score the average model) cut across the nodes; or a "
     "folder of one .npz per node."
 )
+@options.setting("--partition", "partition")
+@options.setting("--beta", "beta")
+@options.setting("--classes-per-worker", "classes_per_worker")
+@options.setting("--seed", "seed")
 @options.setting("--p", "p")
 @options.setting(
     "--checkpoint-every-s",
@@ -238,6 +242,7 @@ def _spec(
             mnist.load(name=settings["data"])
         else:
             own.files_of(settings["data"], settings["nodes"])
+            own.check_partition(settings["data"], settings["partition"])
     except (ValueError, UsageError) as e:
         fail(str(e), exit_codes.USAGE)
     except mnist.DataError as e:

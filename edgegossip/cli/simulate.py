@@ -37,20 +37,8 @@ from edgegossip.errors import UsageError
 @options.setting("--lr", "lr")
 @options.setting("--momentum", "momentum")
 @options.setting("--partition", "partition")
-@click.option(
-    "--beta",
-    type=click.FloatRange(min=0, min_open=True),
-    default=0.5,
-    show_default=True,
-    help="Dirichlet concentration (--partition dirichlet): small gives few classes a worker.",
-)
-@click.option(
-    "--classes-per-worker",
-    type=click.IntRange(1, 10),
-    default=2,
-    show_default=True,
-    help="Classes each worker holds (--partition classes).",
-)
+@options.setting("--beta", "beta")
+@options.setting("--classes-per-worker", "classes_per_worker")
 @options.setting(
     "--payload",
     "payload",

@@ -88,14 +88,6 @@ def ready(x: np.ndarray | PackedRows) -> np.ndarray:
     return mnist.normalise(x) if x.dtype == np.uint8 else x
 
 
-def _shard(labels: np.ndarray, partition: str, workers: int, seed: int, me: int) -> np.ndarray:
-    if partition == "iid":
-        return partitions.iid(len(labels), workers, seed)[me]
-    if partition == "dirichlet":
-        return partitions.dirichlet(labels, workers, 0.5, seed)[me]
-    return partitions.classes(labels, workers, 2, seed)[me]
-
-
 def from_mnist(
     me: int,
     workers: int,
@@ -104,9 +96,12 @@ def from_mnist(
     eval_examples: int,
     path: Path | None = None,
     packed: bool = True,
+    beta: float = 0.5,
+    k: int = 2,
 ) -> DeviceData:
-    """This worker's MNIST shard and the first eval_examples of the validation hold-out; the
-    rest of the arrays is dropped as soon as it is read."""
+    """This worker's MNIST shard (partition.cut's, beta and k its parameters) and the first
+    eval_examples of the validation hold-out; the rest of the arrays is dropped as soon as it
+    is read."""
     path = path or mnist.cache_path()
     if not path.is_file():
         raise DataError(
@@ -115,7 +110,7 @@ def from_mnist(
     with np.load(path) as z:
         y_all = z["y_train"]
     n = len(y_all) - mnist.VALIDATION
-    idx = _shard(y_all[:n], partition, workers, seed, me)
+    idx = partitions.cut(partition, y_all[:n], workers, seed, beta, k)[me]
     m = min(eval_examples, mnist.VALIDATION)
     held = np.arange(n, n + m)
     streams, width = _stream_rows(path, "x_train", np.concatenate([idx, held]))

@@ -3,8 +3,9 @@ a folder holding one .npz per node, each in the format data/device.py reads (arr
 optionally x_eval and y_eval). What the fleet's average model is scored on: the file's x_test and
 y_test if it has them, else every node's held-out rows together.
 
-The cut is iid (a seeded permutation): a user who wants skew writes the folder themselves, which
-is also how a real fleet's devices hold their data."""
+The cut is the run's partition (train.partition, data/partition.py): iid by default, a seeded
+permutation keeping every row; dirichlet or classes by the file's labels. A folder is the user's
+own cut, as a real fleet's devices hold their data: no partition applies to it."""
 
 from __future__ import annotations
 
@@ -53,10 +54,20 @@ def _natural(p: Path) -> list:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p.stem)]
 
 
-def per_node(data: str | Path, nodes: int, seed: int, out: Path) -> list[Path]:
+def check_partition(data: str | Path, kind: str) -> None:
+    """A folder is its user's own cut: DataMismatch for a partition given beside it."""
+    if kind != "iid" and Path(data).is_dir():
+        raise device.DataMismatch(f"--partition {kind}: --data {data} holds a file per node")
+
+
+def per_node(
+    data: str | Path, nodes: int, seed: int, out: Path, kind: str = "iid", **cut_by
+) -> list[Path]:
     """One file per node: a folder's own, or the one file's rows cut into out/device-i.npz
-    (training rows and, if it has them, held-out rows, each in nodes near-equal iid parts)."""
+    (training rows by partition `kind`, cut_by its beta and k (partition.cut); held-out rows, if
+    it has them, in nodes near-equal iid parts)."""
     files = files_of(data, nodes)
+    check_partition(data, kind)
     if len(files) == nodes and Path(data).is_dir():
         for f in files:  # each checked now, not by an agent a minute into the run
             device.from_file(f)
@@ -68,6 +79,10 @@ def per_node(data: str | Path, nodes: int, seed: int, out: Path) -> list[Path]:
         for k, x in (("train", "x"), ("eval", "x_eval"))
         if x in arrays
     }
+    if kind != "iid":
+        if "y" not in arrays or arrays["y"].ndim != 1:
+            raise device.DataMismatch(f"--partition {kind} cuts by class: {files[0]} has none")
+        parts["train"] = device.partitions.cut(kind, arrays["y"], nodes, seed, **cut_by)
     if min(len(p) for p in parts["train"]) == 0:
         raise device.DataMismatch(f"--data {files[0]}: fewer training rows than nodes ({nodes})")
     out.mkdir(parents=True, exist_ok=True)
@@ -86,9 +101,9 @@ def per_node(data: str | Path, nodes: int, seed: int, out: Path) -> list[Path]:
 
 
 def rows(path: Path) -> int:
-    """Training rows in one node's file."""
+    """Training rows in one node's file (an autoencoder's has no y: its rows are x's)."""
     with np.load(path, allow_pickle=False) as z:
-        return int(z["y"].shape[0])
+        return int(z["x"].shape[0])
 
 
 def _arrays(path: Path) -> dict[str, np.ndarray]:

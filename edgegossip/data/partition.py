@@ -54,6 +54,21 @@ def classes(labels: np.ndarray, workers: int, k: int, seed: int = 0) -> list[np.
     return [np.sort(np.concatenate(s)) if s else np.zeros(0, np.int64) for s in shards]
 
 
+def cut(
+    kind: str, labels: np.ndarray, workers: int, seed: int = 0, beta: float = 0.5, k: int = 2
+) -> list[np.ndarray]:
+    """The shards of partition `kind` (train.partition; beta and k as train.beta and
+    train.classes_per_worker say), for whatever cuts a data set: an agent its own shard, `data
+    split` every device's file, simulate its workers'."""
+    if kind == "iid":
+        return iid(len(labels), workers, seed)
+    if kind == "dirichlet":
+        return dirichlet(labels, workers, beta, seed)
+    if kind == "classes":
+        return classes(labels, workers, k, seed)
+    raise ValueError("partition must be iid, dirichlet or classes")
+
+
 def _check(n: int, workers: int) -> None:
     if workers < 1 or workers > n:
         raise ValueError(f"cannot split {n} examples across {workers} workers")

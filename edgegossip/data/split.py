@@ -35,12 +35,7 @@ def split_mnist(
     with np.load(path) as z:
         x, y = z["x_train"], z["y_train"]
     n = len(y) - mnist.VALIDATION
-    if partition == "iid":
-        shards = device.partitions.iid(n, workers, seed)
-    elif partition == "dirichlet":
-        shards = device.partitions.dirichlet(y[:n], workers, beta, seed)
-    else:
-        shards = device.partitions.classes(y[:n], workers, k, seed)
+    shards = device.partitions.cut(partition, y[:n], workers, seed, beta, k)
     held = np.array_split(np.arange(n, len(y)), workers)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

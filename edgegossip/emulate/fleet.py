@@ -290,7 +290,10 @@ class EmulatedFleet:
         (a user's folder may be private to them, as the model's may)."""
         s = self.spec
         dest = s.out / "shared-cache" / "data"
-        files = own.per_node(s.data, s.nodes, s.setting("seed"), dest)
+        cut_by = {"beta": s.setting("beta"), "k": s.setting("classes_per_worker")}
+        files = own.per_node(
+            s.data, s.nodes, s.setting("seed"), dest, s.setting("partition"), **cut_by
+        )
         files = [f if f.parent == dest else device.share_read_only(f, dest) for f in files]
         for f in files:
             f.chmod(0o444)
