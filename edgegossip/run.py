@@ -172,6 +172,25 @@ class Network:
         return out
 
 
+# The agent settings a run takes on the command line of every tool that runs one (cli/options.py,
+# run_settings), in this order: offering one more everywhere is its name here, its declaration
+# in config.py and its use. simulate models those of SIMULATED (and refuses any other), the lab
+# those of LAB (its --split cuts the data).
+RUN_SETTINGS = (
+    "model",
+    "p",
+    "alpha",
+    "lr",
+    "momentum",
+    "batch",
+    "partition",
+    "beta",
+    "classes_per_worker",
+) + ("seed", "payload", "chunk_bytes", "transport", "deadline", "checkpoint_every_s")
+SIMULATED = frozenset(RUN_SETTINGS) - {"batch", "transport", "deadline", "checkpoint_every_s"}
+LAB = frozenset(RUN_SETTINGS) - {"partition", "beta", "classes_per_worker", "seed"}
+
+
 @dataclass(frozen=True)
 class Run:
     """One run of a fleet: what it runs (algorithm), how many devices (nodes) with which boards

@@ -28,13 +28,7 @@ from edgegossip.dataplane import payload, wire
 from edgegossip.dataplane.chunking import ChunkPlan
 from edgegossip.models import make_model, resolved
 from edgegossip.models.optim import NesterovSGD
-from edgegossip.run import Network, Run
-
-# the agent settings simulate models, read through Simulation.setting; any other is refused
-SIMULATED = frozenset(
-    ("model", "p", "alpha", "lr", "momentum", "seed", "chunk_bytes", "payload")
-    + ("partition", "beta", "classes_per_worker")
-)
+from edgegossip.run import SIMULATED, Network, Run
 
 
 @dataclass(frozen=True)

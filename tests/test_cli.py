@@ -2,6 +2,7 @@
 
 import json
 
+import click
 from click.testing import CliRunner
 
 from edgegossip.cli.app import cli
@@ -227,3 +228,33 @@ def test_lab_boot_refuses_what_it_cannot_boot(tmp_path):
     (tmp_path / "lab.json").write_text(json.dumps({"lab": 1, "root": "/x", "devices": []}))
     res = CliRunner().invoke(cli, ["lab", "boot", str(tmp_path), "lab1-0", "--card", str(card)])
     assert res.exit_code == 2 and "not a device of the lab" in res.output, res.output
+
+
+def test_every_tool_that_runs_a_fleet_offers_a_runs_settings_by_their_names():
+    """Issue 57, item 1: offering an agent setting on every tool that runs a fleet is its name
+    in run.RUN_SETTINGS: emulate, simulate (those it models), bench overhead (all but its
+    variants' payload and its own model choice) and lab up each have its option, with
+    config.py's default and choices, and simulate reads it as its agents would."""
+    from edgegossip import config
+    from edgegossip.cli.bench import OVERHEAD_SETTINGS
+    from edgegossip.run import LAB, RUN_SETTINGS, SIMULATED
+
+    for path, names in (
+        (["emulate"], set(RUN_SETTINGS)),
+        (["simulate"], SIMULATED),
+        (["bench", "overhead"], OVERHEAD_SETTINGS),
+        (["lab", "up"], LAB),
+    ):
+        cmd = cli
+        for word in path:
+            cmd = cmd.get_command(click.Context(cmd), word)
+        params = {p.name: p for p in cmd.params}
+        for name in names:
+            want = "logreg" if (path, name) == (["lab", "up"], "model") else config.default(name)
+            assert params[name].default == want, (path, name)
+            if name in config.CHOICES:
+                assert list(params[name].type.choices) == list(config.CHOICES[name])
+    ctx = cli.get_command(click.Context(cli), "simulate").make_context(
+        "simulate", ["--algorithm", "rps", "--beta", "0.2", "--partition", "dirichlet"]
+    )
+    assert {ctx.params["beta"], ctx.params["partition"]} == {0.2, "dirichlet"}

@@ -13,6 +13,7 @@ from edgegossip.cli import options
 from edgegossip.cli.render import emit, fail, table
 from edgegossip.errors import UsageError
 from edgegossip.models import MODELS
+from edgegossip.run import RUN_SETTINGS
 
 # the options of the benchmarks that run whole agents
 _seconds = click.option(
@@ -327,6 +328,11 @@ def metrics(as_json: bool, seconds: float, every_s: float, models: tuple[str, ..
     )
 
 
+# the run's settings bench overhead offers: all but the model (its own choice) and the payload
+# (each variant's)
+OVERHEAD_SETTINGS = frozenset(RUN_SETTINGS) - {"model", "payload"}
+
+
 @bench.command()
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of tables.")
 @options.nodes(32, least=2)
@@ -339,6 +345,7 @@ def metrics(as_json: bool, seconds: float, every_s: float, models: tuple[str, ..
 )
 @click.option("--model", type=click.Choice(["mlp", "logreg"]), default="mlp", show_default=True)
 @options.network(offer=("loss", "loss_model", "burst", "rate", "medium"))
+@options.run_settings(OVERHEAD_SETTINGS)
 @click.option(
     "--variant",
     "variants",
@@ -379,9 +386,9 @@ def overhead(as_json, variants, **plan) -> None:
     and their share of the reference's, CPU seconds of the training, receive and send threads,
     and time to the held-out TARGET accuracy.
 
-    JSON: {"benchmark": "overhead", "nodes", "seconds", "model", "loss", "loss_model", "burst",
-    "rate", "target",
-    "rounds", "output", "reference": {"steps_per_s" (the mean of the local runs),
+    JSON: {"benchmark": "overhead", "nodes", "seconds", "model", "settings" (the agents'),
+    "loss", "loss_model", "burst", "rate", "target", "rounds", "output", "reference":
+    {"steps_per_s" (the mean of the local runs),
     "local_steps_per_s" (each local run's, in order), "drift" (last against first, a
     fraction)}, "variants": [{"algorithm", "payload", "rate", "of_local_here" and
     "time_to_target_all_s" (one per round, in order), "median", "min", "max" (of those
@@ -419,6 +426,7 @@ def overhead(as_json, variants, **plan) -> None:
         fail(f"--variant: {e}", exit_codes.USAGE)
     spec = o.fleet(
         plan["out"],
+        {k: plan.pop(k) for k in RUN_SETTINGS if k in OVERHEAD_SETTINGS},
         nodes=plan["nodes"],
         duration_s=plan["seconds"],
         model=plan["model"],

@@ -43,6 +43,11 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
     "--algorithm", type=click.Choice(ALGORITHMS), default=DEFAULT_ALGORITHM, show_default=True
 )
 @options.network(loss_help="Fraction of packets from other agents the kernel drops at each node.")
+@options.run_settings(
+    batch="Examples per training step on each device.",
+    checkpoint_every_s="Seconds between each agent's checkpoints: what a device that loses "
+    "power loses.",
+)
 @click.option(
     "--cpu",
     "cpu",
@@ -68,19 +73,6 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
     "[default: 0.25].",
 )
 @click.option(
-    "--deadline",
-    type=options.choice("deadline"),
-    default=options.default("deadline"),
-    show_default=True,
-    help="Exchange deadlines: one fixed value, or per link from its "
-    "observed transfer times (net.deadline).",
-)
-@options.setting(
-    "--payload",
-    "payload",
-    help="How parameters travel (net.payload): int8 has a float32 scale per datagram.",
-)
-@click.option(
     "--duration", "duration_s", type=click.FloatRange(min=0), default=0.0, help="Seconds to train."
 )
 @click.option("--epochs", type=click.FloatRange(min=0), default=0.0, help="Epochs over each shard.")
@@ -93,29 +85,11 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
     "training, every step an exchange, so that each device's own model comes to the average; "
     "every device enters it at once, SECONDS before the first to start ends its --duration.",
 )
-@options.setting("--transport", "transport", help="The data plane's transport.")
-@options.setting(
-    "--model", "model", help="mlp, logreg, cnn, or the folder of a compiled model (model compile)."
-)
 @options.own_dataset(
     "What the agents train on: a data set's shards (edgegossip data fetch NAME); a .npz of x, y "
     "(x_eval, y_eval; x_test, y_test to score the average model) cut across the nodes; or a "
     "folder of one .npz per node."
 )
-@options.setting("--partition", "partition")
-@options.setting("--beta", "beta")
-@options.setting("--classes-per-worker", "classes_per_worker")
-@options.setting("--seed", "seed")
-@options.setting("--p", "p")
-@options.setting(
-    "--checkpoint-every-s",
-    "checkpoint_every_s",
-    help="Seconds between each agent's checkpoints: what a device that loses power loses.",
-)
-@options.setting("--alpha", "alpha")
-@options.setting("--lr", "lr")
-@options.setting("--momentum", "momentum")
-@options.setting("--batch", "batch", help="Examples per training step on each device.")
 @click.option(
     "--train-backend",
     type=options.choice("backend"),

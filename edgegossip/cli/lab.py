@@ -15,6 +15,7 @@ from edgegossip.cli import options
 from edgegossip.cli.render import emit, fail
 from edgegossip.fleet.targets import RELEASES
 from edgegossip.lab import root as lab_root
+from edgegossip.run import LAB
 
 
 @click.group()
@@ -30,7 +31,7 @@ def lab() -> None:
     loss_help="Fraction of packets between devices the kernel drops.",
     rate="none",
 )
-@options.setting("--model", "model", default="logreg", help="The model.")
+@options.run_settings(LAB, defaults={"model": "logreg"})
 @click.option(
     "--algorithm", type=click.Choice(ALGORITHMS), default=DEFAULT_ALGORITHM, show_default=True
 )
@@ -86,8 +87,19 @@ def up(n, out, as_json, **opts) -> None:
         net = options.network_of(opts, n)
     except ValueError as e:
         fail(str(e), exit_codes.USAGE)
+    # what was given, and the lab's model: the rest keep config.py's defaults, unwritten
+    ctx, default = click.get_current_context(), click.core.ParameterSource.DEFAULT
+    given = {k: opts.pop(k) for k in LAB}
+    given = {k: v for k, v in given.items() if ctx.get_parameter_source(k) != default}
     o = SimpleNamespace(**opts)
-    run = Run.of(algorithm=o.algorithm, nodes=n, network=net, data=o.data, model=o.model)
+    run = Run.of(
+        given,
+        algorithm=o.algorithm,
+        nodes=n,
+        network=net,
+        data=o.data,
+        model=given.get("model", "logreg"),
+    )
     try:
         result = machines.up(
             run,

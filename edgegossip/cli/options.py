@@ -47,6 +47,24 @@ def nodes(
     )
 
 
+def run_settings(offer: frozenset[str] | None = None, defaults: dict | None = None, **helps: str):
+    """The options of the agent settings a run takes (run.RUN_SETTINGS; those of `offer`), each
+    as config.py declares it but where `defaults` or `helps` say otherwise."""
+    from edgegossip.run import RUN_SETTINGS
+
+    names = [n for n in RUN_SETTINGS if offer is None or n in offer]
+
+    def wrap(f):
+        for name in reversed(names):
+            kw = {"help": helps[name]} if name in helps else {}
+            if defaults and name in defaults:
+                kw["default"] = defaults[name]
+            f = setting("--" + name.replace("_", "-"), name, **kw)(f)
+        return f
+
+    return wrap
+
+
 def dataset(help: str):
     """--data: one of the data sets `edgegossip data fetch` knows."""
     from edgegossip.data.mnist import DATASETS

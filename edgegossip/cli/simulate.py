@@ -13,18 +13,17 @@ from edgegossip.algorithms import NAMES as ALGORITHMS
 from edgegossip.cli import options
 from edgegossip.cli.render import fail, table
 from edgegossip.errors import UsageError
+from edgegossip.run import SIMULATED
 
 
 @click.command()
 @click.option("--algorithm", type=click.Choice(ALGORITHMS), required=True)
-@options.setting("--model", "model", help="The model.")
 @options.own_dataset(
     "What the workers train on: a data set `edgegossip data fetch` knows, the user's FILE.npz "
     "(cut by --partition) or a DIR of one .npz per worker."
 )
 @options.nodes(256)
-@options.setting("--p", "p", help="Exchange probability per worker per step.")
-@options.setting("--alpha", "alpha")
+@options.run_settings(SIMULATED, p="Exchange probability per worker per step.")
 @options.network(
     offer=("loss", "loss_model", "burst", "trace"),
     loss="0",
@@ -34,17 +33,6 @@ from edgegossip.errors import UsageError
     "--epochs", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True
 )
 @options.setting("--batch", "batch", default=128, help="Examples per step, summed over workers.")
-@options.setting("--lr", "lr")
-@options.setting("--momentum", "momentum")
-@options.setting("--partition", "partition")
-@options.setting("--beta", "beta")
-@options.setting("--classes-per-worker", "classes_per_worker")
-@options.setting(
-    "--payload",
-    "payload",
-    help="How parameters travel: int8 has a float32 scale per datagram.",
-)
-@options.setting("--chunk-bytes", "chunk_bytes", type=int)
 @click.option(
     "--closing",
     type=click.IntRange(min=0),
@@ -54,7 +42,6 @@ from edgegossip.errors import UsageError
     "with a peer each round (Elastic Gossip's rule at alpha 0.5), so each worker's own model "
     "comes to the average.",
 )
-@options.setting("--seed", "seed")
 @click.option(
     "--eval-every",
     type=click.FloatRange(min=0, min_open=True),

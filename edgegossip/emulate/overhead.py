@@ -297,12 +297,12 @@ class Plan:
     rounds: int = 1
 
 
-def fleet(out: Path | None = None, **given) -> FleetSpec:
+def fleet(out: Path | None = None, settings: dict | None = None, **given) -> FleetSpec:
     """The fleet every run of a Plan shares: FleetSpec.of's keywords (nodes, duration_s, model,
-    network, ...; their defaults are the CLI's), local-only in namespaces, under `out` or a new
-    temporary folder."""
+    network, ...; their defaults are the CLI's) and agent settings, local-only in namespaces,
+    under `out` or a new temporary folder."""
     out = out or Path(tempfile.mkdtemp(prefix="bench-overhead-"))
-    return FleetSpec.of(algorithm=Local.name, backend="netns", out=out, **given)
+    return FleetSpec.of(settings, algorithm=Local.name, backend="netns", out=out, **given)
 
 
 def run(plan: Plan, progress=print) -> dict:
@@ -327,6 +327,7 @@ def run(plan: Plan, progress=print) -> dict:
         "nodes": spec.nodes,
         "seconds": spec.duration_s,
         "model": spec.model,
+        "settings": dict(spec.settings),  # the agents' beside their defaults (each run's payload)
         **{k: getattr(net, k) for k in ("loss", "loss_model", "burst", "rate")},
         **{k: getattr(plan, k) for k in ("target", "rounds")},
         "reference": ref,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import secrets as _random
 from pathlib import Path
 
+from edgegossip import config
 from edgegossip.fleet import inventory, secrets
 from edgegossip.fleet.inventory import Device, Fleet, InventoryError
 
@@ -78,8 +79,10 @@ def create(
 
         dataset = settings.get("data", {}).get("source", "mnist")
         progress(f"splitting {dataset} {split} into {len(devices)} device files in {root / 'data'}")
-        seed = settings.get("train", {}).get("seed", 0)
-        for _ in split_mnist(root / "data", len(devices), split, seed=seed, dataset=dataset):
+        train = settings.get("train", {})
+        cut = {k: train.get(k, config.default(k)) for k in ("seed", "beta")}
+        k = train.get("classes_per_worker", config.default("classes_per_worker"))
+        for _ in split_mnist(root / "data", len(devices), split, k=k, dataset=dataset, **cut):
             pass
     if source is not None:  # the fleet folder holds its own copy, shipped by deploy
         from edgegossip.artifact import copy
