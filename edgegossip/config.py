@@ -256,11 +256,16 @@ class AgentConfig:
         "loopback emulation only: drop this fraction on receive",
         range=Range(0, 1, hi_open=True),
     )
+    inject_loss_model: str = setting(
+        "net",
+        "bernoulli",
+        "loopback emulation only: how the injected loss falls (transport/lossmodel.py)",
+        ("bernoulli", "gilbert-elliott"),
+    )
     inject_burst: float = setting(
         "net",
         1.0,
-        "loopback emulation only: the injected loss's mean burst, in datagrams of one sender "
-        "(Gilbert-Elliott, transport/lossmodel.py); 1: independent",
+        "loopback emulation only: the injected loss's mean burst, in datagrams of one sender",
         range=Range(1),
     )
     gso: bool = setting("net", True, "udp: send runs of datagrams as one UDP GSO buffer")
@@ -380,6 +385,7 @@ APPLIES_WHEN = {
     "deadline_min_s": ("deadline", ("adaptive",)),
     "deadline_max_s": ("deadline", ("adaptive",)),
     "gso": ("transport", ("udp",)),
+    "inject_burst": ("inject_loss_model", ("gilbert-elliott",)),
 }
 
 

@@ -60,7 +60,8 @@ def _body(sender: int) -> memoryview:
 def test_loopback_injects_each_senders_own_bursts():
     kept: list[int] = []
     dropped: list[str] = []
-    handler = injected_loss(lambda body: kept.append(body[8]), 0.1, dropped.append, 9, 16.0)
+    model = LossModel("gilbert-elliott", 0.1, 16.0)
+    handler = injected_loss(lambda body: kept.append(body[8]), model, dropped.append, 9)
     n = 40_000
     arrived = {1: np.zeros(n, bool), 2: np.zeros(n, bool)}
     for i in range(n):

@@ -38,6 +38,7 @@ from edgegossip.models.optim import NesterovSGD
 from edgegossip.protocol import Context, Protocol, make_protocol
 from edgegossip.protocol.base import Stopped
 from edgegossip.storage import StepTimes, Storage, checkpoint_bytes, metrics_share
+from edgegossip.transport.lossmodel import LossModel
 from edgegossip.transport.peers import PeerBook
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,13 @@ CLOSING_RECORD_S = 5.0
 # boards (Fashion CNN, eval_examples 2000) a Pi Zero 2 W spent 26 s of its 2% of a core on one,
 # a third of its training time and nearly all of a 30 s closing phase (5 closing steps in it)
 EVAL_SHARE = 0.1
+
+
+def injected(cfg: AgentConfig) -> LossModel | None:
+    """The loss a loopback emulation injects on receive, as its config names it; None: none."""
+    if not cfg.inject_loss:
+        return None
+    return LossModel(cfg.inject_loss_model, cfg.inject_loss, cfg.inject_burst)
 
 
 def _check_digest(cfg: AgentConfig, digest: str | None) -> None:
@@ -230,9 +238,8 @@ class Agent:
             gso=cfg.gso,
             encrypt=cfg.encrypt,
             session=checkpoint.next_session(self.out),  # before anything is sent
-            inject_loss=cfg.inject_loss,
+            inject=injected(cfg),
             loss_seed=cfg.id + self.step,
-            inject_burst=cfg.inject_burst,
             senders=frozenset(peers),
             rps_blocks=cfg.workers if self.algorithm.rps_blocks else 0,
             # gossip: buffers for the exchanges in flight, not for every peer

@@ -25,6 +25,7 @@ from edgegossip.dataplane import wire
 from edgegossip.dataplane.chunking import ChunkPlan
 from edgegossip.dataplane.plane import DataPlane, PlaneSpec
 from edgegossip.dataplane.sender import send_vector
+from edgegossip.transport.lossmodel import LossModel
 
 KEY = wire.derive_key("edgegossip-demo")
 FLEET = 77
@@ -55,7 +56,7 @@ def _plane(p: Peer, plan: ChunkPlan) -> DataPlane:
         p.me,
         rate_bytes_per_s=p.rate,
         gso=False,
-        inject_loss=p.inject,
+        inject=LossModel("bernoulli", p.inject) if p.inject else None,
         loss_seed=p.me,
         senders=frozenset({1 - p.me}),
     )

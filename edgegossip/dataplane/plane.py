@@ -21,6 +21,7 @@ from edgegossip.dataplane.reassembly import Reassembly
 from edgegossip.dataplane.sender import Sender
 from edgegossip.transport import ReceiveThread, Transport, make_transport
 from edgegossip.transport.base import Endpoint, FastPath, Handler
+from edgegossip.transport.lossmodel import LossModel
 from edgegossip.transport.lossy import injected_loss
 from edgegossip.transport.peers import PeerBook
 
@@ -35,9 +36,9 @@ class PlaneSpec:
     gso: bool = True  # udp: send runs of datagrams as one GSO buffer
     encrypt: bool = False  # send encrypted payloads, accept only encrypted ones
     session: int = 1  # this start's session number (checkpoint.next_session)
-    inject_loss: float = 0.0  # loopback emulation: drop this fraction on receive
-    loss_seed: int = 0  # the injected loss's random stream
-    inject_burst: float = 1.0  # its mean burst, in one sender's datagrams
+    # loopback emulation: the loss to inject on receive (None: none), and its random stream
+    inject: LossModel | None = None
+    loss_seed: int = 0
     senders: frozenset[int] | None = None  # whom the inbox accepts; None: anyone
     rps_blocks: int = 0  # the inbox keeps one buffer per RPS block
     receive_buffers: int = 0  # buffers shared by all senders (0: one set per sender)
@@ -85,11 +86,9 @@ class DataPlane:
                 self.inbox.links.restore(replay)
             handler: Handler = self.inbox.ingest
             fast: FastPath | None = self.inbox.fast
-            if spec.inject_loss:  # every datagram must meet the injected loss: no fast path
+            if spec.inject:  # every datagram must meet the injected loss: no fast path
                 drop = self.inbox.counter.drop
-                handler = injected_loss(
-                    handler, spec.inject_loss, drop, spec.loss_seed, spec.inject_burst
-                )
+                handler = injected_loss(handler, spec.inject, drop, spec.loss_seed)
                 fast = None
             self.receiver = ReceiveThread(self.transport, handler, self.inbox.counter.drop, fast)
             self.receiver.start()

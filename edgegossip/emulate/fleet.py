@@ -48,7 +48,7 @@ EMULATED = {"eval_every": 50}
 # `settings` may not name them
 FLEET_SETS = frozenset(
     ("algorithm", "workers", "source", "max_steps", "duration_s", "inject_loss", "inject_burst")
-    + ("gso", "closing_s")
+    + ("inject_loss_model", "gso", "closing_s")
 )
 
 
@@ -105,14 +105,17 @@ class EmulatedFleet:
             rows = own.rows(self.data_files[i]) if self.data_files else mnist.TRAIN_ROWS // s.nodes
             steps = int(s.epochs * rows // s.setting("batch"))
         own_data = bool(self.data_files)
+        injects = s.backend == "loopback"
         fleet_sets = {
             "algorithm": s.algorithm,
             "workers": s.nodes,
             "source": "file" if own_data else s.data,
             "max_steps": steps,
             "duration_s": s.duration_s,
-            "inject_loss": s.network.loss if s.backend == "loopback" else 0.0,
-            "inject_burst": s.network.burst if s.network.loss_model == "gilbert-elliott" else 1.0,
+            # loopback: the network's loss, injected on receive (netns: the kernel's)
+            "inject_loss": s.network.loss if injects else 0.0,
+            "inject_loss_model": s.network.loss_model if injects else "bernoulli",
+            "inject_burst": s.network.burst if injects else 1.0,
             "gso": True,  # the netns links cut GSO buffers before the loss rule (netns.Lan)
             "closing_s": 0.0,  # not each agent's clock: the fleet's (close_when_due)
         }

@@ -14,12 +14,9 @@ from edgegossip.transport.lossmodel import LossModel
 _SENDER = 8  # the sender id's offset in the header (dataplane/wire.py), where a body starts
 
 
-def injected_loss(
-    handler: Handler, loss: float, drop: DropSink, seed: int, burst: float = 1.0
-) -> Handler:
-    """Wrap a datagram handler so that `loss` of each sender's datagrams vanish before it, in
-    bursts of `burst` datagrams on average."""
-    model = LossModel("gilbert-elliott" if burst > 1 else "bernoulli", loss, burst)
+def injected_loss(handler: Handler, model: LossModel, drop: DropSink, seed: int) -> Handler:
+    """Wrap a datagram handler so that each sender's datagrams vanish before it as `model`
+    loses them."""
     patterns: dict[int, list] = {}  # sender id: [its pattern, the count of its datagrams]
 
     def lossy(body: memoryview) -> None:
