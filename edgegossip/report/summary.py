@@ -27,7 +27,8 @@ def summarize(
     data: mnist.Mnist | None = None,
 ) -> dict:
     data = data or mnist.load()
-    model = make_model(model_name)
+    # scored after the run, on the operator's machine: every core (a device trains on one)
+    model = make_model(model_name, threads=0)
     params, agents, histories = [], [], {}
     for i in range(nodes) if isinstance(nodes, int) else nodes:  # ids: a fleet may have gaps
         recs = records(out / f"agent{i}" / "metrics.jsonl")
