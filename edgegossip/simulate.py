@@ -41,6 +41,8 @@ class Simulation(Run):
     epochs: float = 1.0  # passes over each worker's shard
     batch: int = 128
     closing: int = 0
+    # gossip: steps from an exchange's snapshots to its merge (algorithms/base.py), 0 at once
+    merge_delay: int = 0
 
     def check(self) -> None:
         super().check()
@@ -59,6 +61,9 @@ class Simulation(Run):
             raise ValueError("batch must be at least the number of workers")
         if self.epochs <= 0:
             raise ValueError("epochs must be positive")
+        gossip = issubclass(algorithms.get(self.algorithm), algorithms.base.GossipAlgorithm)
+        if self.merge_delay < 0 or (self.merge_delay and not gossip):
+            raise ValueError(f"--merge-delay: steps, for a gossip algorithm, not {self.algorithm}")
         problem = agent_config.closing_problem(self.algorithm, bool(self.closing))
         if problem:
             raise ValueError(f"--closing: {problem}")
@@ -216,6 +221,7 @@ def _world(cfg: Simulation, model) -> tuple:
         cfg.setting("alpha"),
         avg_grad,
         weights=[1.0] * W,
+        delay=cfg.merge_delay,
     )
     return world, net, rngs
 
@@ -253,6 +259,11 @@ def _result(
         **_scores(model, xs[0], avg, data),
         "bytes_sent_per_worker": algorithm.sim_bytes_per_worker(world),
         "closing": cfg.closing,
+        **(
+            {"merge_delay": cfg.merge_delay, "exchanges_lapsed": world.lapsed}
+            if cfg.merge_delay
+            else {}
+        ),
         # how far the workers are from agreeing: the farthest one's distance from the average,
         # relative to the average's norm (0: every worker holds the average model)
         "spread": round(

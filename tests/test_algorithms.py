@@ -261,3 +261,43 @@ def test_receive_buffers_grow_for_a_small_model_within_their_memory():
         k = gossip.receive_buffers_for(n)
         assert k == 2 or k * 4 * n <= base.RECEIVE_BUFFERS_MB * 2**20
     assert algorithms.get("rps").receive_buffers_for(7_850) == 0
+
+
+def test_a_delayed_merge_pulls_against_the_snapshots_of_its_start():
+    """simulate --merge-delay: an agent's exchange lands steps after its snapshots, against what
+    it has trained to since. Two workers that pick each other every step, each step adding 1,
+    alpha 0.5: at once, step 1 merges its own snapshots (0 and 10 -> 6 and 6); one step late,
+    step 1's exchange (0 and 10) lands at step 2 on 2 and 12 -> 7 and 7, exactly. A mutual pick
+    is one exchange, holding one snapshot at each end."""
+    from edgegossip.algorithms.base import World
+    from edgegossip.algorithms.elastic_gossip import ElasticGossip
+    from edgegossip.dataplane.chunking import ChunkPlan
+
+    class AddOne:
+        def step(self, x, g):
+            x += 1
+
+    class Lossless:
+        def send(self, w, chunks):
+            return np.ones(len(chunks), np.uint8)
+
+    def world(delay):
+        xs = [np.zeros(4, np.float32), np.full(4, 10, np.float32)]
+        pres = [np.empty(4, np.float32) for _ in xs]
+        return World(
+            xs, [AddOne(), AddOne()], [None, None], pres, pres, Lossless(),
+            np.random.default_rng(0), ChunkPlan(4, 8), None, 1.0, 0.5,
+            np.zeros(4, np.float32), delay=delay,
+        )  # fmt: skip
+
+    now, late = world(0), world(1)
+    ElasticGossip.sim_step(now)
+    assert [x[0] for x in now.xs] == [6.0, 6.0]
+    ElasticGossip.sim_step(late)
+    assert [x[0] for x in late.xs] == [1.0, 11.0] and len(late.pending) == 1
+    ElasticGossip.sim_step(late)
+    # step 2's own exchange, on its way: each end holds one snapshot for it
+    assert [x[0] for x in late.xs] == [7.0, 7.0] and late.in_flight == [1, 1]
+    late.in_flight[:] = [2, 2]  # every snapshot taken: a pick lapses, as on an agent
+    ElasticGossip.sim_step(late)  # step 2's lands: 8 - (1 - 11) / 2 = 13, 8 + (1 - 11) / 2 = 3
+    assert [x[0] for x in late.xs] == [13.0, 3.0] and late.in_flight == [1, 1]

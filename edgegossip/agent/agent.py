@@ -24,7 +24,7 @@ from edgegossip.agent.checkpoints import Checkpoints
 from edgegossip.agent.keys import link_keys
 from edgegossip.agent.reload import Live, Reader, apply, config_hash
 from edgegossip.agent.shard import Shard, after_prefix, load_data
-from edgegossip.algorithms.base import CLOSING_ALPHA
+from edgegossip.algorithms.base import CLOSING_ALPHA, SNAPSHOTS
 from edgegossip.config import AgentConfig, ConfigError
 from edgegossip.control.server import Controls
 from edgegossip.data import device
@@ -267,9 +267,8 @@ class Agent:
                 self._threads.update(plane.threads())
             inbox = plane.inbox if plane is not None else None
             sender = plane.sender if plane is not None else None
-            # two copies of the parameters in flight at most: an exchange we started and one we
-            # answer (Elastic Gossip), or RPS's REDUCE and GATHER
-            snapshots = Snapshots(self.plan.n_params, 2) if sender is not None else None
+            # base.SNAPSHOTS copies of the parameters in flight at most
+            snapshots = Snapshots(self.plan.n_params, SNAPSHOTS) if sender is not None else None
             rounds = inbox.rounds if inbox is not None else None
             ctx = Context(
                 cfg, self.plan, rounds, sender, peers, self.rng, snapshots, stop=self.stop_event

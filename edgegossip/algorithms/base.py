@@ -7,7 +7,8 @@ algorithm: adding one is a new module and one line in algorithms/__init__.py."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections import deque
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -28,6 +29,10 @@ CLOSING_ALPHA = 0.5
 # 0.2% and one in forty (docs/results.md). Six for a model up to 1.4 MB, two above 2.8 MB.
 RECEIVE_BUFFERS_MB = 8
 MAX_RECEIVE_BUFFERS = 6
+# An agent's pre-step copies of its parameters, so the exchanges it can have in flight at once:
+# one it started and one it answers (Elastic Gossip), or RPS's REDUCE and GATHER. A pick that
+# finds either end without a free copy lapses; simulate --merge-delay holds its workers to it.
+SNAPSHOTS = 2
 
 
 @dataclass
@@ -55,6 +60,14 @@ class World:
     ring_bytes: float = 0.0  # all-reduce's traffic per worker so far
     carry: list[Any] = field(default_factory=list)  # RPS: each worker's rounding carried forward
     training: bool = True  # False in the closing phase: steps exchange, nobody trains
+    # gossip: steps between an exchange's snapshots and its merge (an agent's exchange lands
+    # while it trains on), the exchanges on their way: (due step, picks, pres, sent), and each
+    # worker's count of them
+    delay: int = 0
+    pending: deque = field(default_factory=deque)
+    in_flight: list[int] = field(default_factory=list)
+    lapsed: int = 0  # picks that found an end without a free snapshot
+    step: int = 0
 
     def close(self) -> None:
         """Enter the closing phase (CLOSING_ALPHA above): no more local steps, every worker
@@ -140,6 +153,23 @@ def choose_peers(workers: int, p: float, rng: np.random.Generator) -> list[int |
     return picks
 
 
+def _admitted(world: World, picks: list[int | None]) -> list[int | None]:
+    """The picks whose two ends each have a snapshot free (SNAPSHOTS), counted in flight; the
+    others lapse, as on an agent."""
+    if not world.in_flight:
+        world.in_flight = [0] * world.n
+    out: list[int | None] = []
+    for i, j in enumerate(picks):
+        mutual = j is not None and j < i and out[j] == i  # one exchange, already counted
+        ok = mutual or (j is not None and max(world.in_flight[i], world.in_flight[j]) < SNAPSHOTS)
+        if ok and not mutual:
+            world.in_flight[i] += 1
+            world.in_flight[j] += 1  # type: ignore[index]
+        world.lapsed += j is not None and not ok
+        out.append(j if ok else None)
+    return out
+
+
 class GossipAlgorithm(Algorithm):
     """Gossip: with probability p per step a worker picks one peer; the pickers' and the picked
     workers' pre-step parameters are snapshotted, every worker steps, then merge() applies."""
@@ -150,13 +180,39 @@ class GossipAlgorithm(Algorithm):
     @classmethod
     def sim_step(cls, world: World) -> None:
         picks = choose_peers(world.n, world.p, world.rng)
+        if world.delay:
+            picks = _admitted(world, picks)
         involved = {w for w, j in enumerate(picks) if j is not None} | {
             j for j in picks if j is not None
         }
         for w in involved:
             world.snapshot(w)
         world.local_steps()
-        cls.merge(world, picks)
+        world.step += 1
+        if not world.delay:
+            cls.merge(world, picks)
+            return
+        # the snapshots as they were, merged world.delay steps on into what the workers are then
+        if not involved:
+            return cls._land(world)
+        pres: list = [None] * world.n
+        sent: list = [None] * world.n
+        for w in involved:
+            pres[w] = world.pres[w].copy()
+            sent[w] = pres[w] if world.sent is world.pres else world.sent[w].copy()
+        world.pending.append((world.step + world.delay, picks, pres, sent))
+        cls._land(world)
+
+    @classmethod
+    def _land(cls, world: World) -> None:
+        """Merge the exchanges due by now, each against its start's snapshots."""
+        while world.pending and world.pending[0][0] <= world.step:
+            _, late, pres, sent = world.pending.popleft()
+            cls.merge(replace(world, pres=pres, sent=sent), late)
+            for i, j in enumerate(late):
+                if j is not None and not (j < i and late[j] == i):
+                    world.in_flight[i] -= 1
+                    world.in_flight[j] -= 1
 
     @classmethod
     def merge(cls, world: World, picks: list[int | None]) -> None:

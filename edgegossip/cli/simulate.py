@@ -16,6 +16,11 @@ from edgegossip.errors import UsageError
 from edgegossip.run import SIMULATED
 
 
+def _steps(flag: str, help: str):
+    """A count of simulated steps or rounds, 0 for none."""
+    return click.option(flag, type=click.IntRange(min=0), default=0, show_default=True, help=help)
+
+
 @click.command()
 @click.option("--algorithm", type=click.Choice(ALGORITHMS), required=True)
 @options.own_dataset(
@@ -33,14 +38,16 @@ from edgegossip.run import SIMULATED
     "--epochs", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True
 )
 @options.setting("--batch", "batch", default=128, help="Examples per step, summed over workers.")
-@click.option(
+@_steps(
+    "--merge-delay",
+    "Gossip: apply each exchange this many steps after its snapshots, as an agent's lands "
+    "while it trains on (0: in the step it starts).",
+)
+@_steps(
     "--closing",
-    type=click.IntRange(min=0),
-    default=0,
-    show_default=True,
-    help="Rounds of a closing phase after training: nobody trains, every worker exchanges "
-    "with a peer each round (Elastic Gossip's rule at alpha 0.5), so each worker's own model "
-    "comes to the average.",
+    "Rounds of a closing phase after training: nobody trains, every worker exchanges with a "
+    "peer each round (Elastic Gossip's rule at alpha 0.5), so each worker's own model comes to "
+    "the average.",
 )
 @click.option(
     "--eval-every",
@@ -72,7 +79,9 @@ def simulate(eval_every, history, plot, as_json, **settings) -> None:
     val_mse_worker0 give the mean squared error per element), bytes_sent_per_worker
     (datagrams as they go on the wire, framing included; a float32 ring for allreduce),
     datagrams_sent, datagrams_lost, elapsed_s [, push_weight_sum,
-    push_weight_in_flight (gossip-push: the weights held, and those on their way)]."""
+    push_weight_in_flight (gossip-push: the weights held, and those on their way)]
+    [, merge_delay, exchanges_lapsed (--merge-delay: picks that found an end with both its
+    snapshots in flight)]."""
     from edgegossip.simulate import Simulation
 
     try:

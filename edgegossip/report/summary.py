@@ -27,8 +27,7 @@ def summarize(
     data: mnist.Mnist | None = None,
 ) -> dict:
     data = data or mnist.load()
-    # scored after the run, on the operator's machine: every core (a device trains on one)
-    model = make_model(model_name, threads=0)
+    model = make_model(model_name, threads=0)  # after the run, on every core of this machine
     params, agents, histories = [], [], {}
     for i in range(nodes) if isinstance(nodes, int) else nodes:  # ids: a fleet may have gaps
         recs = records(out / f"agent{i}" / "metrics.jsonl")
