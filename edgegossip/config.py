@@ -426,6 +426,14 @@ def acts(key: str, value_of: Callable[[str], Any]) -> bool:
     return key not in APPLIES_WHEN or value_of(APPLIES_WHEN[key][0]) in APPLIES_WHEN[key][1]
 
 
+def sectioned(flat: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Settings by name, as an agent.toml or a fleet.toml's sections hold them."""
+    doc: dict[str, dict[str, Any]] = {}
+    for key, value in flat.items():
+        doc.setdefault(section_of(key), {})[key] = value
+    return doc
+
+
 def check_effective(c: AgentConfig, given) -> None:
     """Refuse a key in `given` that c's settings ignore (APPLIES_WHEN)."""
     for key in given:

@@ -153,6 +153,11 @@ def choose_peers(workers: int, p: float, rng: np.random.Generator) -> list[int |
     return picks
 
 
+def _answers(picks: list[int | None], i: int, j: int | None) -> bool:
+    """i's pick j is j's own pick of i, seen second: a mutual pick, one exchange."""
+    return j is not None and j < i and picks[j] == i
+
+
 def _admitted(world: World, picks: list[int | None]) -> list[int | None]:
     """The picks whose two ends each have a snapshot free (SNAPSHOTS), counted in flight; the
     others lapse, as on an agent."""
@@ -160,7 +165,7 @@ def _admitted(world: World, picks: list[int | None]) -> list[int | None]:
         world.in_flight = [0] * world.n
     out: list[int | None] = []
     for i, j in enumerate(picks):
-        mutual = j is not None and j < i and out[j] == i  # one exchange, already counted
+        mutual = _answers(out, i, j)  # one exchange, already counted
         ok = mutual or (j is not None and max(world.in_flight[i], world.in_flight[j]) < SNAPSHOTS)
         if ok and not mutual:
             world.in_flight[i] += 1
@@ -210,7 +215,7 @@ class GossipAlgorithm(Algorithm):
             _, late, pres, sent = world.pending.popleft()
             cls.merge(replace(world, pres=pres, sent=sent), late)
             for i, j in enumerate(late):
-                if j is not None and not (j < i and late[j] == i):
+                if j is not None and not _answers(late, i, j):
                     world.in_flight[i] -= 1
                     world.in_flight[j] -= 1
 

@@ -101,10 +101,7 @@ def _digest(folder: str, stamp: tuple) -> str:
 
 def render(fleet, device) -> config.AgentConfig:
     """The device's AgentConfig; raises config.ConfigError naming the bad key."""
-    doc: dict = {}
-    for key, value in values(fleet, device).items():
-        doc.setdefault(config.section_of(key), {})[key] = value
-    return config.from_dict(doc)
+    return config.from_dict(config.sectioned(values(fleet, device)))
 
 
 def toml(fleet, device) -> str:

@@ -74,7 +74,10 @@ def up(
     _save_state(out, state)
     try:
         network.up(lab, n, net)
-        fleet = _fleet(out, lab, names, _settings(run), split, progress)
+        settings = config.sectioned(
+            {"algorithm": run.algorithm, "source": run.data, **run.settings}
+        )
+        fleet = _fleet(out, lab, names, settings, split, progress)
         pub = (fleet.ssh_key_path().with_suffix(".pub")).read_text()
         progress(f"booting {n} devices from {root}")
         for i, nm in enumerate(names):
@@ -95,15 +98,6 @@ def up(
         "fleet": str(out / inventory.NAME),
         "devices": [{"name": d["name"], "address": d["address"]} for d in state["devices"]],
     }
-
-
-def _settings(run: Run) -> dict[str, dict[str, Any]]:
-    """The run's agent settings as fleet.toml's sections hold them."""
-    flat = {"algorithm": run.algorithm, "source": run.data, **run.settings}
-    out: dict[str, dict[str, Any]] = {}
-    for k, v in flat.items():
-        out.setdefault(config.section_of(k), {})[k] = v
-    return out
 
 
 def _fleet(out: Path, lab: int, names: list[str], settings: dict, split, progress):
