@@ -10,7 +10,7 @@ import click
 
 from edgegossip import config
 from edgegossip.config import default
-from edgegossip.run import MEDIA
+from edgegossip.run import MEDIA, RUN_SETTINGS
 
 
 def choice(name: str, extra: tuple[str, ...] = ()) -> click.Choice:
@@ -50,8 +50,6 @@ def nodes(
 def run_settings(offer: frozenset[str] | None = None, defaults: dict | None = None, **helps: str):
     """The options of the agent settings a run takes (run.RUN_SETTINGS; those of `offer`), each
     as config.py declares it but where `defaults` or `helps` say otherwise."""
-    from edgegossip.run import RUN_SETTINGS
-
     names = [n for n in RUN_SETTINGS if offer is None or n in offer]
 
     def wrap(f):
