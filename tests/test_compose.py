@@ -1,7 +1,7 @@
 """`emulate --export compose` run for real with Debian's podman and podman-compose (root, CI):
 3 agents training the user's own model (a softmax regression as an exporter writes it, compiled
 by `model compile`) on Fashion-MNIST, 10% loss in bursts of 4 datagrams (each link its own
-pattern) applied inside each container, 10 s. The agents must learn and the receivers must
+pattern) applied inside each container, 20 s. The agents must learn and the receivers must
 observe the configured loss within 4 standard errors, in bursts. No registry: the base image is
 the lab's Debian root, imported locally."""
 
@@ -124,11 +124,12 @@ def test_compose_fleet_learns_its_own_model_under_loss_in_podman(tmp_path, podma
             "1/4",
             # an exchange whose last datagram was lost waits out its deadline before the next
             # starts: at the fixed 5 s, a 10 s run once gave a device only 97 datagrams
-            # (adaptive deadlines start a third more exchanges: docs/results.md)
+            # (adaptive deadlines start a third more exchanges: docs/results.md), and with them
+            # a busy machine's 10 s once gave one 74 (a peer silent for 3 s): 20 s
             "--deadline",
             "adaptive",
             "--duration",
-            "10",
+            "20",
             "--base",
             BASE,
             "--json",
@@ -176,7 +177,7 @@ def test_compose_fleet_learns_its_own_model_under_loss_in_podman(tmp_path, podma
             any(s in n for n in names) for s in ("node0", "node1", "node2")
         ), f"containers {names}; podman said:\n{(up.stdout + up.stderr)[-3000:]}"
         started = time.monotonic()
-        while time.monotonic() - started < 150:  # the agents stop themselves after 10 s
+        while time.monotonic() - started < 150:  # the agents stop themselves after 20 s
             ps = subprocess.run(
                 [
                     "podman",
@@ -216,11 +217,11 @@ def test_compose_fleet_learns_its_own_model_under_loss_in_podman(tmp_path, podma
             capture_output=True,
             timeout=60,
         )
-    print(f"compose: build + up + 10 s run took {time.monotonic() - t0:.0f} s")
+    print(f"compose: build + up + 20 s run took {time.monotonic() - t0:.0f} s")
     assert "loss 10% by nftables (ingress, gilbert-elliott)" in logs.stdout + logs.stderr, (
         logs.stdout[-2000:]
     )
-    s = summarize(out, 3, str(model), 0.1, "compose", 10.0, None, fashion)
+    s = summarize(out, 3, str(model), 0.1, "compose", 20.0, None, fashion)
     print(
         json.dumps(
             {k: s[k] for k in ("observed_loss", "observed_burst_mean", "average_model_accuracy")}
