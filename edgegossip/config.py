@@ -19,7 +19,7 @@ import tomli_w
 
 from edgegossip import algorithms, models, transport
 from edgegossip.algorithms import NAMES as ALGORITHMS
-from edgegossip.dataplane import payload, wire
+from edgegossip.dataplane import congestion, payload, wire
 from edgegossip.errors import UsageError
 from edgegossip.paths import read_regular
 
@@ -232,6 +232,14 @@ class AgentConfig:
     )
     rate_mbps: float = setting(
         "net", 20.0, "send pacing, megabits per second on the link (frames)", range=POSITIVE
+    )
+    # aimd: on one 4 Mbit/s Wi-Fi channel, 8 agents stop flooding it (docs/results.md, "Sharing
+    # the air")
+    congestion: str = setting(
+        "net",
+        "aimd",
+        "how the send pace follows what the links deliver, up to rate_mbps (dataplane/congestion)",
+        congestion.NAMES,
     )
     deadline_s: float = setting(
         "net", 10.0, "an exchange gives up on missing chunks after this", range=POSITIVE

@@ -186,8 +186,14 @@ RUN_SETTINGS = (
     "partition",
     "beta",
     "classes_per_worker",
-) + ("seed", "payload", "chunk_bytes", "transport", "deadline", "checkpoint_every_s")
-SIMULATED = frozenset(RUN_SETTINGS) - {"batch", "transport", "deadline", "checkpoint_every_s"}
+) + ("seed", "payload", "chunk_bytes", "transport", "congestion", "deadline", "checkpoint_every_s")
+SIMULATED = frozenset(RUN_SETTINGS) - {
+    "batch",
+    "transport",
+    "congestion",
+    "deadline",
+    "checkpoint_every_s",
+}
 LAB = frozenset(RUN_SETTINGS) - {"partition", "beta", "classes_per_worker", "seed"}
 
 

@@ -235,6 +235,7 @@ class Agent:
             cfg.fleet,
             cfg.id,
             rate_bytes_per_s=cfg.rate_mbps * 1e6 / 8,
+            congestion=cfg.congestion,
             gso=cfg.gso,
             encrypt=cfg.encrypt,
             session=checkpoint.next_session(self.out),  # before anything is sent

@@ -52,6 +52,7 @@ def traffic(ctx: Context, sender, inbox, protocol: Protocol) -> dict:
         # receive calls that brought datagrams: datagrams_received / this is the batch a wake-up
         # handled (udp; None for a transport that does not count them)
         "receive_batches": getattr(sender.transport, "batches", None),
+        **sender.controller.metrics(),
         **protocol.metrics(),
     }
 

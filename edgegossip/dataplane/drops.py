@@ -31,6 +31,7 @@ DROPS: dict[str, tuple[str, str]] = {
     "out_of_bounds": ("refused", "a chunk outside this model's parameter vector"),
     "non_finite": ("refused", "a NaN or an infinity in its payload"),
     "round_jump": ("refused", "a round number too far ahead to be honest"),
+    "bad_feedback": ("refused", "a feedback report of the wrong size"),
     "old_round": ("late", "a chunk of a round older than the one before the current"),
     "no_buffer": ("late", "no receive buffer free for its round"),
     "collected": ("late", "its round was already merged"),

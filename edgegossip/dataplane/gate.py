@@ -38,6 +38,8 @@ class Gate:
         self.keys = LinkKeys.of(self.keys)
         if self.peers is not None:
             self.peers = frozenset(self.peers)
+        if self.messages is not None:  # a report on our sending comes whatever the algorithm
+            self.messages = frozenset(self.messages) | {wire.MsgType.FEEDBACK}
         self.prefix = wire.frame_prefix(self.group)
         elems = self.plan.chunk_elems
         self.max_body = wire.HEADER_SIZE + self.codec.encoded_len(elems) + wire.TAG_SIZE

@@ -18,11 +18,13 @@ around it runs once per sender and batch rather than once per paced burst.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import numpy as np
 
 from edgegossip import extensions
 from edgegossip.dataplane import wire
+from edgegossip.dataplane.congestion import FEEDBACK_S, Report
 from edgegossip.dataplane.drops import DropCounter
 from edgegossip.dataplane.gate import Gate
 from edgegossip.dataplane.reassembly import Reassembly
@@ -46,6 +48,12 @@ class Inbox:
         self.counter = DropCounter()
         self.links = Links()
         self._run = None  # _wire_c.Run over the transport's current batch arrays
+        # congestion control (dataplane/congestion): where a sender's report on our sending
+        # goes, and where our reports on each incoming link go, every FEEDBACK_S while chunks
+        # arrive on it; None: not reported
+        self.on_feedback: Callable[[int, Report], object] | None = None
+        self.on_report: Callable[[int, Report], object] | None = None
+        self._report_due: dict[int, float] = {}
 
     @classmethod
     def build(
@@ -80,6 +88,8 @@ class Inbox:
         reason = link.admit(h.session, h.seq, now)
         if reason is not None:
             return reason
+        if h.msg_type == wire.MsgType.FEEDBACK:
+            return self._feedback(link, h, payload, now)
         if h.msg_type == wire.MsgType.REQUEST:
             if h.round > FIRST_ROUND_LIMIT:
                 return "round_jump"
@@ -94,9 +104,30 @@ class Inbox:
         if reason is None:
             self.counter.accepted += 1
             self.counter.accepted_bytes += h.length
+            self._arrived(h.sender, link, now)
         elif reason in _ARRIVED:
             link.note(h.session, h.seq)  # delivered (no loss) and never to be taken from a replay
+            self._arrived(h.sender, link, now)
         return reason
+
+    def _feedback(self, link: PeerLink, h: wire.Header, payload, now: float) -> str | None:
+        """A peer's report on our link to it: to the sender's controller."""
+        if len(payload) != wire.FEEDBACK_BODY.size:
+            return "bad_feedback"
+        self._commit(link, h, now)
+        self.counter.accepted += 1
+        if self.on_feedback is not None:
+            self.on_feedback(h.sender, Report(*wire.FEEDBACK_BODY.unpack(payload)))
+        return None
+
+    def _arrived(self, sender: int, link: PeerLink, now: float) -> None:
+        """Chunks from sender arrived: report on its link if one is due. Only chunks call for
+        reports: a report on reports would keep two idle devices talking."""
+        if self.on_report is None or now < self._report_due.get(sender, 0.0):
+            return
+        self._report_due[sender] = now + FEEDBACK_S
+        report = Report(link.session, link.window.highest, link.first, link.arrived, now)
+        self.on_report(sender, report)
 
     def _commit(self, link: PeerLink, h: wire.Header, now: float) -> None:
         if link.commit(h.session, h.seq, now):
@@ -176,21 +207,23 @@ class Inbox:
                 target is None,
             )
             if k:
-                self._file(run, k, target, reason, link, now)
+                self._file(run, k, target, reason, link, now, sender)
         return k
 
-    def _file(self, run, k: int, target, reason, link: PeerLink, now: float) -> None:
+    def _file(self, run, k: int, target, reason, link: PeerLink, now: float, sender: int) -> None:
         """The k datagrams the run took: counted into their round, or dropped as reason (under
         rounds.cond)."""
         if target is None:  # arrived, so no loss on the link, though nothing keeps them
             assert reason in _ARRIVED
             link.note_arrivals(run.seqs[:k])
             self.counter.drop(reason, k)
+            self._arrived(sender, link, now)
             return
         link.commit_run(run.seqs[:k], now)
         target.received += run.fresh
         target.updated = now
         self.counter.accepted += k
         self.counter.accepted_bytes += run.nbytes
+        self._arrived(sender, link, now)
         if target.received >= target.expected:
             self.rounds.cond.notify_all()

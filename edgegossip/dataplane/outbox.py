@@ -18,6 +18,7 @@ import numpy as np
 from edgegossip import extensions
 from edgegossip.dataplane import wire
 from edgegossip.dataplane.chunking import ChunkPlan
+from edgegossip.dataplane.congestion.signal import Report
 from edgegossip.dataplane.keys import LinkKeys
 from edgegossip.dataplane.payload import CODECS, Codec
 from edgegossip.transport.base import PacedLink
@@ -291,6 +292,22 @@ class Encoder:
                 k = 0
         if k:
             yield k
+
+    @property
+    def datagram_bytes(self) -> int:
+        """A whole chunk's datagram, framing included."""
+        return len(self._buf)
+
+    def seq(self, receiver: int) -> int:
+        """The last sequence number used on the link to receiver (0: none yet)."""
+        return self._seq.get(receiver, 0)
+
+    def feedback(self, report: Report, receiver: int) -> memoryview:
+        """A FEEDBACK datagram: our report on the link from receiver (wire.FEEDBACK_BODY)."""
+        body = wire.FEEDBACK_BODY.pack(
+            report.session, report.highest, report.first, report.arrived, report.at
+        )
+        return self._frame(wire.MsgType.FEEDBACK, 0, 0, 0, 0, memoryview(body), receiver)
 
     def request(self, round: int, flags: int = 0, receiver: int = 0) -> memoryview:
         """A payload-less REQUEST datagram (Gossiping SGD pull)."""

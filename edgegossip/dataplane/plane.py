@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from edgegossip.dataplane import congestion
 from edgegossip.dataplane.chunking import ChunkPlan
 from edgegossip.dataplane.gate import Gate
 from edgegossip.dataplane.inbox import Inbox
@@ -32,7 +33,8 @@ class PlaneSpec:
     listen: Endpoint  # where this end receives
     fleet: int  # fleet id in every datagram
     me: int  # this end's worker id
-    rate_bytes_per_s: float | None = None  # send pacing; None: unpaced
+    rate_bytes_per_s: float | None = None  # send pacing, at most; None: unpaced
+    congestion: str = "fixed"  # how the pace follows the links' reports (dataplane/congestion)
     gso: bool = True  # udp: send runs of datagrams as one GSO buffer
     encrypt: bool = False  # send encrypted payloads, accept only encrypted ones
     session: int = 1  # this start's session number (checkpoint.next_session)
@@ -104,8 +106,11 @@ class DataPlane:
             )
             self.sender: Sender | None = None
             if peers is not None:
-                self.sender = Sender(self.transport, self.encoder, peers)
+                control = congestion.make(spec.congestion, spec.rate_bytes_per_s)
+                self.sender = Sender(self.transport, self.encoder, peers, control)
                 self._stack.callback(self.sender.close)
+                self.inbox.on_feedback = control.report
+                self.inbox.on_report = self.sender.report
         except BaseException:
             self._stack.close()
             raise

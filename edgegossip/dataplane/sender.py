@@ -14,13 +14,16 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from dataclasses import dataclass
 
 import numpy as np
 
-from edgegossip.dataplane import wire
+from edgegossip.dataplane import congestion
+from edgegossip.dataplane.congestion import FEEDBACK_S, Controller, Report
 from edgegossip.dataplane.outbox import WHOLE, Encoder, Framing
 from edgegossip.transport.base import Endpoint, Transport
+from edgegossip.transport.pacing import WIRE_OVERHEAD
 from edgegossip.transport.peers import PeerBook
 
 log = logging.getLogger(__name__)
@@ -39,13 +42,7 @@ def send_vector(
     """Frame vec (or its chunks) for worker `receiver` and send it to its endpoint, batched as
     the transport prefers."""
     chunks, block, flags, weight = framing
-    size = (
-        len(encoder.prefix)
-        + wire.HEADER_SIZE
-        + encoder.codec.encoded_len(encoder.plan.chunk_elems)
-        + wire.TAG_SIZE
-    )
-    batch = transport.batch_hint(size)
+    batch = transport.batch_hint(encoder.datagram_bytes)
     link = transport.paced_link(endpoint)
     if link is not None:
         try:
@@ -121,10 +118,25 @@ class Job:
 
 
 class Sender:
-    def __init__(self, transport: Transport, encoder: Encoder, peers: PeerBook):
+    """The sender thread: sends each queued job, paced as the rate controller says
+    (dataplane/congestion), in slices of FEEDBACK_S so a long round follows the controller while
+    it is sent, and between slices the receive thread's reports on the links coming in."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        encoder: Encoder,
+        peers: PeerBook,
+        controller: Controller | None = None,
+    ):
         self.transport = transport
         self.encoder = encoder
         self.peers = peers  # worker id -> where its datagrams go
+        rate = transport.pacer.rate if transport.pacer is not None else None
+        self.controller = controller or congestion.make("fixed", rate)
+        self.controller.session = encoder.session
+        self._reports: dict[int, Report] = {}  # the newest report due to each peer
+        self._reports_lock = threading.Lock()
         self._jobs: queue.Queue[Job | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="sender", daemon=True)
         self._thread.start()
@@ -160,13 +172,83 @@ class Sender:
     def request(self, peer: int, round: int, flags: int = 0) -> None:
         self._jobs.put(Job(peer, None, -1, round, None, 0, flags))  # type: ignore[arg-type]
 
+    def report(self, peer: int, report: Report) -> None:
+        """Our report on the link from peer, to send at the next slice (receive thread)."""
+        with self._reports_lock:
+            self._reports[peer] = report
+
     @property
     def busy(self) -> int:
         return self._jobs.qsize()
 
+    def room(self, message_bytes: int, horizon_s: float) -> int | None:
+        """How many messages of message_bytes the controller's pace sends in horizon_s (None:
+        unpaced, no bound)."""
+        rate = self.controller.device_rate()
+        return None if rate is None else int(horizon_s * rate / max(1, message_bytes))
+
+    def _send_reports(self) -> None:
+        with self._reports_lock:
+            due, self._reports = self._reports, {}
+        for peer, report in due.items():
+            endpoint = self.peers.endpoint(peer)
+            if endpoint is None:
+                continue
+            self._pace(peer)
+            self.transport.send(endpoint, self.encoder.feedback(report, peer))
+            self._sent(peer, self.encoder.seq(peer), time.perf_counter())
+
+    def _pace(self, peer: int) -> None:
+        self.transport.pace(self.controller.rate(peer))
+
+    def _sent(self, peer: int, first: int, t_first: float) -> None:
+        """Tell the controller that first .. the link's last sequence number left since
+        t_first."""
+        self.controller.sent(peer, first, self.encoder.seq(peer), t_first, time.perf_counter())
+
+    def _slices(self, span: range, peer: int) -> list[range]:
+        """span cut into runs of chunks that take about FEEDBACK_S at the peer's pace."""
+        rate = self.controller.rate(peer)
+        if rate is None:
+            return [span]
+        frame = self.encoder.datagram_bytes + WIRE_OVERHEAD
+        n = max(1, int(rate * FEEDBACK_S / frame))
+        return [span[i : i + n] for i in range(0, len(span), n)]
+
+    def _send_job(self, job: Job, endpoint: Endpoint) -> None:
+        peer = job.peer
+        if job.snap is None:
+            self._pace(peer)
+            t0 = time.perf_counter()
+            self.transport.send(endpoint, self.encoder.request(job.round, job.flags, peer))
+            self._sent(peer, self.encoder.seq(peer), t0)
+            return
+        span = range(self.encoder.plan.n_chunks) if job.chunks is None else job.chunks
+        for part in self._slices(span, peer):
+            self._send_reports()
+            self._pace(peer)
+            first = self.encoder.seq(peer) + 1
+            t0 = max(time.perf_counter(), self.transport.departure())
+            framing = Framing(part, job.block, job.flags, job.weight)
+            send_vector(
+                self.transport,
+                self.encoder,
+                endpoint,
+                peer,
+                job.snap.vec,
+                job.msg_type,
+                job.round,
+                framing,
+            )
+            self._sent(peer, first, t0)
+
     def _run(self) -> None:
         while True:
-            job = self._jobs.get()
+            try:
+                job = self._jobs.get(timeout=FEEDBACK_S / 2)
+            except queue.Empty:
+                self._send_reports()
+                continue
             if job is None:
                 return
             try:
@@ -174,21 +256,8 @@ class Sender:
                 if endpoint is None:  # its name does not resolve (yet): lost like a datagram
                     self.peers.skipped += 1
                     continue
-                if job.snap is None:
-                    self.transport.send(
-                        endpoint, self.encoder.request(job.round, job.flags, job.peer)
-                    )
-                    continue
-                send_vector(
-                    self.transport,
-                    self.encoder,
-                    endpoint,
-                    job.peer,
-                    job.snap.vec,
-                    job.msg_type,
-                    job.round,
-                    Framing(job.chunks, job.block, job.flags, job.weight),
-                )
+                self._send_job(job, endpoint)
+                self._send_reports()
             except OSError as e:  # unreachable peer, interface gone: the datagrams are lost
                 self.errors += 1
                 log.debug("send to %s failed: %s", job.peer, e)

@@ -5,7 +5,7 @@ RADIO/DISH use over udp://, so a plain UDP socket and a DISH read the same bytes
 
     offset size  field
     0      1     version      protocol version, VERSION (4)
-    1      1     msg_type     PARAMS, REQUEST, REDUCE or GATHER (MsgType)
+    1      1     msg_type     PARAMS, REQUEST, REDUCE, GATHER or FEEDBACK (MsgType)
     2      1     dtype        payload encoding (payload.py): DTYPE_F32 (1) little-endian float32,
                               DTYPE_F16 (2) float16, DTYPE_BF16 (3) bfloat16, DTYPE_I8 (4) a
                               float32 scale then int8 elements
@@ -29,6 +29,11 @@ RADIO/DISH use over udp://, so a plain UDP socket and a DISH read the same bytes
     48     len   payload      parameters, encoded as dtype says
     48+len 16    tag          ChaCha20-Poly1305 tag under the key of the link sender -> receiver,
                               nonce (session, seq), the rest of the datagram associated data
+
+A FEEDBACK datagram's payload is a receiver's report on the link from the datagram's receiver
+(FEEDBACK_BODY, dataplane/congestion/signal.py's Report): that sender's session (u32), the
+highest sequence number that arrived, the first of the session, how many arrived from it (u64
+each), and when the highest arrived on the reporter's monotonic clock (float64 seconds).
 
 All integers are little-endian. The tag covers the group framing, header and payload (aead.py);
 a receiver checks it before it trusts any field beyond the fleet, receiver and sender ids.
@@ -62,6 +67,7 @@ FLAG_ENCRYPTED = 0x02
 
 HEADER = struct.Struct("<BBBBIHHHHIIIIIIQ")
 HEADER_SIZE = HEADER.size  # 48
+FEEDBACK_BODY = struct.Struct("<IQQQd")  # session, highest, first, arrived, at: 36 bytes
 TAG_SIZE = 16
 MTU_UDP_PAYLOAD = 1472  # 1500-byte MTU minus IPv4 and UDP headers: no IP fragmentation
 DEFAULT_GROUP = b"eg"
@@ -72,6 +78,7 @@ class MsgType(IntEnum):
     REQUEST = 2  # "send me your parameters" (Gossiping SGD pull); no payload
     REDUCE = 3  # RPS reduce-scatter: my copy of your block
     GATHER = 4  # RPS all-gather: the averaged block I serve
+    FEEDBACK = 5  # a receiver's report on the link from us (congestion control); any algorithm
 
 
 class Header(NamedTuple):

@@ -14,10 +14,12 @@ No draw is thrown away. A successful draw (probability p per step) is owed until
 while the sender is still sending, while every peer already has an exchange with us in flight,
 or while no snapshot is free, it waits and starts at the first step that allows it, with a peer
 chosen among those free. At most MAX_OWED draws wait; a draw beyond that lapses and is counted
-(`lapsed`): the link cannot carry the configured rate. Likewise an Elastic Gossip (or pull)
-request that finds no free snapshot is answered as soon as one frees, if its deadline has not
-passed (else `answer_lapsed`). The counters `drawn` and `initiated`, and the agent's
-`exchanges_initiated_per_step`, show the rate that really ran beside the configured p.
+(`lapsed`): the link cannot carry the configured rate. Fewer wait where the rate controller's
+pace carries fewer of this model's messages in AIR_HORIZON_S: a draw beyond is held by the air
+(`air_held`), the exchange rate sized to the device's share of the channel. Likewise an Elastic
+Gossip (or pull) request that finds no free snapshot is answered as soon as one frees, if its
+deadline has not passed (else `answer_lapsed`). The counters `drawn` and `initiated`, and the
+agent's `exchanges_initiated_per_step`, show the rate that really ran beside the configured p.
 
 How long an exchange waits for the peer is per link: fixed, or adaptive from the transfer times
 that link has shown (protocol/deadlines.py).
@@ -43,6 +45,10 @@ from edgegossip.protocol.liveness import Liveness
 
 SETTLE_S = 0.5  # silence after the last chunk that ends waiting for the rest
 MAX_OWED = 8  # draws waiting for a free link or snapshot; a further draw lapses (counted)
+# Draws wait only for as many messages as the air carries in this long at the controller's pace:
+# one further is held (counted `air_held`), so a large model on a shared channel draws what the
+# channel carries instead of drawing and lapsing
+AIR_HORIZON_S = 2.0
 
 
 @dataclass
@@ -116,15 +122,22 @@ class GossipProtocol(Protocol):
         self._answer_owed(x, now)
         if ctx.rng.random() < ctx.cfg.p:
             ctx.exchanges["drawn"] += 1
-            if self.owed < MAX_OWED:
+            if self.owed < self._owed_limit():
                 self.owed += 1
             else:
-                ctx.exchanges["lapsed"] += 1
+                ctx.exchanges["air_held" if self.owed < MAX_OWED else "lapsed"] += 1
         if self.owed and self.sender.busy == 0:
             free = [j for j in self.ids if j not in self.pending and j not in self.owed_answers]
             if free and self._start(self._choose(free, now), x, now):
                 self.owed -= 1
                 ctx.exchanges["initiated"] += 1
+
+    def _owed_limit(self) -> int:
+        """How many draws may wait: MAX_OWED, or fewer where the air carries fewer of our
+        messages in AIR_HORIZON_S at the pace the rate controller allows (at least one)."""
+        message = self.ctx.plan.n_chunks * self.sender.encoder.datagram_bytes
+        room = self.sender.room(message, AIR_HORIZON_S)
+        return MAX_OWED if room is None else max(1, min(MAX_OWED, room))
 
     def _start(self, j: int, x: np.ndarray, now: float) -> bool:
         """Start an exchange with j; False (nothing sent) when no snapshot is free."""

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from edgegossip.transport.pacing import Pacer
+
 # libzmq 4.3.x udp_engine buffer, group framing included: a longer RADIO body overflows the
 # heap (FACTS), so the wire never frames one for the zmq transport
 ZMQ_MAX_DATAGRAM = 8192
@@ -47,6 +49,16 @@ class Transport(ABC):
     receive loop hands bodies (framing removed) of datagrams for our group to a handler."""
 
     name: str
+    pacer: Pacer | None = None  # what paces send() and send_batch(), where the transport paces
+
+    def pace(self, rate_bytes_per_s: float | None) -> None:
+        """Pace what is sent from now on at this rate (the rate controller's word)."""
+        if self.pacer is not None:
+            self.pacer.set_rate(rate_bytes_per_s)
+
+    def departure(self) -> float:
+        """When (time.perf_counter) the next datagram may leave: what the pacer booked ahead."""
+        return self.pacer.next_at if self.pacer is not None and self.pacer.rate else 0.0
 
     @abstractmethod
     def bind(self, endpoint: Endpoint) -> Endpoint:

@@ -32,9 +32,15 @@ EARLY_S = 0.0005
 
 class Pacer:
     def __init__(self, rate_bytes_per_s: float | None, burst_s: float = BURST_S):
-        self.rate = rate_bytes_per_s if rate_bytes_per_s and rate_bytes_per_s > 0 else None
-        self.burst_s = min(burst_s, MAX_BURST_BYTES / self.rate) if self.rate else burst_s
+        self._burst_s = burst_s
+        self.set_rate(rate_bytes_per_s)
         self.next_at = time.perf_counter()
+
+    def set_rate(self, rate_bytes_per_s: float | None) -> None:
+        """Pace what is booked from now on at this rate (None or 0: unpaced)."""
+        self.rate = rate_bytes_per_s if rate_bytes_per_s and rate_bytes_per_s > 0 else None
+        burst = self._burst_s
+        self.burst_s = min(burst, MAX_BURST_BYTES / self.rate) if self.rate else burst
 
     def datagrams_per_burst(self, datagram_bytes: int, most: int = 64) -> int:
         """How many datagrams may leave back to back without exceeding the burst allowance."""

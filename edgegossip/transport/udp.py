@@ -52,7 +52,7 @@ class UdpTransport(Transport):
         gso: bool = True,
     ):
         self.prefix = bytes([len(group)]) + group
-        self.pacer = Pacer(rate_bytes_per_s)
+        self.pacer: Pacer = Pacer(rate_bytes_per_s)
         self.poll_s = poll_s
         self._tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self._rx: socket.socket | None = None

@@ -53,7 +53,7 @@ class ZmqTransport(Transport):
         require_draft()
         self.group = group
         self.plen = 1 + len(group)
-        self.pacer = Pacer(rate_bytes_per_s)
+        self.pacer: Pacer = Pacer(rate_bytes_per_s)
         self.poll_ms = int(poll_s * 1000)
         self.ctx = context or zmq.Context.instance()
         self._radios: dict[Endpoint, zmq.Socket] = {}

@@ -1,0 +1,44 @@
+"""Additive increase scaled by the queue's distance to its target, multiplicative decrease on
+congestion (`net.congestion = "aimd"`, the default).
+
+For an interval of dt seconds whose queueing delay was q (signal.py):
+
+    congested (q > TARGET, or loss beyond the link's random loss):
+        rate <- BETA * rate, then no other decrease until the queue has drained (q + dt)
+    otherwise:
+        rate <- rate + GAIN * cap * dt * (1 - q / TARGET)
+
+The increase is LEDBAT's linear controller (RFC 6817 §2.4.2), which slows as the queue nears
+its target instead of filling it; the decrease is TCP's (RFC 5681), held off for one drain time
+as TCP holds it for one round trip, since the delay still shows the queue the last decrease
+already emptied. Random loss at a steady delay moves nothing. Stations that share a channel
+and follow this rule converge to equal rates (Chiu and Jain 1989): the decrease takes more
+from a larger rate, the increase gives the same to each.
+"""
+
+from __future__ import annotations
+
+from edgegossip.dataplane.congestion.base import Controller, Link, register
+from edgegossip.dataplane.congestion.signal import TARGET_S, Sample
+
+BETA = 0.7  # what a decrease keeps
+GAIN = 0.1  # of the cap a second, at an empty queue: from the floor to the cap in ~10 s
+START = 0.25  # of the cap, a new link's first pace: a shared channel is seldom ours alone
+
+
+@register
+class Aimd(Controller):
+    name = "aimd"
+
+    def _start_rate(self) -> float:
+        return (self.cap or 0.0) * START
+
+    def _next(self, link: Link, sample: Sample, dt: float, now: float) -> float:
+        assert self.cap is not None
+        if sample.congested:
+            if now < link.hold_until:
+                return link.rate
+            link.hold_until = now + sample.queue_delay_s + dt
+            return link.rate * BETA
+        headroom = 1.0 - sample.queue_delay_s / TARGET_S
+        return link.rate + GAIN * self.cap * dt * headroom
