@@ -181,6 +181,14 @@ class AgentConfig:
     alpha: float = setting(
         "train", 0.5, "Elastic Gossip moving rate", scope="fleet", range=FRACTION
     )
+    slices: int = setting(
+        "train",
+        1,
+        "an exchange carries one of this many slices of the model, in turn: 1/slices of the "
+        "bytes, each parameter exchanged at p / slices (Elastic Gossip)",
+        scope="fleet",
+        range=Range(1, 64),
+    )
     max_steps: int = setting("train", 0, "0: no step limit", range=NON_NEGATIVE)
     duration_s: float = setting("train", 0.0, "0: no time limit", range=NON_NEGATIVE)
     phase: str = setting(

@@ -180,6 +180,7 @@ RUN_SETTINGS = (
     "model",
     "p",
     "alpha",
+    "slices",
     "lr",
     "momentum",
     "batch",

@@ -222,6 +222,7 @@ def _world(cfg: Simulation, model) -> tuple:
         avg_grad,
         weights=[1.0] * W,
         delay=cfg.merge_delay,
+        slices=cfg.setting("slices"),
     )
     return world, net, rngs
 

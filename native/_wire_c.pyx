@@ -380,6 +380,14 @@ def send_paced(Aead aead not None, const uint8_t[::1] model not None,
     return done, total, next_at, err, gso, framed
 
 
+cdef inline bint _in_block(Py_ssize_t c, Py_ssize_t block, Py_ssize_t blocks,
+                           Py_ssize_t n_chunks) noexcept nogil:
+    """Chunk c is in block `block` of `blocks`: ChunkPlan.block_chunks' contiguous cut."""
+    cdef Py_ssize_t q = n_chunks // blocks, r = n_chunks % blocks
+    cdef Py_ssize_t start = block * q + (block if block < r else r)
+    return start <= c < start + q + (1 if block < r else 0)
+
+
 cdef inline Py_ssize_t _steady(const uint8_t *d, Py_ssize_t n, const uint8_t *prefix,
                                Py_ssize_t plen, uint32_t fleet, int me, int sender, int msg_type,
                                int flags, uint32_t session, uint32_t round, int64_t highest,
@@ -409,9 +417,11 @@ cdef inline Py_ssize_t _steady(const uint8_t *d, Py_ssize_t n, const uint8_t *pr
     off = _le32(h + 32)
     if (_le32(h + 28) != n_chunks or c >= n_chunks or off != c * chunk_bytes
             or length != _encoded_len(dtype, (chunk_bytes if off + chunk_bytes <= mbytes
-                                              else mbytes - off) // 4)):
+                                              else mbytes - off) // 4)
+            or (blocks and not _in_block(c, _le16(h + 12), blocks, n_chunks))):
         return -1
     return length
+
 
 
 cdef inline bint _from(const uint8_t *d, Py_ssize_t n, const uint8_t *prefix, Py_ssize_t plen,

@@ -396,3 +396,36 @@ def test_agents_with_keyfiles_and_encryption_exchange(tmp_path, free_udp_port, m
     p = _start(wrong, tmp_path / "cw")
     out, err = p.communicate(timeout=60)
     assert p.returncode == 2 and err.count("\n") == 1 and "agent.keys" in err
+
+
+def test_two_agents_exchange_slices_and_report_on_each_others_links(
+    tmp_path, free_udp_port, mnist_data, procs
+):
+    """Issue 66: real agents with train.slices = 4 complete their exchanges (a round is its
+    slice, not a partial model), each receiver reports on the link from its peer, and the
+    sender's controller measured that link."""
+    p0, p1 = free_udp_port(), free_udp_port()
+    common = dict(workers=2, model="logreg", eval_every=50, deadline_s=2.0, p=0.2, slices=4)
+    common.update(key="agent-test-fleet-secret", duration_s=6.0)
+    for i, (me, other) in enumerate(((p0, p1), (p1, p0))):
+        cfg = AgentConfig(
+            id=i,
+            listen=f"127.0.0.1:{me}",
+            peers=(Peer(1 - i, "127.0.0.1", other),),
+            output=str(tmp_path / f"a{i}"),
+            **common,
+        )
+        (tmp_path / f"c{i}").mkdir()
+        procs.append(_start(cfg, tmp_path / f"c{i}"))
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    for i in range(2):
+        recs = read(tmp_path / f"a{i}" / "metrics.jsonl")
+        stop = [r for r in recs if r.get("event") == "stop"][-1]
+        ex = stop["exchanges"]
+        assert ex.get("completed", 0) >= 5 and ex.get("partial", 0) <= ex["completed"] / 4, ex
+        assert stop["datagrams_dropped"] == 0, stop["drops"]
+        # aimd starts a link at a quarter of net.rate_mbps (20 Mbit/s) and moves only on reports
+        # (up on an idle loopback, down where a busy machine delays the receive thread)
+        assert str(1 - i) in stop["link_queue_delay_ms"] and stop["send_rate_mbps"] != 5.0, stop

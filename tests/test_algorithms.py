@@ -301,3 +301,44 @@ def test_a_delayed_merge_pulls_against_the_snapshots_of_its_start():
     late.in_flight[:] = [2, 2]  # every snapshot taken: a pick lapses, as on an agent
     ElasticGossip.sim_step(late)  # step 2's lands: 8 - (1 - 11) / 2 = 13, 8 + (1 - 11) / 2 = 3
     assert [x[0] for x in late.xs] == [13.0, 3.0] and late.in_flight == [1, 1]
+
+
+def test_a_sliced_exchange_sends_its_share_of_the_bytes_and_still_mixes(mnist_data):
+    """Issue 66, item 3: with train.slices = 4 every exchange carries a quarter of the model,
+    each quarter in turn: a quarter of the bytes for the same exchanges, and the workers still
+    pulled together (their spread well below local-only's)."""
+    from edgegossip.simulate import Simulation, simulate
+
+    runs = {}
+    for algorithm, slices in (("elastic-gossip", 1), ("elastic-gossip", 4), ("local", 1)):
+        extra = {"slices": slices} if algorithm == "elastic-gossip" else {}
+        cfg = Simulation.of(
+            algorithm=algorithm, model="logreg", p=1 / 4, network=Network(loss=0.1), **extra
+        )
+        runs[algorithm, slices] = simulate(cfg, mnist_data)
+    whole, sliced, alone = runs["elastic-gossip", 1], runs["elastic-gossip", 4], runs["local", 1]
+    ratio = whole["bytes_sent_per_worker"] / sliced["bytes_sent_per_worker"]
+    assert 3.8 < ratio < 4.2, ratio  # the same draws (one seed): only the slice differs
+    assert sliced["spread"] < alone["spread"] / 2, (sliced, alone)
+
+
+def test_a_slice_is_the_block_an_exchange_names_and_no_chunk_outside_it():
+    from edgegossip.dataplane import wire
+    from edgegossip.dataplane.chunking import ChunkPlan
+    from edgegossip.dataplane.inbox import Inbox
+    from edgegossip.dataplane.outbox import Encoder
+
+    plan = ChunkPlan(10_000, 400)  # 100 chunks, 4 slices of 25
+    key = b"k" * 32
+    inbox = Inbox.build(plan, key, 1, me=0, slices=4)
+    enc = Encoder(plan, key, 1, sender=2)
+    x = np.arange(10_000, dtype=np.float32)
+    for d in enc.chunks(x, wire.MsgType.PARAMS, 1, plan.block_chunks(2, 4), block=2):
+        inbox.ingest(memoryview(bytes(d)[3:]))
+    r = inbox.rounds.borrow(2, wire.MsgType.PARAMS, 1)[0]
+    assert r.expected == 25 and r.received == 25  # complete: the slice is the round
+    assert np.flatnonzero(r.mask).tolist() == list(range(50, 75))
+    inbox.rounds.give_back(r)
+    outside = enc.chunks(x, wire.MsgType.PARAMS, 2, [10], block=2)  # chunk 10 is slice 0's
+    inbox.ingest(memoryview(bytes(next(outside))[3:]))
+    assert inbox.counter.drops["out_of_bounds"] == 1

@@ -243,6 +243,7 @@ class Agent:
             loss_seed=cfg.id + self.step,
             senders=frozenset(peers),
             rps_blocks=cfg.workers if self.algorithm.rps_blocks else 0,
+            slices=cfg.slices,
             # gossip: buffers for the exchanges in flight, not for every peer
             receive_buffers=self.algorithm.receive_buffers_for(self.model.n_params),
             messages=self.algorithm.messages,

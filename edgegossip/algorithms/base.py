@@ -54,6 +54,7 @@ class World:
     p: float
     alpha: float
     avg_grad: np.ndarray
+    slices: int = 1  # an Elastic Gossip exchange carries one slice of the model (train.slices)
     weights: list[float] = field(default_factory=list)  # push-sum weights
     # push-sum running sums per link (sender, receiver): (sent, last seen), in counts
     link_sums: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
@@ -81,6 +82,13 @@ class World:
     @property
     def whole(self) -> range:
         return range(self.plan.n_chunks)
+
+    def slice_now(self) -> range:
+        """The chunks this step's exchanges carry: the whole model, or with slices the slice
+        whose turn it is (each in turn, as an agent sends them)."""
+        if self.slices == 1:
+            return self.whole
+        return self.plan.block_chunks(self.step % self.slices, self.slices)
 
     def local_steps(self) -> None:
         if not self.training:

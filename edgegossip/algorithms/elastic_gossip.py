@@ -41,13 +41,14 @@ def apply(
 
 class ElasticGossip(GossipAlgorithm):
     name = "elastic-gossip"
-    settings = ("p", "alpha")
+    settings = ("p", "alpha", "slices")
     protocol = "edgegossip.protocol.elastic_gossip:ElasticGossipProtocol"
 
     @classmethod
     def merge(cls, world: World, picks: list[int | None]) -> None:
         sets = exchange_sets(picks)
         ce = world.plan.chunk_elems
+        chunks = world.slice_now()
         for i in range(world.n):
-            received = [(world.sent[j], world.net.send(j, world.whole)) for j in sorted(sets[i])]
+            received = [(world.sent[j], world.net.send(j, chunks)) for j in sorted(sets[i])]
             apply(world.xs[i], world.pres[i], received, world.alpha, ce)

@@ -28,6 +28,7 @@ class Gate:
     require_encryption: bool = False
     codec: Codec = CODECS["float32"]  # payloads in another encoding are dropped as bad_dtype
     rps_blocks: int = 0  # RPS block ids must be below this
+    slices: int = 1  # a PARAMS carries one of this many slices of the model (train.slices)
     messages: frozenset[int] | None = None  # the types the algorithm collects; None: any
     group: bytes = wire.DEFAULT_GROUP
     prefix: bytes = field(init=False)
@@ -44,6 +45,10 @@ class Gate:
         elems = self.plan.chunk_elems
         self.max_body = wire.HEADER_SIZE + self.codec.encoded_len(elems) + wire.TAG_SIZE
         self._decoded = np.zeros(elems, np.float32)  # one chunk, decoded (receive thread only)
+
+    def blocks(self, msg_type: int) -> int:
+        """How many blocks a message of msg_type cuts the model into (wire.blocks_of)."""
+        return wire.blocks_of(msg_type, self.rps_blocks, self.slices)
 
     def sender(self, sender: int, encrypted: bool):
         """(the link's AEAD, None) if a datagram from `sender`, so encrypted or not, may be let
@@ -96,12 +101,13 @@ class Gate:
         plan = self.plan
         c = h.chunk_index
         elems = min(plan.chunk_bytes, plan.model_bytes - h.byte_offset) // 4
+        blocks = self.blocks(h.msg_type)
         if (
             h.chunk_count != plan.n_chunks
             or c >= plan.n_chunks
             or h.byte_offset != c * plan.chunk_bytes
             or h.length != self.codec.encoded_len(elems)
-            or (self.rps_blocks and h.block >= self.rps_blocks)
+            or (blocks and (h.block >= blocks or c not in plan.block_chunks(h.block, blocks)))
         ):
             return "out_of_bounds"
         if self.codec.dtype != wire.DTYPE_F32:

@@ -69,7 +69,7 @@ class Inbox:
         """An inbox for `plan`; `gate` takes Gate's fields (me, peers, codec, rps_blocks, ...)
         and the buffer options go to Reassembly."""
         g = Gate(plan, keys, fleet, **gate)
-        return cls(g, Reassembly(plan, g.rps_blocks, receive_buffers, stale_s))
+        return cls(g, Reassembly(plan, g.rps_blocks, receive_buffers, stale_s, slices=g.slices))
 
     # -- receive thread ------------------------------------------------------------------------
     def ingest(self, body: memoryview) -> None:
@@ -203,7 +203,7 @@ class Inbox:
                 rnd,
                 link.window.highest,
                 limit,
-                gate.rps_blocks,
+                gate.blocks(msg_type),
                 target is None,
             )
             if k:

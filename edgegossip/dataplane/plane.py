@@ -43,6 +43,7 @@ class PlaneSpec:
     loss_seed: int = 0
     senders: frozenset[int] | None = None  # whom the inbox accepts; None: anyone
     rps_blocks: int = 0  # the inbox keeps one buffer per RPS block
+    slices: int = 1  # a PARAMS carries one of this many slices of the model (train.slices)
     receive_buffers: int = 0  # buffers shared by all senders (0: one set per sender)
     messages: frozenset[int] | None = None  # the message types accepted; None: any
     stale_s: float = 10.0  # a round nobody collected for this long gives its buffer up
@@ -58,9 +59,13 @@ def _inbox(spec: PlaneSpec, plan: ChunkPlan, keys, codec: Codec) -> Inbox:
         require_encryption=spec.encrypt,
         codec=codec,
         rps_blocks=spec.rps_blocks,
+        slices=spec.slices,
         messages=spec.messages,
     )
-    return Inbox(gate, Reassembly(plan, spec.rps_blocks, spec.receive_buffers, spec.stale_s))
+    rounds = Reassembly(
+        plan, spec.rps_blocks, spec.receive_buffers, spec.stale_s, slices=spec.slices
+    )
+    return Inbox(gate, rounds)
 
 
 class DataPlane:

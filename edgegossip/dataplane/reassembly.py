@@ -137,6 +137,7 @@ class Reassembly:
         receive_buffers: int = 0,
         stale_s: float = 10.0,
         max_events: int = 1024,
+        slices: int = 1,
     ):
         """receive_buffers: 0 gives every (sender, message type) buffers of its own; N > 0 shares
         N among all senders, each holding at most its share (_victim): a round that finds none
@@ -145,6 +146,7 @@ class Reassembly:
         three it is dropped as `no_buffer`."""
         self.plan = plan
         self.rps_blocks = rps_blocks
+        self.slices = slices  # a PARAMS round holds one slice of the model (train.slices)
         self.pool = BufferPool(plan.n_params, receive_buffers) if receive_buffers else None
         self.stale_s = stale_s
         self.slots: dict[tuple[int, int], Slot] = {}
@@ -281,9 +283,10 @@ class Reassembly:
         return True
 
     def _expected_chunks(self, h: wire.Header) -> int:
-        # the whole model for PARAMS; one block for RPS messages, whose block id names it
-        if self.rps_blocks and h.msg_type in (wire.MsgType.REDUCE, wire.MsgType.GATHER):
-            return len(self.plan.block_chunks(h.block, self.rps_blocks))
+        # the whole model, or the block its block id names (an RPS block, a slice)
+        blocks = wire.blocks_of(h.msg_type, self.rps_blocks, self.slices)
+        if blocks:
+            return len(self.plan.block_chunks(h.block, blocks))
         return self.plan.n_chunks
 
     def event(self, h: wire.Header) -> None:

@@ -14,7 +14,8 @@ RADIO/DISH use over udp://, so a plain UDP socket and a DISH read the same bytes
     4      4     fleet        fleet id; datagrams of another fleet are dropped
     8      2     sender       worker id of the sender, 0 .. 65535
     10     2     receiver     worker id this datagram is for; any other receiver drops it
-    12     2     block        block id (RPS server block; 0 for whole-model messages)
+    12     2     block        block id: the RPS server block, or the slice of the model an Elastic
+                              Gossip PARAMS carries (train.slices; 0 for whole-model messages)
     14     2     weight       push-sum running sum of the link (sender, receiver) within the
                               session, in counts modulo 2^16 whose unit the algorithm sets
                               (algorithms/gossip_push.py; gossip-push PARAMS; 0 in every other
@@ -167,6 +168,17 @@ def unpack(body: bytes | memoryview) -> Header:
     if h.dtype not in _DTYPES or (h.dtype == DTYPE_F32 and h.length % 4):
         raise WireError("bad_dtype")
     return h
+
+
+def blocks_of(msg_type: int, rps_blocks: int, slices: int) -> int:
+    """How many blocks a message of msg_type cuts the model into, its block field naming one (0:
+    it carries the whole model): RPS's REDUCE and GATHER one per server, Elastic Gossip's PARAMS
+    one per slice (train.slices)."""
+    if msg_type in (MsgType.REDUCE, MsgType.GATHER):
+        return rps_blocks
+    if msg_type == MsgType.PARAMS and slices > 1:
+        return slices
+    return 0
 
 
 def nonce(h: Header) -> bytes:

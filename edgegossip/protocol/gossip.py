@@ -72,7 +72,9 @@ class GossipProtocol(Protocol):
         self.pending: dict[int, Pending] = {}
         self.ids = sorted(ctx.peers)
         self.owed = 0  # draws not yet started
-        self.owed_answers: dict[int, tuple[int, float]] = {}  # peer -> (its round, deadline)
+        # peer -> (its round, deadline, the slice it carried)
+        self.owed_answers: dict[int, tuple[int, float, int]] = {}
+        self.next_slice = 0  # the slice of the model our next exchange carries (train.slices)
         self.merged_by: dict[int, int] = {}  # rounds that moved our parameters, by peer
         cfg = ctx.cfg
         self.deadlines = Deadlines(
@@ -92,9 +94,28 @@ class GossipProtocol(Protocol):
     def _pending(self, peer: int, pre: Snapshot | None, now: float, rnd: int | None = None) -> None:
         self.pending[peer] = Pending(peer, pre, now + self.deadlines.for_peer(peer), rnd, now)
 
-    def _send_params(self, peer: int, snap: Snapshot, flags: int = 0, weight: int = 0) -> None:
+    def _send_params(
+        self, peer: int, snap: Snapshot, flags: int = 0, weight: int = 0, block: int | None = None
+    ) -> None:
+        """Send snap to peer: the whole model, or with train.slices one slice of it, `block`
+        (an answer carries the slice it answers) or the next in turn, so that every slice
+        travels as often."""
         self.round += 1
-        self.sender.send(peer, snap, wire.MsgType.PARAMS, self.round, flags=flags, weight=weight)
+        slices, chunks = self.ctx.cfg.slices, None
+        if slices > 1:
+            if block is None:
+                block, self.next_slice = self.next_slice, (self.next_slice + 1) % slices
+            chunks = self.ctx.plan.block_chunks(block, slices)
+        self.sender.send(
+            peer,
+            snap,
+            wire.MsgType.PARAMS,
+            self.round,
+            chunks=chunks,
+            block=block or 0,
+            flags=flags,
+            weight=weight,
+        )
 
     def _send_now(self, peer: int, x: np.ndarray) -> bool:
         """Send a copy of x and keep nothing (push, and answers to pull requests)."""
@@ -135,7 +156,8 @@ class GossipProtocol(Protocol):
     def _owed_limit(self) -> int:
         """How many draws may wait: MAX_OWED, or fewer where the air carries fewer of our
         messages in AIR_HORIZON_S at the pace the rate controller allows (at least one)."""
-        message = self.ctx.plan.n_chunks * self.sender.encoder.datagram_bytes
+        chunks = -(-self.ctx.plan.n_chunks // self.ctx.cfg.slices)  # a slice, or the model
+        message = chunks * self.sender.encoder.datagram_bytes
         room = self.sender.room(message, AIR_HORIZON_S)
         return MAX_OWED if room is None else max(1, min(MAX_OWED, room))
 
@@ -145,25 +167,27 @@ class GossipProtocol(Protocol):
 
     def _answer_owed(self, x: np.ndarray, now: float) -> None:
         """Answer requests that found no free snapshot, while they are still worth it."""
-        for peer, (rnd, deadline) in list(self.owed_answers.items()):
+        for peer, (rnd, deadline, block) in list(self.owed_answers.items()):
             if now >= deadline:
                 del self.owed_answers[peer]
                 self.ctx.exchanges["answer_lapsed"] += 1
-            elif self._answer(peer, rnd, x, now):
+            elif self._answer(peer, rnd, x, now, block):
                 del self.owed_answers[peer]
 
-    def _answer(self, peer: int, rnd: int, x: np.ndarray, now: float) -> bool:
-        """Answer peer's round rnd with our pre-step parameters, and wait for its round."""
+    def _answer(self, peer: int, rnd: int, x: np.ndarray, now: float, block: int = 0) -> bool:
+        """Answer peer's round rnd (carrying slice `block`) with the same slice of our pre-step
+        parameters, and wait for its round."""
         pre = self.snapshots.take(x)
         if pre is None:
             return False
-        self._send_params(peer, pre)
+        self._send_params(peer, pre, block=block)
         self._pending(peer, pre, now, rnd)
         return True
 
     def _answer_or_owe(self, ev, x: np.ndarray, now: float) -> None:
-        if not self._answer(ev.sender, ev.round, x, now):
-            self.owed_answers[ev.sender] = (ev.round, now + self.deadlines.for_peer(ev.sender))
+        if not self._answer(ev.sender, ev.round, x, now, ev.block):
+            deadline = now + self.deadlines.for_peer(ev.sender)
+            self.owed_answers[ev.sender] = (ev.round, deadline, ev.block)
 
     def _on_event(self, ev, x: np.ndarray, now: float) -> None:
         ctx = self.ctx
@@ -217,13 +241,10 @@ class GossipProtocol(Protocol):
                 continue
             # merged straight from the receive buffer: no copy of the model per exchange
             r, got = self.rounds.borrow(peer, wire.MsgType.PARAMS, p.round)
-            self.record(r.mask if r is not None else None, got, self.ctx.plan.n_chunks)
+            expected = r.expected if r is not None else self.ctx.plan.n_chunks  # or its slice
+            self.record(r.mask if r is not None else None, got, expected)
             self.deadlines.observe(
-                peer,
-                p.started,
-                r.updated if r is not None else None,
-                p.deadline,
-                got >= self.ctx.plan.n_chunks,
+                peer, p.started, r.updated if r is not None else None, p.deadline, got >= expected
             )
             if r is not None:
                 try:

@@ -23,7 +23,7 @@ class PullProtocol(GossipProtocol):
         self._pending(j, pre, now)
         return True
 
-    def _answer(self, peer: int, rnd: int, x: np.ndarray, now: float) -> bool:
+    def _answer(self, peer: int, rnd: int, x: np.ndarray, now: float, block: int = 0) -> bool:
         return self._send_now(peer, x)
 
     def _on_request(self, ev, x: np.ndarray, now: float) -> None:
