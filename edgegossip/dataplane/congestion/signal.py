@@ -27,11 +27,12 @@ TARGET_S = 0.1
 # The base delay is the least over this many one-minute buckets (RFC 6817's BASE_HISTORY)
 BASE_HISTORY = 10
 BASE_BUCKET_S = 60.0
-# Loss over an interval is judged against the link's random loss only over this many datagrams
+# Loss over an interval is judged against the link's random loss only over this many datagrams,
+# and is congestion when two intervals running exceed it by this much or three standard errors
 MIN_DATAGRAMS = 16
-# ... and only when it exceeds the link's random loss by this much, or three standard errors
 LOSS_MARGIN = 0.1
 LOSS_EWMA = 0.1  # weight of an uncongested interval in the link's random-loss estimate
+LOSS_LEARNT = 256  # datagrams of uncongested intervals before that estimate is trusted
 SENDS_KEPT = 512  # runs of sequence numbers whose send times a link keeps
 
 
@@ -103,6 +104,8 @@ class LinkSignal:
         self.base = BaseDelay()
         self.last: Report | None = None
         self.random_loss: float | None = None  # the loss of its uncongested intervals
+        self.random_seen = 0  # datagrams that estimate rests on
+        self.excess = False  # the last interval lost more than the random loss explains
         self.queue_delay_s = 0.0
         self.loss: float | None = None
 
@@ -119,10 +122,14 @@ class LinkSignal:
         delay = report.at - sent
         self.queue_delay_s = max(0.0, delay - self.base.update(delay, now))
         self.loss = self._loss(last, report)
-        congested = self.queue_delay_s > TARGET_S or self._excess(self.loss, report, last)
-        if self.loss is not None and self.queue_delay_s < TARGET_S / 2:
+        # excess loss twice running: congestion persists where chance seldom repeats itself
+        excess = self._excess(self.loss, report, last)
+        congested = self.queue_delay_s > TARGET_S or (excess and self.excess)
+        self.excess = excess
+        if self.loss is not None and self.queue_delay_s < TARGET_S / 2 and not congested:
             r = self.random_loss
             self.random_loss = self.loss if r is None else r + LOSS_EWMA * (self.loss - r)
+            self.random_seen += report.highest - last.highest if last is not None else 0
         return Sample(self.queue_delay_s, self.loss, congested)
 
     @staticmethod
@@ -137,7 +144,7 @@ class LinkSignal:
     def _excess(self, loss: float | None, report: Report, last: Report | None) -> bool:
         """Loss beyond what the link loses at random, by more than chance explains."""
         base = self.random_loss
-        if loss is None or base is None or last is None:
+        if loss is None or base is None or last is None or self.random_seen < LOSS_LEARNT:
             return False
         n = report.highest - last.highest
         return loss > base + max(LOSS_MARGIN, 3 * math.sqrt(base * (1 - base) / n))
