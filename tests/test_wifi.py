@@ -195,8 +195,8 @@ def test_senders_that_follow_their_reports_stop_flooding_a_shared_channel(root_o
     channel drops next to nothing, while the 5% random loss stays (no reason to slow down)."""
     fixed = _congested_run(tmp_path, "fixed")
     aimd = _congested_run(tmp_path, "aimd")
-    assert fixed["air"]["congestion_loss"] > 0.3, fixed["air"]  # 0.53 here
-    assert aimd["air"]["congestion_loss"] <= 0.05, aimd["air"]  # 0.002 here
+    assert fixed["air"]["congestion_loss"] > 0.3, fixed["air"]  # 0.51-0.53 here
+    assert aimd["air"]["congestion_loss"] <= 0.05, aimd["air"]  # 0.025-0.033 here
     for a in aimd["agents"]:
         assert a["congested_intervals"] > 0, a
     print(f"fixed air {fixed['air']}, aimd air {aimd['air']}")

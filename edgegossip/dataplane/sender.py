@@ -187,6 +187,15 @@ class Sender:
         rate = self.controller.device_rate()
         return None if rate is None else int(horizon_s * rate / max(1, message_bytes))
 
+    def _reports_now(self) -> None:
+        """The reports due, while the thread has nothing else to send; a failed send is lost
+        like a datagram."""
+        try:
+            self._send_reports()
+        except OSError as e:
+            self.errors += 1
+            log.debug("a report failed: %s", e)
+
     def _send_reports(self) -> None:
         with self._reports_lock:
             due, self._reports = self._reports, {}
@@ -247,7 +256,7 @@ class Sender:
             try:
                 job = self._jobs.get(timeout=FEEDBACK_S / 2)
             except queue.Empty:
-                self._send_reports()
+                self._reports_now()
                 continue
             if job is None:
                 return
