@@ -335,6 +335,21 @@ def test_peer_killed_at_a_high_round_is_merged_again_after_restart(
     assert stop0["drops"].get("old_round", 0) < 5, stop0["drops"]
 
 
+def _run_to_the_end(cfgs, tmp_path, procs) -> list[dict]:
+    """Start an agent for each config (agent i writes to tmp_path / a{i}), wait for all to end
+    cleanly, and return each one's stop record."""
+    for i, cfg in enumerate(cfgs):
+        (tmp_path / f"c{i}").mkdir()
+        procs.append(_start(cfg, tmp_path / f"c{i}"))
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    return [
+        [r for r in read(tmp_path / f"a{i}" / "metrics.jsonl") if r.get("event") == "stop"][-1]
+        for i in range(len(cfgs))
+    ]
+
+
 def test_agents_with_keyfiles_and_encryption_exchange(tmp_path, free_udp_port, mnist_data, procs):
     """Keys per link from `edgegossip keys init`, payloads encrypted: the two agents still
     complete exchanges; a keyfile of another device is refused at start with one line."""
@@ -371,16 +386,7 @@ def test_agents_with_keyfiles_and_encryption_exchange(tmp_path, free_udp_port, m
             **common,
         ),
     ]
-    for i, cfg in enumerate(cfgs):
-        (tmp_path / f"c{i}").mkdir()
-        procs.append(_start(cfg, tmp_path / f"c{i}"))
-    for p in procs:
-        out, err = p.communicate(timeout=120)
-        assert p.returncode == 0, err
-    for i in range(2):
-        stop = [r for r in read(tmp_path / f"a{i}" / "metrics.jsonl") if r.get("event") == "stop"][
-            -1
-        ]
+    for stop in _run_to_the_end(cfgs, tmp_path, procs):
         assert stop["exchanges"].get("completed", 0) >= 5, stop["exchanges"]
         assert stop["datagrams_dropped"] == 0, stop["drops"]
 
@@ -407,22 +413,17 @@ def test_two_agents_exchange_slices_and_report_on_each_others_links(
     p0, p1 = free_udp_port(), free_udp_port()
     common = dict(workers=2, model="logreg", eval_every=50, deadline_s=2.0, p=0.2, slices=4)
     common.update(key="agent-test-fleet-secret", duration_s=6.0)
-    for i, (me, other) in enumerate(((p0, p1), (p1, p0))):
-        cfg = AgentConfig(
+    cfgs = [
+        AgentConfig(
             id=i,
             listen=f"127.0.0.1:{me}",
             peers=(Peer(1 - i, "127.0.0.1", other),),
             output=str(tmp_path / f"a{i}"),
             **common,
         )
-        (tmp_path / f"c{i}").mkdir()
-        procs.append(_start(cfg, tmp_path / f"c{i}"))
-    for p in procs:
-        out, err = p.communicate(timeout=120)
-        assert p.returncode == 0, err
-    for i in range(2):
-        recs = read(tmp_path / f"a{i}" / "metrics.jsonl")
-        stop = [r for r in recs if r.get("event") == "stop"][-1]
+        for i, (me, other) in enumerate(((p0, p1), (p1, p0)))
+    ]
+    for i, stop in enumerate(_run_to_the_end(cfgs, tmp_path, procs)):
         ex = stop["exchanges"]
         assert ex.get("completed", 0) >= 5 and ex.get("partial", 0) <= ex["completed"] / 4, ex
         assert stop["datagrams_dropped"] == 0, stop["drops"]
