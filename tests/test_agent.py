@@ -388,7 +388,9 @@ def test_agents_with_keyfiles_and_encryption_exchange(tmp_path, free_udp_port, m
     ]
     for stop in _run_to_the_end(cfgs, tmp_path, procs):
         assert stop["exchanges"].get("completed", 0) >= 5, stop["exchanges"]
-        assert stop["datagrams_dropped"] == 0, stop["drops"]
+        # nothing refused; a chunk may arrive after its round was merged (`collected`), as
+        # one paced from a link's first report did in a busy CI run
+        assert stop["datagrams_refused"] == 0, stop["drops"]
 
     wrong = AgentConfig(
         id=0,
@@ -426,7 +428,7 @@ def test_two_agents_exchange_slices_and_report_on_each_others_links(
     for i, stop in enumerate(_run_to_the_end(cfgs, tmp_path, procs)):
         ex = stop["exchanges"]
         assert ex.get("completed", 0) >= 5 and ex.get("partial", 0) <= ex["completed"] / 4, ex
-        assert stop["datagrams_dropped"] == 0, stop["drops"]
+        assert stop["datagrams_refused"] == 0, stop["drops"]
         # aimd starts a link at 1/16 of net.rate_mbps (20 Mbit/s) and moves only on reports
         # (up on an idle loopback, down where a busy machine delays the receive thread)
         assert str(1 - i) in stop["link_queue_delay_ms"] and stop["send_rate_mbps"] != 1.25, stop
