@@ -23,6 +23,7 @@ from edgegossip.dataplane.congestion.signal import LinkSignal, Report, Sample
 # its pace between slices of this length (dataplane/sender.py), so a round of a large model
 # that takes minutes on a shared channel is steered while it is sent, not after.
 FEEDBACK_S = 0.2
+FLOOR = 1 / 64  # no link is paced below this share of the cap: its reports must keep coming
 
 
 class Link:
@@ -123,8 +124,6 @@ class Controller(ABC):
         out["send_rate_mbps"] = None if rate is None else round(rate * 8e-6, 3)
         return out
 
-
-FLOOR = 1 / 64  # no link is paced below this share of the cap: its reports must keep coming
 
 CONTROLLERS: dict[str, Callable[[float | None], Controller]] = {}
 
