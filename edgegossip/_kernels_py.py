@@ -67,6 +67,32 @@ def masked_average(x, acc, count, chunk: int) -> None:
     x[sel] = acc[sel] * inv
 
 
+def chunk_distances(y, ref, mask, chunk: int, out) -> None:
+    """out[c] = sum of (y[i] - ref[i])**2 over chunk c where mask[c], else 0"""
+    n = y.shape[0]
+    _check(n, ref.shape[0], mask.shape[0], chunk)
+    nchunks = -(-n // chunk)
+    if out.shape[0] < nchunks:
+        raise ValueError("out has fewer entries than chunks")
+    d = np.zeros(nchunks * chunk, np.float64)
+    d[:n] = y.astype(np.float64) - ref
+    sums = np.einsum("ij,ij->i", d.reshape(nchunks, chunk), d.reshape(nchunks, chunk))
+    out[:nchunks] = np.where(np.asarray(mask[:nchunks]) != 0, sums, 0.0)
+
+
+def scale_toward(y, ref, mask, scale, chunk: int) -> None:
+    """y[i] = ref[i] + scale[c] * (y[i] - ref[i]) where mask[c], c = i // chunk"""
+    n = y.shape[0]
+    _check(n, ref.shape[0], mask.shape[0], chunk)
+    nchunks = -(-n // chunk)
+    if scale.shape[0] < nchunks:
+        raise ValueError("scale has fewer entries than chunks")
+    k = np.where(np.asarray(mask[:nchunks]) != 0, scale[:nchunks], 1.0).astype(np.float32)
+    sel = np.repeat(k != 1.0, chunk)[:n]
+    per = np.repeat(k, chunk)[:n][sel]
+    y[sel] = ref[sel] + per * (y[sel] - ref[sel])
+
+
 def scatter_chunk(buf, mask, payload, byte_offset: int, chunk_index: int) -> bool:
     """buf[byte_offset:byte_offset+len(payload)] = payload; mask[chunk_index] = 1.
 

@@ -17,6 +17,8 @@ NAMES = (
     "masked_copy",
     "masked_accumulate",
     "masked_average",
+    "chunk_distances",
+    "scale_toward",
     "scatter_chunk",
     "all_finite",
     "nesterov_step",
@@ -32,6 +34,8 @@ elastic_pull = _impl.elastic_pull
 masked_copy = _impl.masked_copy
 masked_accumulate = _impl.masked_accumulate
 masked_average = _impl.masked_average
+chunk_distances = _impl.chunk_distances
+scale_toward = _impl.scale_toward
 scatter_chunk = _impl.scatter_chunk
 all_finite = _impl.all_finite
 nesterov_step = _impl.nesterov_step

@@ -306,3 +306,29 @@ def test_i8_error_is_at_most_half_a_step_of_its_chunk():
         step = amax / 127
         assert np.abs(back[4 * c : 4 * c + 4] - x[4 * c : 4 * c + 4]).max() <= step / 2 * 1.0001
     assert back[0] == 0.5 and back[5] == 2.0 and back[6] == -2.0  # the largest is exact
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("chunk", CHUNKS)
+@pytest.mark.parametrize("kind", ["zeros", "ones", "random"])
+def test_chunk_distances_and_scale_toward_match_reference(impl, n, chunk, kind):
+    """The merge bound's kernels (protocol/bound.py): each chunk's squared distance, in float64
+    (sums over a chunk in another order: rtol 1e-9), and a move toward ref by a chunk's factor,
+    elementwise in float32 (rtol 1e-6)."""
+    rng = np.random.default_rng(n * 7 + chunk)
+    y = rng.standard_normal(n, dtype=np.float32)
+    x = rng.standard_normal(n, dtype=np.float32)
+    mask = _mask(n, chunk, kind, rng)
+    m = -(-n // chunk)
+    got = np.full(m, -1.0)
+    impl.chunk_distances(y, x, mask, chunk, got)
+    sel = np.repeat(mask.astype(bool), chunk)[:n]
+    d = (y.astype(np.float64) - x) * sel
+    expect = np.bincount(np.arange(n) // chunk, weights=d * d, minlength=m)
+    np.testing.assert_allclose(got, expect, rtol=1e-9, atol=1e-12)
+    scale = rng.random(m).astype(np.float32)
+    scale[::3] = 1.0
+    out = y.copy()
+    impl.scale_toward(out, x, mask, scale, chunk)
+    k = np.where(sel, np.repeat(scale, chunk)[:n], 1.0)
+    np.testing.assert_allclose(out, x + k * (y - x), rtol=1e-6, atol=1e-6)

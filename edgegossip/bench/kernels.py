@@ -3,7 +3,9 @@ in GB/s of memory touched, beside the NumPy reference and np.copyto of the same 
 
 Bytes touched per element: elastic_pull reads x and y and writes x (12); masked_copy reads y and
 writes x (8); masked_accumulate reads acc and y, writes acc (12); masked_average reads acc,
-writes x (8); scatter_chunk copies every chunk of a model (8); all_finite reads (4); copyto (8).
+writes x (8); scatter_chunk copies every chunk of a model (8); all_finite reads (4);
+chunk_distances reads y and x (8) and scale_toward reads them and writes y (12), the merge
+bound's two passes (protocol/bound.py; every chunk scaled); copyto (8).
 Masks are 90% set (10% of chunks lost), at the default chunk size.
 """
 
@@ -28,6 +30,8 @@ def _cases(n: int, impl, rng: np.random.Generator):
     acc = np.zeros(n, dtype=np.float32)
     count = np.zeros(nchunks, dtype=np.int32)
     mask = (rng.random(nchunks) < 0.9).astype(np.uint8)
+    sq = np.zeros(nchunks, np.float64)
+    scale = np.full(nchunks, 0.5, np.float32)
     ybytes = y.view(np.uint8)
     xbytes = x.view(np.uint8)
     cb = chunk * 4
@@ -44,6 +48,8 @@ def _cases(n: int, impl, rng: np.random.Generator):
         "masked_average": (8, lambda: impl.masked_average(x, acc, count + 1, chunk)),
         "scatter_chunk": (8, scatter),
         "all_finite": (4, lambda: impl.all_finite(memoryview(ybytes))),
+        "chunk_distances": (8, lambda: impl.chunk_distances(y, x, mask, chunk, sq)),
+        "scale_toward": (12, lambda: impl.scale_toward(y, x, mask, scale, chunk)),
     }
 
 
