@@ -207,6 +207,14 @@ class AgentConfig:
         range=NON_NEGATIVE,
         scope="fleet",
     )
+    # clip: a stolen device's rounds move an honest model a bounded step (docs/security.md);
+    # none costs one pass over each round less, for a fleet whose every device is trusted
+    bound: str = setting(
+        "train",
+        "clip",
+        "how far one peer's round may move the model: clip (protocol/bound.py) or none",
+        ("clip", "none"),
+    )
     eval_every: int = setting("train", 100, "steps between held-out evaluations", range=Range(1))
     record_every_s: float = setting(
         "disk",

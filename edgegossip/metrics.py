@@ -13,6 +13,7 @@ _last_peak = 0.0
 ALARMS = {
     "merges_stopped": "peers are heard but nothing was merged for a while",
     "weight_below_floor": "the push-sum weight fell below its floor (gossip-push)",
+    "suspect_peer": "a peer's rounds are clipped or refused again and again (protocol/bound.py)",
 }
 
 

@@ -187,9 +187,11 @@ RUN_SETTINGS = (
     "partition",
     "beta",
     "classes_per_worker",
+    "bound",
 ) + ("seed", "payload", "chunk_bytes", "transport", "congestion", "deadline", "checkpoint_every_s")
 SIMULATED = frozenset(RUN_SETTINGS) - {
     "batch",
+    "bound",
     "transport",
     "congestion",
     "deadline",

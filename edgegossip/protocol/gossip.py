@@ -40,6 +40,7 @@ import numpy as np
 from edgegossip.dataplane import wire
 from edgegossip.dataplane.sender import Snapshot
 from edgegossip.protocol.base import Context, Protocol
+from edgegossip.protocol.bound import Bound
 from edgegossip.protocol.deadlines import Deadlines
 from edgegossip.protocol.liveness import Liveness
 
@@ -81,6 +82,7 @@ class GossipProtocol(Protocol):
             cfg.deadline, cfg.deadline_s, cfg.deadline_min_s, cfg.deadline_max_s, SETTLE_S
         )
         self.liveness = Liveness(self.ids, cfg.workers, cfg.p, self.deadlines.for_peer)
+        self.bound = Bound(ctx.plan, self.ids, cfg.bound)
 
     # a draw is among whoever the peers are now, in a fleet of whatever size
     live_settings = frozenset({"peers", "workers"})
@@ -90,6 +92,7 @@ class GossipProtocol(Protocol):
         quiet; its rounds are not merged meanwhile (_on_event admits ctx.peers only)."""
         self.ids = sorted(self.ctx.peers)
         self.liveness.set_peers(self.ids, self.ctx.cfg.workers, time.monotonic())
+        self.bound.set_peers(self.ids)
 
     def _pending(self, peer: int, pre: Snapshot | None, now: float, rnd: int | None = None) -> None:
         self.pending[peer] = Pending(peer, pre, now + self.deadlines.for_peer(peer), rnd, now)
@@ -248,9 +251,7 @@ class GossipProtocol(Protocol):
             )
             if r is not None:
                 try:
-                    if self._merge(x, p, r):
-                        self.merged_by[peer] = self.merged_by.get(peer, 0) + 1
-                    self.liveness.merged(now)
+                    self._merge_bounded(x, p, r, now)
                 finally:
                     self.rounds.give_back(r)
             else:
@@ -259,9 +260,22 @@ class GossipProtocol(Protocol):
         if self.liveness.due(now):
             self.liveness.check(now, self._alarms(now))
 
+    def _merge_bounded(self, x: np.ndarray, p: Pending, r, now: float) -> None:
+        """Merge what arrived of p's round once the bound (bound.py) has clipped it toward
+        what the merge moves from; a refused round counts as if nothing had arrived."""
+        assert r.buf is not None  # borrowed rounds hold their buffer
+        ref = p.pre.vec if p.pre is not None else x
+        if not self.bound.admit(p.peer, r.buf, ref, r.mask):
+            self._nothing_kept(p)
+            return
+        if self._merge(x, p, r):
+            self.merged_by[p.peer] = self.merged_by.get(p.peer, 0) + 1
+        self.liveness.merged(now)
+
     def _alarms(self, now: float) -> set[str]:
-        """The algorithm's own alarms besides the shared ones (Liveness.ALARMS)."""
-        return set()
+        """Alarms besides liveness's own: a peer the merge bound suspects, and the
+        algorithm's (a subclass adds to these)."""
+        return {"suspect_peer"} if self.bound.suspects else set()
 
     def _finish(self, p: Pending) -> None:
         del self.pending[p.peer]
@@ -273,4 +287,5 @@ class GossipProtocol(Protocol):
             "deadline_s_by_link": self.deadlines.snapshot(),
             "merged_by_peer": {str(j): n for j, n in sorted(self.merged_by.items())},
             **self.liveness.metrics(),
+            **self.bound.metrics(),
         }

@@ -19,6 +19,7 @@ import numpy as np
 from edgegossip.algorithms import rps
 from edgegossip.dataplane import payload, wire
 from edgegossip.protocol.base import Context, Protocol
+from edgegossip.protocol.bound import Bound
 
 SETTLE_S = 0.5
 
@@ -40,6 +41,9 @@ class RpsProtocol(Protocol):
         self.blocks = [rps.block_slice(ctx.plan, k, self.W) for k in range(self.W)]
         codec = payload.codec(ctx.cfg.payload)
         self.carry = rps.Carry(codec, ctx.plan, self.W) if rps.carries(codec) else None
+        self.bound = Bound(
+            ctx.plan, sorted(ctx.peers), ctx.cfg.bound
+        )  # per block: what a peer may move
 
     def _carried(self, vec: np.ndarray, blocks: list[int]) -> None:
         """A snapshot's blocks as they go out, their rounding carried forward (if lossy)."""
@@ -63,7 +67,9 @@ class RpsProtocol(Protocol):
                 sl, chunks = self.blocks[server]
                 got = self.rounds.collect(server, wire.MsgType.GATHER, r, 0.0, self._y, self._mask)
                 self.record(self._mask, got, len(chunks))
-                rps.gather(x[sl], self._y[sl], self._mask[chunks.start : chunks.stop], ce)
+                mask = self._mask[chunks.start : chunks.stop]
+                if self.bound.admit(server, self._y[sl], x[sl], mask):
+                    rps.gather(x[sl], self._y[sl], mask, ce)
                 del self.pending_gather[server]
         if step % ctx.cfg.rps_period or self.sender.busy:
             return
@@ -85,10 +91,9 @@ class RpsProtocol(Protocol):
             ):
                 got = self.rounds.collect(w, wire.MsgType.REDUCE, r, 0.0, self._y, self._mask)
                 self.used_reduce[w] = r
-                if got:
-                    received.append(
-                        (self._y[sl].copy(), self._mask[chunks.start : chunks.stop].copy())
-                    )
+                mask = self._mask[chunks.start : chunks.stop]
+                if got and self.bound.admit(w, self._y[sl], x[sl], mask):
+                    received.append((self._y[sl].copy(), mask.copy()))
         rps.reduce(x[sl], received, ce, self._acc, self._count)
         snap = self.snapshots.take(x)
         if snap is None:  # the REDUCE copy is still being sent: serve this block next time
@@ -99,3 +104,6 @@ class RpsProtocol(Protocol):
             [(peer, chunks, self.me) for peer in ctx.peers], snap, wire.MsgType.GATHER, self.round
         )
         snap.release()
+
+    def metrics(self) -> dict:
+        return {**super().metrics(), **self.bound.metrics()}

@@ -20,6 +20,7 @@ COLUMNS = [
     "timed_out",
     "link_loss",
     "silent",
+    "suspect",
     "model",
     "source",
     "note",
@@ -56,6 +57,7 @@ def _flat(r: dict) -> dict:
         "partial": ex.get("partial"),
         "timed_out": ex.get("timed_out"),
         "silent": ",".join(str(j) for j in r.get("silent_peers") or ()) or None,
+        "suspect": ",".join(str(j) for j in r.get("suspect_peers") or ()) or None,
         "link_loss": round(sum(losses) / len(losses), 3) if losses else None,
         "model": (r.get("model_digest") or "")[:12] or None,
         "note": note[:80],
@@ -81,7 +83,8 @@ def status(watch, fleet_dir, as_json, concurrency, timeout_s, only) -> None:
     ssh | null),
     "exchanges", "link_loss", "drops", "datagrams_dropped", "datagrams_lost" (never arrived,
     from sequence gaps), "datagrams_late" (arrived when nothing could use them),
-    "datagrams_refused" (failed a check), "peak_rss_mb", "uptime_s",
+    "datagrams_refused" (failed a check), "suspect_peers" (peers whose rounds the merge bound
+    keeps clipping or refusing: protocol/bound.py), "peak_rss_mb", "uptime_s",
     "disk_written_mb" (since the agent started), "disk_written_mb_per_h", "disk_free_mb",
     "checkpoint_age_s", "checkpoint_step", "checkpoint_failures", "disk_note" (why metrics
     or checkpoints are not being written, else null), "clock" (synchronised | unsynchronised |
