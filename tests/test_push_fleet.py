@@ -9,9 +9,10 @@ import time
 
 import pytest
 
-from edgegossip.config import AgentConfig, Peer
+from edgegossip.config import AgentConfig
 from edgegossip.metrics import read
 from edgegossip.protocol.gossip_push import WEIGHT_FLOOR
+from tests.helpers.loopback import fleet_configs
 from tests.helpers.waiting import until
 from tests.test_agent import _start
 
@@ -21,24 +22,18 @@ OFF_S = 8  # the device that goes off stays off at least this long (silence take
 
 
 def _fleet(tmp_path, free_udp_port) -> list[AgentConfig]:
-    ports = [free_udp_port() for _ in range(3)]
-    return [
-        AgentConfig(
-            id=i,
-            listen=f"127.0.0.1:{ports[i]}",
-            peers=tuple(Peer(j, "127.0.0.1", ports[j]) for j in range(3) if j != i),
-            workers=3,
-            algorithm="gossip-push",
-            model="logreg",
-            output=str(tmp_path / f"a{i}"),
-            eval_every=100,
-            checkpoint_every=500,
-            deadline_s=1.0,
-            p=0.01,
-            key="push-fleet-test-secret",
-        )
-        for i in range(3)
-    ]
+    return fleet_configs(
+        tmp_path,
+        [free_udp_port() for _ in range(3)],
+        range(3),
+        algorithm="gossip-push",
+        model="logreg",
+        eval_every=100,
+        checkpoint_every=500,
+        deadline_s=1.0,
+        p=0.01,
+        key="push-fleet-test-secret",
+    )
 
 
 def _run(cfg: AgentConfig, tmp_path):

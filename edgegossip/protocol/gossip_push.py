@@ -17,20 +17,24 @@ one push in PROBE_EVERY at most while others have credit. A probe moves no weigh
 hears i and answers with rounds of its own, which give i credit again.
 
 What a peer may hold of i's weight (a device's only defence against a peer holding its own
-link's key that takes weight and never gives any back, issue 54): i keeps, per peer j, the
-weight it has lent j,
+link's key that takes weight and never gives any back, issues 54 and 67): i keeps, per peer j,
+the weight it has lent j,
 
-    lent_ij = (weight i gave j) - (weight j gave i),
+    lent_ij = max(0, (weight i gave j) - (weight j gave i)),
 
-and a push gives j at most LEND_SHARE - lent_ij (half a fair share; a fair share is 1, the
-fleet's W shared by W devices). So a peer that never returns weight holds at most LEND_SHARE of
-each neighbour's, and the honest devices keep at least (W - 1) * (1 - LEND_SHARE) between them
-whatever it does; a push toward it is drawn only while there is room. Weight lent to a peer
-that liveness names silent is taken back (w_i += lent_ij, lent_ij = 0), so weight held by a
-departed or hostile peer returns once it stops sending. An honest peer that comes back and
-finds weight of i's still in flight on the link brings the fleet's total above W by at most
-that, once; a weight is capped at W all the same. lent is kept in checkpoints, so a restart
-neither forgets what a peer holds nor lends it again.
+never below 0, so weight j says it gave beyond what it was lent (a running sum that moves
+without weight behind it) earns j no further room; and a push gives j at most
+LEND_SHARE - lent_ij (half a fair share; a fair share is 1, the fleet's W shared by W devices).
+So a peer, whatever its running sums say, holds at most LEND_SHARE of each neighbour's weight,
+and the honest devices keep at least (W - 1) * (1 - LEND_SHARE) between them; a push toward it
+is drawn only while there is room. What j holds comes back (w_i += lent_ij, lent_ij = 0)
+without waiting for j to stop: once liveness names j silent, or once DRY_ROUNDS rounds in a row
+from j brought no weight while it held some of i's (an honest j with i's weight gives some back
+with its next push to i, a round heard from i having given it credit; one that keeps answering
+with sums that never move is taken back from within a few of its rounds). An honest peer that
+comes back, or turns out only slow, and gives back weight already taken back brings the fleet's
+total above W by at most that, once; a weight is capped at W all the same. lent is kept in
+checkpoints, so a restart neither forgets what a peer holds nor lends it again.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from edgegossip.protocol.gossip import GossipProtocol, Pending
 PROBE_EVERY = 4  # at most one push in this many goes to a peer without credit, as a probe
 CREDITS = 2  # pushes with weight a round heard from a peer allows toward it
 LEND_SHARE = 0.5  # the most weight one peer may hold of ours, net (a fair share is 1)
+DRY_ROUNDS = 4  # rounds in a row bringing no weight from a peer holding ours: taken back
 WEIGHT_FLOOR = 2.0**-6  # below this share of a fresh worker's weight: weight_below_floor
 
 
@@ -56,6 +61,7 @@ class PushProtocol(GossipProtocol):
         self.seen: dict[int, tuple[int, int]] = {}  # peer -> (its session, last sum seen)
         self.credit = dict.fromkeys(self.ids, 0)  # pushes with weight allowed toward each peer
         self.lent = dict.fromkeys(self.ids, 0.0)  # weight given to each peer minus taken from it
+        self.dry = dict.fromkeys(self.ids, 0)  # rounds in a row from each peer that brought none
         self.reclaimed = 0.0  # weight taken back from peers gone silent
         self.pushes = 0
         self.probes = 0
@@ -101,8 +107,12 @@ class PushProtocol(GossipProtocol):
         d = gossip_push.taken(ev.weight, rho, self.ctx.cfg.workers)
         if d is None:
             self.weights_refused += 1
-            return 0.0
-        self.lent[ev.sender] = self.lent.get(ev.sender, 0.0) - d
+            d = 0.0
+        j = ev.sender
+        self.lent[j] = max(0.0, self.lent.get(j, 0.0) - d)
+        self.dry[j] = 0 if d > 0 else self.dry.get(j, 0) + 1
+        if self.dry[j] >= DRY_ROUNDS and self.lent[j] > 0:
+            self._reclaim(j)  # it keeps taking and gives nothing back
         return d
 
     def _gain(self, d: float) -> None:
@@ -142,14 +152,14 @@ class PushProtocol(GossipProtocol):
                 self._reclaim(j)
 
     def _reclaim(self, j: int) -> None:
-        """j is silent: what it holds of our weight comes back to us."""
+        """j is silent, or gives nothing back: what it holds of our weight comes back to us."""
         back, self.lent[j] = self.lent[j], 0.0
         self.reclaimed += back
         self._gain(back)
 
     def _alarms(self, now: float) -> set[str]:
         low = self.ctx.push_weight < WEIGHT_FLOOR
-        return {"weight_below_floor"} if low else set()
+        return super()._alarms(now) | ({"weight_below_floor"} if low else set())
 
     def checkpoint(self) -> dict[str, np.ndarray]:
         seen = np.array(
@@ -170,10 +180,9 @@ class PushProtocol(GossipProtocol):
             self.ctx.push_weight = w if ok else 1.0
         lent = state.get("push_lent")
         if lent is not None and lent.ndim == 2 and lent.shape[1] == 2:
-            w = float(self.ctx.cfg.workers)
             for j, v in lent:  # a checkpoint holds what _outgoing_weight allowed; clamp all else
                 if int(j) in self.lent and np.isfinite(v):
-                    self.lent[int(j)] = float(min(max(v, -w), LEND_SHARE))
+                    self.lent[int(j)] = float(min(max(v, 0.0), LEND_SHARE))
         seen = state.get("push_seen")
         if seen is not None and seen.ndim == 2 and seen.shape[1] == 3:
             self.seen = {
