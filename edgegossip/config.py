@@ -19,6 +19,7 @@ import tomli_w
 
 from edgegossip import algorithms, models, transport
 from edgegossip.algorithms import NAMES as ALGORITHMS
+from edgegossip.algorithms import attack
 from edgegossip.dataplane import congestion, payload, wire
 from edgegossip.errors import UsageError
 from edgegossip.paths import read_regular
@@ -214,6 +215,13 @@ class AgentConfig:
         "clip",
         "how far one peer's round may move the model: clip (protocol/bound.py) or none",
         ("clip", "none"),
+    )
+    attack: str = setting(
+        "train",
+        "none",
+        "emulate --hostile: what this device sends instead of its model (algorithms/attack.py)",
+        attack.NAMES,
+        scope="managed",
     )
     eval_every: int = setting("train", 100, "steps between held-out evaluations", range=Range(1))
     record_every_s: float = setting(

@@ -58,6 +58,8 @@ def load_data(cfg: AgentConfig, model) -> device.DeviceData:
             data.y = data.y_eval = None
     ids = np.dtype(model.input_dtype).kind == "i"
     device.check(data, cfg.inputs, cfg.classes, model.input_shape, model.loss, ids)
+    if cfg.attack == "flip-labels" and data.y is not None:  # emulate --hostile: its own eval
+        data.y = (cfg.classes - 1 - data.y).astype(data.y.dtype)  # stays true
     return data
 
 

@@ -13,6 +13,7 @@ import click
 from edgegossip import catalog, exit_codes
 from edgegossip.algorithms import DEFAULT as DEFAULT_ALGORITHM
 from edgegossip.algorithms import NAMES as ALGORITHMS
+from edgegossip.algorithms import attack
 from edgegossip.cli import options
 from edgegossip.cli.render import fail, score, table
 from edgegossip.dataplane.drops import KINDS
@@ -135,6 +136,15 @@ def _progress_line(i: int, r: dict | None, alive: bool) -> str:
     "checkpoint that often) and score the samples after the run: average_model_curve and "
     "time_to_average_accuracy_s in the summary.",
 )
+@click.option(
+    "--hostile",
+    "hostile",
+    multiple=True,
+    metavar="NODES:ATTACK",
+    help="These devices (e.g. 7 or 6,7) attack the fleet instead of training honestly, with "
+    "their own keys: " + ", ".join(attack.ATTACKS) + " (algorithms/attack.py; gossip "
+    "algorithms). The average model is then the honest devices'.",
+)
 @click.option("--json", "as_json", is_flag=True)
 def emulate(backend, out, cleanup, export_kind, base, curve, as_json, **settings) -> None:
     """Run NODES agents, each a light device in its own network namespace on one bridge, for a
@@ -210,6 +220,7 @@ def _spec(
         _limits(settings, click.get_current_context(silent=True))
         network = options.network_of(settings, settings["nodes"], backend)
         settings.update(model=_model(settings["model"]))
+        settings["hostile"] = _hostile(settings["hostile"], settings["nodes"], settings)
         if check_plots:
             plot.require()  # refused now, not after the run
         if own.named(settings["data"]):
@@ -226,6 +237,30 @@ def _spec(
     out = out or Path("runs") / time.strftime("emulate-%Y%m%d-%H%M%S")
     trains_with = {"backend": settings.pop("train_backend")}  # the agents' setting
     return FleetSpec.of(trains_with, backend=backend, out=out, network=network, **settings)
+
+
+def _hostile(given: tuple[str, ...], nodes: int, settings: dict) -> tuple[tuple[int, str], ...]:
+    """--hostile NODES:ATTACK, each checked: (node, attack) pairs."""
+    from edgegossip.errors import UsageError
+
+    out: dict[int, str] = {}
+    for g in given:
+        ids, _, name = g.rpartition(":")
+        if name not in attack.ATTACKS or not ids:
+            names = ", ".join(attack.ATTACKS)
+            raise UsageError(f"--hostile {g}: NODES:ATTACK, ATTACK one of {names}")
+        try:
+            nums = [int(n) for n in ids.split(",")]
+        except ValueError:
+            raise UsageError(f"--hostile {g}: NODES is node ids, e.g. 7 or 6,7") from None
+        if any(not 0 <= n < nodes for n in nums):
+            raise UsageError(f"--hostile {g}: a node id is 0 .. {nodes - 1}")
+        out.update(dict.fromkeys(nums, name))
+    if out and settings["algorithm"] not in attack.ALGORITHMS:
+        raise UsageError(f"--hostile: {settings['algorithm']} has no attack here; gossip only")
+    if len(out) >= nodes:
+        raise UsageError("--hostile: at least one device must be honest")
+    return tuple(sorted(out.items()))
 
 
 def _limits(settings: dict, ctx: click.Context | None) -> None:
@@ -311,6 +346,7 @@ def _run(spec, as_json: bool, curve_every_s: float | None) -> dict:
         elapsed,
         kernel,
         fleet.test_set(),
+        dict(spec.hostile),
     )
     if air is not None:
         _on_air(summary, air, spec.network.loss)

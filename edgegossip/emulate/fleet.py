@@ -63,6 +63,8 @@ class FleetSpec(Run):
     # (EmulatedFleet.close_when_due)
     closing_s: float = 0.0
     metrics_port: int = 0  # each agent's /metrics on this port (loopback: port + id); 0: none
+    # node -> the attack it runs instead of training honestly (algorithms/attack.py)
+    hostile: tuple[tuple[int, str], ...] = ()
 
     RESERVED = FLEET_SETS
     DEFAULTS = EMULATED
@@ -137,6 +139,7 @@ class EmulatedFleet:
             output=str(s.out / f"agent{i}"),
             path=str(self.data_files[i]) if own_data else "",
             metrics_endpoint=self.metrics_target(i, addrs) if s.metrics_port else "",
+            attack=dict(s.hostile).get(i, "none"),
         )
 
     @functools.cached_property

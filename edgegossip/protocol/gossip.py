@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from edgegossip.algorithms.attack import Attack
 from edgegossip.dataplane import wire
 from edgegossip.dataplane.sender import Snapshot
 from edgegossip.protocol.base import Context, Protocol
@@ -83,6 +84,8 @@ class GossipProtocol(Protocol):
         )
         self.liveness = Liveness(self.ids, cfg.workers, cfg.p, self.deadlines.for_peer)
         self.bound = Bound(ctx.plan, self.ids, cfg.bound)
+        # emulate --hostile: this device sends what the attack makes (algorithms/attack.py)
+        self.attack = Attack(cfg.attack) if cfg.attack != "none" else None
 
     # a draw is among whoever the peers are now, in a fleet of whatever size
     live_settings = frozenset({"peers", "workers"})
@@ -104,6 +107,8 @@ class GossipProtocol(Protocol):
         (an answer carries the slice it answers) or the next in turn, so that every slice
         travels as often."""
         self.round += 1
+        if self.attack is not None:
+            self.attack.apply(snap.vec)
         slices, chunks = self.ctx.cfg.slices, None
         if slices > 1:
             if block is None:
@@ -264,6 +269,8 @@ class GossipProtocol(Protocol):
         """Merge what arrived of p's round once the bound (bound.py) has clipped it toward
         what the merge moves from; a refused round counts as if nothing had arrived."""
         assert r.buf is not None  # borrowed rounds hold their buffer
+        if self.attack is not None:
+            self.attack.heard(r.buf)
         ref = p.pre.vec if p.pre is not None else x
         if not self.bound.admit(p.peer, r.buf, ref, r.mask):
             self._nothing_kept(p)

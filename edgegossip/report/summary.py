@@ -3,6 +3,7 @@ the loss receivers observed beside the loss configured, and the plots."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +26,11 @@ def summarize(
     elapsed_s: float,
     kernel_dropped: list[int] | None,
     data: mnist.Mnist | None = None,
+    hostile: Mapping[int, str] | None = None,
 ) -> dict:
+    """The run's summary; `hostile` (node -> attack, emulate --hostile) are left out of the
+    average model, which is then the honest devices'."""
+    hostile = hostile or {}
     data = data or mnist.load()
     model = make_model(model_name, threads=0)  # after the run, on every core of this machine
     params, agents, histories = [], [], {}
@@ -36,9 +41,10 @@ def summarize(
         state = checkpoint.load(out / f"agent{i}")
         scores: dict = {}
         if state is not None:
-            params.append(state["params"])
+            if i not in hostile:
+                params.append(state["params"])
             scores = model.evaluate(state["params"], data.x_test, _targets(model, data))
-        agents.append(_agent_row(i, scores, last, recs))
+        agents.append({**_agent_row(i, scores, last, recs), "attack": hostile.get(i)})
     avg_scores: dict = {}
     if params:
         avg_scores = model.evaluate(
@@ -73,6 +79,7 @@ def summarize(
         else None,
         "elapsed_s": round(elapsed_s, 1),
         "kernel_dropped_packets": kernel_dropped,
+        "hostile": {str(i): a for i, a in sorted(hostile.items())},  # not in the average
         "agents": agents,
         "plots": plots,
     }

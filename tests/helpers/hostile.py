@@ -2,7 +2,8 @@
 its own id and session, a real data plane on loopback. It starts Elastic Gossip exchanges with
 honest agents (PARAMS flagged REPLY, as any exchange starts), keeps the pre-step parameters they
 answer with (what its own links carry to it), and sends what an attack makes of them: the
-published attacks on robust aggregation, from the honest models it has seen."""
+published attacks on robust aggregation (algorithms/attack.py), from the honest models it has
+seen."""
 
 from __future__ import annotations
 
@@ -10,51 +11,12 @@ import time
 
 import numpy as np
 
+from edgegossip.algorithms import attack
 from edgegossip.dataplane import payload, wire
 from edgegossip.dataplane.plane import DataPlane, PlaneSpec
 
-
-def scaled(factor: float):
-    return lambda h, first: h[-1] * np.float32(factor)
-
-
-def sign_flip(h, first):
-    return -h[-1]
-
-
-def noise(h, first):
-    """The last honest model plus Gaussian noise of its own per-coordinate size, times 10."""
-    last = h[-1]
-    sigma = 10 * float(np.linalg.norm(last)) / np.sqrt(last.shape[0])
-    return last + np.random.default_rng(len(h)).normal(0, sigma, last.shape).astype(np.float32)
-
-
-def little_is_enough(h, first, z: float = 1.0):
-    """Baruch et al. 2019: the honest models' mean shifted by z standard deviations, per
-    coordinate, so it sits within their spread."""
-    stack = np.stack(h[-4:])
-    return (stack.mean(0) - z * stack.std(0)).astype(np.float32)
-
-
-def inner_product(h, first, eps: float = 0.5):
-    """Xie et al. 2020, in model space: -eps times the honest models' mean."""
-    return (-eps * np.stack(h[-4:]).mean(0)).astype(np.float32)
-
-
-def stale(h, first):
-    """A replay of the first honest model it saw, long after."""
-    return first
-
-
-ATTACKS = {
-    "scaled x1000": scaled(1000.0),
-    "scaled x1e6": scaled(1e6),
-    "sign flip": sign_flip,
-    "gaussian noise": noise,
-    "a little is enough": little_is_enough,
-    "inner product": inner_product,
-    "stale replay": stale,
-}
+# what travels on the wire: flip-labels is an agent's own training (emulate --hostile)
+ATTACKS = {name: make for name, make in attack.ATTACKS.items() if make is not None}
 
 
 class Hostile:
@@ -94,14 +56,15 @@ class Hostile:
                     self.first = y if self.first is None else self.first
 
     def attack(self, make, victims: list[int], seconds: float, every_s: float = 0.05) -> int:
-        """Send make(honest models seen, the first one) to the victims in turn every every_s
-        for `seconds`; the rounds sent. Call it once seen is not empty (honest agents start
+        """Send make(the last honest model, those seen, the first) to the victims in turn every
+        every_s for `seconds`; the rounds sent. Call it once seen is not empty (honest agents start
         exchanges with this device too: harvest() keeps what they carry)."""
         assert self.first is not None, "no honest model seen yet"
         sent, end = 0, time.monotonic() + seconds
         while time.monotonic() < end:
             self.harvest()
-            self.send(victims[sent % len(victims)], make(self.seen, self.first))
+            last = self.seen[-1]
+            self.send(victims[sent % len(victims)], make(last, self.seen[-4:], self.first))
             sent += 1
             time.sleep(every_s)
         return sent
