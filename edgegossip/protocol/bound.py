@@ -16,10 +16,11 @@ tau = CLIP x the typical distance: the lower median, over this device's peers, o
 median distance over its last HISTORY rounds (a round's distance is measured on what arrived,
 scaled to the whole model). One peer, or any minority of them, cannot widen it; it follows
 training as the models draw together or apart, with nothing to tune per model. It is never
-below LEAST x ||ref|| (the model's size, scaled to the whole model), and until min(2, peers)
-peers have been heard the typical distance is ||ref|| itself (a round may not move the model by
-more than twice its own size; a model at exactly 0, a fresh zero initialisation, admits the
-first rounds as they are).
+below CLIP x LEAST x ||ref|| (||ref||: the model's size, scaled to the whole model) nor above
+MOST x ||ref||, which is also the radius until min(2, peers) peers have been heard (a model at
+exactly 0, a fresh zero initialisation, admits the first rounds as they are). The ceiling is
+what keeps an attack from widening the radius it is measured against: rounds that spread the
+honest models apart raise the typical distance.
 
 A round farther than REFUSE x tau is refused whole: nothing of it is merged (push-sum still
 takes the weight its running sum brought, as if the round carried our own value: the sums are
@@ -49,6 +50,10 @@ HISTORY = 16  # distances kept per peer
 # the least typical distance, in model sizes: peers that start from one initial model are at
 # distance 0, and a radius learnt then would refuse the rounds of the next minutes' drift
 LEAST = 0.01
+# the largest radius, in model sizes: a sign flip is two sizes away, so at most a quarter of its
+# pull gets past and its suspicion climbs; without it, two sign-flipping devices of eight
+# spread the honest models until the radius they set let the flips in (0.689 against 0.849)
+MOST = 0.5
 GAIN = 1 / 8  # weight of the newest round in a peer's suspicion
 SUSPECT = 0.5  # a suspicion above this names the peer
 
@@ -85,8 +90,8 @@ class Bound:
         size = float(np.linalg.norm(ref)) * math.sqrt(self.d / max(1, ref.shape[0]))
         typical = self._typical()
         if typical is None:
-            return CLIP * size if size > 0 else None
-        return CLIP * max(typical, LEAST * size)
+            return MOST * size if size > 0 else None
+        return min(CLIP * max(typical, LEAST * size), MOST * size)
 
     def admit(self, peer: int, y: np.ndarray, ref: np.ndarray, mask: np.ndarray) -> bool:
         """Clip y in place toward ref, chunk by chunk where mask says a chunk arrived (y, ref
