@@ -33,18 +33,8 @@ def summarize(
     hostile = hostile or {}
     data = data or mnist.load()
     model = make_model(model_name, threads=0)  # after the run, on every core of this machine
-    params, agents, histories = [], [], {}
-    for i in range(nodes) if isinstance(nodes, int) else nodes:  # ids: a fleet may have gaps
-        recs = records(out / f"agent{i}" / "metrics.jsonl")
-        last = ([r for r in recs if "step" in r] or [{}])[-1]  # a resumed agent's records go on
-        histories[i] = [r for r in recs if r.get("accuracy") is not None]
-        state = checkpoint.load(out / f"agent{i}")
-        scores: dict = {}
-        if state is not None:
-            if i not in hostile:
-                params.append(state["params"])
-            scores = model.evaluate(state["params"], data.x_test, _targets(model, data))
-        agents.append({**_agent_row(i, scores, last, recs), "attack": hostile.get(i)})
+    ids = range(nodes) if isinstance(nodes, int) else nodes  # ids: a fleet may have gaps
+    params, agents, histories = _agents(out, ids, model, data, hostile)
     avg_scores: dict = {}
     if params:
         avg_scores = model.evaluate(
@@ -83,6 +73,24 @@ def summarize(
         "agents": agents,
         "plots": plots,
     }
+
+
+def _agents(out: Path, ids, model, data, hostile: Mapping[int, str]):
+    """Each agent's row and accuracy history, and the parameters of the honest ones' last
+    checkpoints (the average model's)."""
+    params, agents, histories = [], [], {}
+    for i in ids:
+        recs = records(out / f"agent{i}" / "metrics.jsonl")
+        last = ([r for r in recs if "step" in r] or [{}])[-1]  # a resumed agent's records go on
+        histories[i] = [r for r in recs if r.get("accuracy") is not None]
+        state = checkpoint.load(out / f"agent{i}")
+        scores: dict = {}
+        if state is not None:
+            if i not in hostile:
+                params.append(state["params"])
+            scores = model.evaluate(state["params"], data.x_test, _targets(model, data))
+        agents.append({**_agent_row(i, scores, last, recs), "attack": hostile.get(i)})
+    return params, agents, histories
 
 
 def records(path: Path) -> list[dict]:
