@@ -11,9 +11,9 @@ import onnxruntime as ort
 import pytest
 from onnx.reference import ReferenceEvaluator
 
-from edgegossip.compiler import writeback
 from edgegossip.compiler.build import compile_model
 from edgegossip.compiler.write import compile_file
+from edgegossip.models import writeback
 from edgegossip.models.compiled import CompiledModel
 
 EXPORTS = Path(__file__).parent / "fixtures" / "exports"

@@ -17,11 +17,11 @@ from helpers.onnx_models import compile_to, softmax_regression
 from test_inbox import PLAN, _collect, _datagrams
 
 from edgegossip.agent.agent import Agent
-from edgegossip.compiler import writeback
 from edgegossip.config import AgentConfig, ConfigError
 from edgegossip.dataplane.inbox import Inbox
 from edgegossip.dataplane.keys import LinkKeys
 from edgegossip.fleet import agentconf, deploy, inventory
+from edgegossip.models import writeback
 from edgegossip.models.compiled import CompiledModel
 
 FIXTURES = Path(__file__).parent / "fixtures" / "onnx"

@@ -69,8 +69,8 @@ def test_external_data_and_shared_weights_go_through_compile_and_back(tmp_path):
     import onnxruntime as ort
 
     from edgegossip.compiler.write import compile_file
-    from edgegossip.compiler.writeback import write
     from edgegossip.models.compiled import CompiledModel
+    from edgegossip.models.writeback import write
 
     source = onnx.load(str(ZOO / "ds_cnn-torchscript.onnx"))
     onnx.save(  # as the dynamo exporter writes it by default

@@ -91,7 +91,7 @@ def _write(m, name: str, params, output: Path, d) -> None:
     from edgegossip.models import EXPORTABLE
 
     if m.digest is not None:
-        from edgegossip.compiler import writeback
+        from edgegossip.models import writeback
         from edgegossip.models.compiled import calibration
 
         batches = calibration(d.batch, len(d.y_train))

@@ -147,7 +147,7 @@ def _export(
     out: Path, ids: list[int], name: str, model, calibration
 ) -> tuple[str | None, str | None]:
     """The average model as OUT/average.onnx: a compiled model's own ONNX file with the trained
-    parameters written in (compiler/writeback.py), or the mlp and logreg exported."""
+    parameters written in (models/writeback.py), or the mlp and logreg exported."""
     from edgegossip.models.compiled import CompiledModel
 
     if not ids:
@@ -162,7 +162,7 @@ def _export(
     np.save(out / "average.npy", avg)
     path = out / "average.onnx"
     if compiled:
-        from edgegossip.compiler import writeback
+        from edgegossip.models import writeback
 
         running = writeback.running_statistics(model, avg, calibration)
         writeback.write(model, avg, path, running)

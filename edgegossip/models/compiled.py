@@ -9,7 +9,7 @@ BatchNorm: the training graph normalises with the batch's own statistics, and so
 infer.onnx (evaluation batches are thousands of examples here). No running averages are kept
 on the device and none are gossiped: `fleet collect` estimates them for the averaged
 parameters from training data when it writes them back into the user's own model
-(compiler/writeback.py).
+(models/writeback.py).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from edgegossip import artifact
 from edgegossip.artifact import ArtifactError
 from edgegossip.models.base import FlatLayout, Model
 
-BATCH = 256  # examples per batch whose BatchNorm statistics are averaged (compiler/writeback.py)
+BATCH = 256  # examples per batch whose BatchNorm statistics are averaged (models/writeback.py)
 BATCHES = 8  # batches at the most
 
 
