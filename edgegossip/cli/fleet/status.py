@@ -27,6 +27,11 @@ COLUMNS = [
 ]
 
 
+def _ids(peers) -> str | None:
+    """A list of peer ids as a cell: 2,5 (None: none)."""
+    return ",".join(str(j) for j in peers or ()) or None
+
+
 def _flat(r: dict) -> dict:
     ex = r.get("exchanges") or {}
     losses = [v for v in (r.get("link_loss") or {}).values() if v is not None]
@@ -56,8 +61,8 @@ def _flat(r: dict) -> dict:
         "completed": ex.get("completed"),
         "partial": ex.get("partial"),
         "timed_out": ex.get("timed_out"),
-        "silent": ",".join(str(j) for j in r.get("silent_peers") or ()) or None,
-        "suspect": ",".join(str(j) for j in r.get("suspect_peers") or ()) or None,
+        "silent": _ids(r.get("silent_peers")),
+        "suspect": _ids(r.get("suspect_peers")),
         "link_loss": round(sum(losses) / len(losses), 3) if losses else None,
         "model": (r.get("model_digest") or "")[:12] or None,
         "note": note[:80],
