@@ -104,6 +104,27 @@ def test_a_suspect_peers_say_shrinks_and_comes_back_when_it_behaves():
     assert b.suspects == []
 
 
+def test_a_peer_always_just_past_the_radius_is_named_one_now_and_then_is_not():
+    """A replay of an old model sits just beyond the radius of models that train away from
+    it, every round: it is named and its say falls to about a half. An honest peer lands past the radius
+    now and then (one round in four here) and keeps its name clean."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal(PLAN.n_params).astype(np.float32) * 10
+    b = Bound(PLAN, [1, 2, 3])
+    _warm(b, x, rng)
+    for k in range(40):
+        y, m = _round(x, rng, 1.1 * bound.CLIP)
+        b.admit(3, y, x, m)
+        y, m = _round(x, rng, 1.1 * bound.CLIP if k % 4 == 0 else 1.0)
+        b.admit(2, y, x, m)
+        _warm(b, x, rng, peers=(1,), rounds=1)
+    assert b.suspects == [3] and b.refused == 0
+    assert b.suspicion[2] < bound.SUSPECT / 2
+    y, m = _round(x, rng, 1.0)
+    assert b.admit(3, y, x, m)
+    assert np.linalg.norm(y - x) < 0.6 * _typical(x)  # its say: about a half
+
+
 def test_a_fresh_zero_model_admits_the_first_rounds_and_none_turns_it_off():
     x = np.zeros(PLAN.n_params, np.float32)
     b = Bound(PLAN, [1, 2])

@@ -25,10 +25,13 @@ honest models apart raise the typical distance.
 A round farther than REFUSE x tau is refused whole: nothing of it is merged (push-sum still
 takes the weight its running sum brought, as if the round carried our own value: the sums are
 never clipped, or weight would not be conserved). Each peer has a suspicion, a running mean of
-how far past the radius its rounds were (0 within it, 1 refused, (dist / tau - 1) / (REFUSE - 1)
-between: honest rounds are clipped now and then while the models move apart fast, seldom far);
-its say, the share of its clipped difference a merge applies, is 1 - suspicion, and a
-suspicion above SUSPECT names it in `suspect_peers` and raises the alarm suspect_peer.
+where its rounds landed: 0 within the radius, 1 refused, and between the two from BEYOND (just
+past the radius) up to 1 (at REFUSE x tau). Honest rounds land past the radius now and then,
+while the models move apart fast; a peer whose every round lands past it is not honest, however
+little past: a replay of an old model sits just beyond the radius of models that train away from
+it, and its pull back, each round up to the radius, cost 2.5 points before it counted. Its say,
+the share of its clipped difference a merge applies, is 1 - suspicion, and a suspicion above
+SUSPECT names it in `suspect_peers` and raises the alarm suspect_peer.
 """
 
 from __future__ import annotations
@@ -56,6 +59,17 @@ LEAST = 0.01
 MOST = 0.5
 GAIN = 1 / 8  # weight of the newest round in a peer's suspicion
 SUSPECT = 0.5  # a suspicion above this names the peer
+# what a round just past the radius adds to its sender's suspicion: SUSPECT, so that a peer
+# whose every round lands past the radius is named, one whose rounds do now and then is not
+BEYOND = SUSPECT
+
+
+def _hit(reach: float) -> float:
+    """What a round at reach radii (its distance / tau, at most REFUSE) adds to its sender's
+    suspicion: 0 within the radius, BEYOND just past it, 1 at a refusal."""
+    if reach <= 1.0:
+        return 0.0
+    return min(1.0, BEYOND + (1.0 - BEYOND) * (reach - 1.0) / (REFUSE - 1.0))
 
 
 class Bound:
@@ -122,9 +136,7 @@ class Bound:
         with np.errstate(divide="ignore"):
             clip = np.minimum(1.0, tau * np.sqrt(lens / self.d) / np.sqrt(sq))
         self.clipped += bool((clip[arrived] < 1.0).any())
-        # how far past the radius, on the way to a refusal: a round just past it is how honest
-        # rounds look while the models move apart fast; one near refusal is not
-        say = 1.0 - self._suspect(peer, min(1.0, max(0.0, (dist / tau - 1) / (REFUSE - 1))))
+        say = 1.0 - self._suspect(peer, _hit(dist / tau))
         scale[:] = clip * say
         if (scale[arrived] != 1.0).any():
             kernels.scale_toward(y, ref, mask, scale, ce)
