@@ -143,6 +143,8 @@ def test_a_mixed_fleet_on_one_channel_trains_skewed_data_to_one_model(root_only,
     }
     assert {(a["device"], a["cpu_share"]) for a in pi5} == {("pi5", 0.3)}
     assert all(a["cpu_throttled_s"] > 0.5 for a in pi4), agents  # held to their quota
+    assert all(0 < a["memory_peak_mb"] < a["memory_limit_mb"] for a in pi4), agents
+    assert {a["oom_kills"] for a in pi4} == {0}, agents
     # a third of a Pi 5's share (0.338); on a busy machine a Pi 5 may get less than its own
     assert max(a["steps_per_s"] for a in pi4) < min(a["steps_per_s"] for a in pi5), agents
     sent = sum(a["datagrams_sent"] for a in agents)

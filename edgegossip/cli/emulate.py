@@ -152,8 +152,9 @@ def emulate(backend, out, cleanup, export_kind, base, curve, as_json, **settings
     exchanges_initiated_per_step beside the configured p, bytes and datagrams, drops, peak_rss_mb,
     deadline_s_by_link: each link's last deadline, peer id -> seconds; link_loss: the loss
     observed on each incoming link, peer id -> fraction; steps_per_s: its pace from its first
-    step to its last; device, cpu_share, cpu_throttled_s, memory_limit_mb: its board and the
-    limits the kernel held it to, null where none), "plots" (PNG and SVG paths) and "report"
+    step to its last; device, cpu_share, cpu_throttled_s, memory_limit_mb, memory_peak_mb,
+    oom_kills: its board, the limits the kernel held it to, the most memory its group held and
+    the processes killed at its limit, null where none), "plots" (PNG and SVG paths) and "report"
     (OUT/report.html)."""
     if cleanup:
         _cleanup(as_json)
@@ -316,7 +317,7 @@ def _run(spec, as_json: bool, curve_every_s: float | None) -> dict:
     model every curve_every_s (None: not); its summary, written to OUT/summary.json beside
     OUT/report.html."""
     from edgegossip.emulate import cgroups, netns
-    from edgegossip.emulate.fleet import EmulatedFleet
+    from edgegossip.emulate.fleet import LIMITS, EmulatedFleet
     from edgegossip.report.summary import summarize
 
     loss_kind = "kernel (nftables)" if spec.backend == "netns" else "injected"
@@ -350,7 +351,7 @@ def _run(spec, as_json: bool, curve_every_s: float | None) -> dict:
     )
     if air is not None:
         _on_air(summary, air, spec.network.loss)
-    unlimited = {"cpu_share": None, "cpu_throttled_s": None, "memory_limit_mb": None}
+    unlimited = dict.fromkeys(LIMITS)
     for a in summary["agents"]:  # a device's board, its limits and what its quota held back
         a.update(limits.get(a["agent"], unlimited))
         a["device"] = spec.device(a["agent"]).board

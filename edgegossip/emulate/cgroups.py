@@ -125,6 +125,30 @@ class DeviceGroups:
             return None
         return int(text) >> 20 if text.strip().isdigit() else None
 
+    def _memory_read(self, i: int, v2: str, v1: str) -> str | None:
+        if i not in self.memory or "memory" not in self.bases:
+            return None
+        try:
+            return (self.bases["memory"] / f"node{i}" / (v2 if self.v2 else v1)).read_text()
+        except OSError:
+            return None
+
+    def oom_kills(self, i: int) -> int:
+        """How many of node i's processes the kernel killed at its memory limit (v2's
+        memory.events, v1's memory.oom_control: the line `oom_kill N`)."""
+        text = self._memory_read(i, "memory.events", "memory.oom_control") or ""
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill" and value.strip().isdigit():
+                return int(value)
+        return 0
+
+    def memory_peak_mb(self, i: int) -> int | None:
+        """The most memory node i's group held so far, in MB; None: not limited, or a kernel
+        that does not keep it (memory.peak is v2 from Linux 5.19)."""
+        text = self._memory_read(i, "memory.peak", "memory.max_usage_in_bytes")
+        return int(text) >> 20 if text and text.strip().isdigit() else None
+
     def throttled_s(self, i: int) -> float | None:
         """Seconds node i's processes were held back by its quota so far; None: uncapped."""
         if i not in self.shares:

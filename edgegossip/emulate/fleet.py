@@ -43,6 +43,9 @@ LOOPBACK_PORT = 27100
 # what an emulated fleet sets otherwise than an agent's own default (config.py): it evaluates
 # more often, for the progress lines and the report's curves
 EMULATED = {"eval_every": 50}
+# a capped device's row in the summary: its CPU share, the seconds its quota held it back, its
+# memory limit and the most its group held, in MB, and the processes the kernel killed at it
+LIMITS = ("cpu_share", "cpu_throttled_s", "memory_limit_mb", "memory_peak_mb", "oom_kills")
 # the agent settings the fleet sets itself, from its layout, its network and its own fields
 # (EmulatedFleet._config), beside the tooling's (config.py's scope "managed"): a run's
 # `settings` may not name them
@@ -379,6 +382,9 @@ class EmulatedFleet:
         """Agent i's own one-line reason for stopping, from the end of its log: its last
         `edgegossip: error:` line (what the CLI prints for a refusal), else the last line (a
         traceback's exception), and where the whole log is."""
+        killed = self._killed_at_limit(i)
+        if killed:
+            return killed
         path = self.spec.out / f"agent{i}.log"
         try:
             with open(path, "rb") as f:
@@ -391,11 +397,25 @@ class EmulatedFleet:
         said = errors[-1][len(ERROR_PREFIX) :] if errors else (lines[-1] if lines else "")
         return f"{said or 'nothing said'} (log: {path})"
 
+    def _killed_at_limit(self, i: int) -> str | None:
+        """What the kernel did to agent i if it killed it at its board's memory limit: its
+        exit then says nothing of why (a SIGKILL; in a device, the wrapper's own error)."""
+        if not self.groups.oom_kills(i):
+            return None
+        peak = self.groups.memory_peak_mb(i)
+        return (
+            f"killed by the kernel at its board's memory limit, "
+            f"{self.groups.memory_limit_mb(i)} MB (peak {'?' if peak is None else peak} MB): "
+            "the model and its batch do not fit this board"
+        )
+
     def failed(self) -> list[int]:
         return [
             i
             for i, p in enumerate(self.procs)
-            if p is not None and p.poll() not in (None, 0, -signal.SIGTERM, -signal.SIGKILL)
+            if p is not None
+            and p.poll() is not None
+            and (p.poll() not in (0, -signal.SIGTERM, -signal.SIGKILL) or self._killed_at_limit(i))
         ]
 
     def stop(self, grace_s: float = 30.0) -> None:
@@ -439,15 +459,21 @@ class EmulatedFleet:
         return [self.lan.dropped_packets(i) for i in range(self.spec.nodes)]
 
     def limits(self) -> dict[int, dict]:
-        """Each capped device's limits as the kernel holds them: its CPU share, the seconds its
-        quota held it back, its memory limit in MB."""
+        """Each capped device's limits as the kernel holds them, keyed as LIMITS."""
         g = self.groups
         return {
-            i: {
-                "cpu_share": g.shares.get(i),
-                "cpu_throttled_s": g.throttled_s(i),
-                "memory_limit_mb": g.memory_limit_mb(i),
-            }
+            i: dict(
+                zip(
+                    LIMITS,
+                    (
+                        g.shares.get(i),
+                        g.throttled_s(i),
+                        g.memory_limit_mb(i),
+                        g.memory_peak_mb(i),
+                        g.oom_kills(i) if i in g.memory else None,
+                    ),
+                )
+            )
             for i in sorted(set(g.shares) | set(g.memory))
         }
 
