@@ -1,11 +1,17 @@
 """How an emulated fleet ends when it does not end well. Issue 68, item 1: an emulated board's
 agent that the kernel kills at the board's memory limit is named as exactly that, in one line,
-with the limit and the peak, and the run ends with an error."""
+with the limit and the peak, and the run ends with an error. And a run stopped by SIGTERM tears
+its fleet down as Ctrl-C does."""
 
+import signal
 import subprocess
 import sys
 
 import pytest
+
+from edgegossip import exit_codes
+from edgegossip.metrics import read
+from tests.helpers.waiting import until
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(300)]
 
@@ -24,3 +30,44 @@ def test_an_agent_killed_at_its_boards_memory_limit_is_named_so(root_only, tmp_p
     said = p.stderr.strip().splitlines()
     assert len(said) == 1, p.stderr[-3000:]
     assert "killed by the kernel at its board's memory limit, 512 MB (peak" in said[0], said
+
+
+def test_a_terminated_emulation_stops_its_agents_and_removes_its_namespaces(root_only, tmp_path):
+    """SIGTERM (a job runner's, `timeout`'s) tears the fleet down as Ctrl-C does: the run
+    says so in one line and exits INTERRUPTED, and no agent or namespace of it is left."""
+    before = set(netns_names())
+    out = tmp_path / "run"
+    p = subprocess.Popen(
+        [sys.executable, "-m", "edgegossip.cli.app", "emulate", "--nodes", "2"]
+        + ["--model", "logreg", "--duration", "300", "--out", str(out), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        until(
+            lambda: all(_stepped(out / f"agent{i}" / "metrics.jsonl") for i in (0, 1)),
+            timeout=120,
+            what="both agents training",
+        )
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == exit_codes.INTERRUPTED, err
+    assert err.strip().splitlines() == [
+        "edgegossip: error: interrupted; agents stopped and namespaces removed"
+    ], err
+    assert set(netns_names()) <= before
+    left = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True).stdout
+    assert left == "", left
+
+
+def netns_names() -> list[str]:
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [line.split()[0] for line in listed.splitlines() if line.strip()]
+
+
+def _stepped(path) -> bool:
+    return path.is_file() and any("step" in r and r["step"] > 0 for r in read(path))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import signal
 import time
 from collections import Counter
 from pathlib import Path
@@ -323,6 +324,9 @@ def _run(spec, as_json: bool, curve_every_s: float | None) -> dict:
     loss_kind = "kernel (nftables)" if spec.backend == "netns" else "injected"
     fleet = EmulatedFleet(spec)
     t0 = time.monotonic()
+    # a SIGTERM (a job runner's, `timeout`'s) tears the fleet down as Ctrl-C does: by default
+    # it would end this process with the agents, namespaces and device groups left running
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         fleet.up()
         if not as_json:
@@ -337,6 +341,7 @@ def _run(spec, as_json: bool, curve_every_s: float | None) -> dict:
         fail(str(e), exit_codes.FAILURE)
     finally:
         fleet.down()
+        signal.signal(signal.SIGTERM, previous)
     elapsed = time.monotonic() - t0
     summary = summarize(
         spec.out,
@@ -356,6 +361,10 @@ def _run(spec, as_json: bool, curve_every_s: float | None) -> dict:
         a.update(limits.get(a["agent"], unlimited))
         a["device"] = spec.device(a["agent"]).board
     return _written(spec, summary, loss_kind)
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
 
 
 def _headline(spec, loss_kind: str) -> str:
