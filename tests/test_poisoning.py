@@ -72,11 +72,11 @@ def test_a_hostile_device_moves_no_honest_model_far(
             timeout=120,
             what="A and B above 0.8 and merging each other's rounds",
         )
-        until(lambda: hostile.harvest() or hostile.seen, timeout=60, what="an honest model")
+        until(lambda: hostile.harvest() or hostile.state.seen, timeout=60, what="an honest model")
         before = [_last(tmp_path, i) for i in (A, B)]
         phases = {}
-        for name, make in ATTACKS.items():
-            sent = hostile.attack(make, [A, B], PHASE_S)
+        for name in ATTACKS:
+            sent = hostile.attack(name, [A, B], PHASE_S)
             lasts = [_last(tmp_path, i) for i in (A, B)]
             phases[name] = (
                 [r["accuracy"] for r in lasts],
@@ -84,7 +84,12 @@ def test_a_hostile_device_moves_no_honest_model_far(
                 [r["suspect_peers"] for r in lasts],
                 ["suspect_peer" in r["alarms"] for r in lasts],
             )
-        time.sleep(1.0)  # the last rounds merged (their deadlines are 1 s)
+        merged = time.time() + 1.0  # the last rounds merged: their deadlines are 1 s
+        until(
+            lambda: all(_last(tmp_path, i)["time"] > merged for i in (A, B)),
+            timeout=60,
+            what="a record of each after the last rounds' deadlines",
+        )
         after = [_last(tmp_path, i) for i in (A, B)]
     finally:
         hostile.close()

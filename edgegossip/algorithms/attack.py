@@ -59,10 +59,11 @@ ALGORITHMS = ("elastic-gossip", "gossip-pull", "gossip-push")
 
 
 class Attack:
-    """One device's attack: keeps what its peers send it, and makes what it sends."""
+    """One device's attack: keeps what its peers send it, and makes what it sends ("none" and
+    flip-labels make nothing: what it sends is its own model)."""
 
     def __init__(self, name: str):
-        self.make = ATTACKS[name]
+        self.make = ATTACKS.get(name)
         self.seen: deque[np.ndarray] = deque(maxlen=SEEN)
         self.first: np.ndarray | None = None
 

@@ -16,7 +16,7 @@ from edgegossip.dataplane import payload, wire
 from edgegossip.dataplane.plane import DataPlane, PlaneSpec
 
 # what travels on the wire: flip-labels is an agent's own training (emulate --hostile)
-ATTACKS = {name: make for name, make in attack.ATTACKS.items() if make is not None}
+ATTACKS = tuple(name for name, make in attack.ATTACKS.items() if make is not None)
 
 
 class Hostile:
@@ -27,8 +27,9 @@ class Hostile:
         self.plane = DataPlane(spec, self.plan, key, codec)
         self.dest = {i: ("127.0.0.1", p) for i, p in enumerate(ports) if i != me}
         self.round = 0
-        self.seen: list[np.ndarray] = []  # honest models, in the order they came
-        self.first: np.ndarray | None = None
+        # what an agent's attack keeps (the honest models it heard, the first of them) and
+        # makes, as emulate --hostile's agents do; attack() sets what it makes
+        self.state = attack.Attack("none")
         self._want: dict[int, int] = {}  # peer -> the round of its answer we wait for
 
     def send(self, i: int, y: np.ndarray) -> None:
@@ -52,19 +53,20 @@ class Hostile:
                 got = rounds.collect(peer, wire.MsgType.PARAMS, rnd, 0.0, y, mask)
                 del self._want[peer]
                 if got == self.plan.n_chunks:
-                    self.seen.append(y)
-                    self.first = y if self.first is None else self.first
+                    self.state.heard(y)
 
-    def attack(self, make, victims: list[int], seconds: float, every_s: float = 0.05) -> int:
-        """Send make(the last honest model, those seen, the first) to the victims in turn every
-        every_s for `seconds`; the rounds sent. Call it once seen is not empty (honest agents start
-        exchanges with this device too: harvest() keeps what they carry)."""
-        assert self.first is not None, "no honest model seen yet"
+    def attack(self, name: str, victims: list[int], seconds: float, every_s: float = 0.05) -> int:
+        """Send what attack `name` makes of the honest models heard to the victims in turn
+        every every_s for `seconds`; the rounds sent. Call it once one has been heard (honest
+        agents start exchanges with this device too: harvest() keeps what they carry)."""
+        assert self.state.first is not None, "no honest model heard yet"
+        self.state.make = attack.ATTACKS[name]
         sent, end = 0, time.monotonic() + seconds
         while time.monotonic() < end:
             self.harvest()
-            last = self.seen[-1]
-            self.send(victims[sent % len(victims)], make(last, self.seen[-4:], self.first))
+            y = self.state.seen[-1].copy()  # its own model: the last it heard
+            self.state.apply(y)
+            self.send(victims[sent % len(victims)], y)
             sent += 1
             time.sleep(every_s)
         return sent
