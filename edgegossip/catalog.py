@@ -389,8 +389,8 @@ METRICS: tuple[Metric, ...] = (
     ),
     Metric(
         "suspicion_by_peer",
-        "each peer's suspicion: the running share of its rounds clipped or refused; its say in "
-        "a merge is 1 minus this",
+        "each peer's suspicion: the running mean of where its rounds land, 0 within the "
+        "radius, 1/2 just past it, 1 refused; its say in a merge is 1 minus this",
         unit="ratio",
         prometheus="peer_suspicion",
         shape="by",
