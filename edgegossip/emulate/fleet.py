@@ -43,6 +43,7 @@ LOOPBACK_PORT = 27100
 # what an emulated fleet sets otherwise than an agent's own default (config.py): it evaluates
 # more often, for the progress lines and the report's curves
 EMULATED = {"eval_every": 50}
+STACKS_S = 1.0  # for an agent that would not stop to print its threads' stacks
 # a capped device's row in the summary: its CPU share, the seconds its quota held it back, its
 # memory limit and the most its group held, in MB, and the processes the kernel killed at it
 LIMITS = ("cpu_share", "cpu_throttled_s", "memory_limit_mb", "memory_peak_mb", "oom_kills")
@@ -429,8 +430,22 @@ class EmulatedFleet:
             try:
                 p.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
+                self._dump_stacks(p)
                 self._signal(p, signal.SIGKILL)
                 p.wait()
+
+    @staticmethod
+    def _dump_stacks(p: subprocess.Popen) -> None:
+        """An agent that did not stop in its grace: its threads' stacks into its log (the
+        agent's SIGUSR1, cli/agent.py) before it is killed, so that where it hung is known."""
+        pid = device.agent_pid(p.pid)
+        if pid is None:
+            return
+        try:
+            os.kill(pid, signal.SIGUSR1)
+            p.wait(timeout=STACKS_S)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            pass
 
     def overdue(self, grace_s: float = 15.0) -> bool:
         """True once a duration-limited run is past its duration plus grace: agents still up
