@@ -19,6 +19,7 @@ from edgegossip.errors import EdgegossipError
 from edgegossip.run import MIN_SHARE
 
 ROOT = Path("/sys/fs/cgroup")
+MEMORY_LIMIT = ("memory.max", "memory.limit_in_bytes")  # the limit's file: v2's, v1's
 PERIOD_US = 100_000  # the kernel's default bandwidth period; run.MIN_SHARE is 1 ms of it
 
 
@@ -80,7 +81,7 @@ class DeviceGroups:
 
     @property
     def _memory_file(self) -> str:
-        return "memory.max" if self.v2 else "memory.limit_in_bytes"
+        return MEMORY_LIMIT[0] if self.v2 else MEMORY_LIMIT[1]
 
     def _group(self, controller: str, i: int) -> Path:
         group = self.bases[controller] / f"node{i}"
@@ -114,18 +115,8 @@ class DeviceGroups:
 
         return join
 
-    def memory_limit_mb(self, i: int) -> int | None:
-        """Node i's memory limit as the kernel holds it, in MB; None: not limited."""
-        if i not in self.memory:
-            return None
-        group = self.bases["memory"] / f"node{i}"
-        try:
-            text = (group / self._memory_file).read_text()
-        except OSError:
-            return None
-        return int(text) >> 20 if text.strip().isdigit() else None
-
     def _memory_read(self, i: int, v2: str, v1: str) -> str | None:
+        """A file of node i's memory group (v2's name or v1's); None: not limited, or gone."""
         if i not in self.memory or "memory" not in self.bases:
             return None
         try:
@@ -133,21 +124,30 @@ class DeviceGroups:
         except OSError:
             return None
 
-    def oom_kills(self, i: int) -> int:
+    def _memory_mb(self, i: int, v2: str, v1: str) -> int | None:
+        text = self._memory_read(i, v2, v1)
+        return int(text) >> 20 if text and text.strip().isdigit() else None
+
+    def memory_limit_mb(self, i: int) -> int | None:
+        """Node i's memory limit as the kernel holds it, in MB; None: not limited."""
+        return self._memory_mb(i, *MEMORY_LIMIT)
+
+    def memory_peak_mb(self, i: int) -> int | None:
+        """The most memory node i's group held so far, in MB; None: not limited, or a kernel
+        that does not keep it (memory.peak is v2 from Linux 5.19)."""
+        return self._memory_mb(i, "memory.peak", "memory.max_usage_in_bytes")
+
+    def oom_kills(self, i: int) -> int | None:
         """How many of node i's processes the kernel killed at its memory limit (v2's
-        memory.events, v1's memory.oom_control: the line `oom_kill N`)."""
-        text = self._memory_read(i, "memory.events", "memory.oom_control") or ""
+        memory.events, v1's memory.oom_control: the line `oom_kill N`); None: not limited."""
+        text = self._memory_read(i, "memory.events", "memory.oom_control")
+        if text is None:
+            return None
         for line in text.splitlines():
             key, _, value = line.partition(" ")
             if key == "oom_kill" and value.strip().isdigit():
                 return int(value)
         return 0
-
-    def memory_peak_mb(self, i: int) -> int | None:
-        """The most memory node i's group held so far, in MB; None: not limited, or a kernel
-        that does not keep it (memory.peak is v2 from Linux 5.19)."""
-        text = self._memory_read(i, "memory.peak", "memory.max_usage_in_bytes")
-        return int(text) >> 20 if text and text.strip().isdigit() else None
 
     def throttled_s(self, i: int) -> float | None:
         """Seconds node i's processes were held back by its quota so far; None: uncapped."""

@@ -416,7 +416,7 @@ class EmulatedFleet:
             for i, p in enumerate(self.procs)
             if p is not None
             and p.poll() is not None
-            and (p.poll() not in (0, -signal.SIGTERM, -signal.SIGKILL) or self._killed_at_limit(i))
+            and (p.poll() not in (0, -signal.SIGTERM, -signal.SIGKILL) or self.groups.oom_kills(i))
         ]
 
     def stop(self, grace_s: float = 30.0) -> None:
@@ -485,7 +485,7 @@ class EmulatedFleet:
                         g.throttled_s(i),
                         g.memory_limit_mb(i),
                         g.memory_peak_mb(i),
-                        g.oom_kills(i) if i in g.memory else None,
+                        g.oom_kills(i),
                     ),
                 )
             )
