@@ -28,6 +28,16 @@ STATE = f"{HOME}/state"
 CONFIG = f"{HOME}/agent.toml"
 CACHE = f"{HOME}/cache"
 
+# The device's memory group where an agent looks for its board's memory (models/footprint.py),
+# as a container sees its own: `ip netns exec` mounted a sysfs without the cgroup hierarchies.
+# v1's memory hierarchy where the machine has one, else v2's; neither: the RAM alone.
+_CGROUPS = """if grep -q ':memory:' /proc/self/cgroup; then
+  mount -t tmpfs -o size=4k,mode=0755 cgroups /sys/fs/cgroup && mkdir /sys/fs/cgroup/memory \\
+    && mount -t cgroup -o memory,ro memory /sys/fs/cgroup/memory || true
+else
+  mount -t cgroup2 -o ro cgroup2 /sys/fs/cgroup || true
+fi"""
+
 _SETUP = f"""set -e
 hostname "$1"; state="$2"; conf="$3"; cache="$4"; shift 4
 mount -t tmpfs -o mode=0755,size=4m tmpfs /run
@@ -35,6 +45,7 @@ mkdir -p {HOME}/state {HOME}/cache
 mount --bind "$state" {STATE}
 mount --bind -o ro "$cache" {CACHE}
 cp "$conf" {CONFIG}
+{_CGROUPS}
 exec "$@"
 """
 
