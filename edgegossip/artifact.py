@@ -35,6 +35,7 @@ FORMAT = "edgegossip-model/1"
 MANIFEST = "manifest.json"
 FILES = ("train.onnx", "infer.onnx", "initial.npy", "model.onnx")
 PREFIX_FILES = ("features.onnx", "train-cached.onnx")  # with a frozen prefix (compiler/prefix.py)
+MEMORY = "memory.json"  # a step's measured peak memory (models/footprint.py), not in the digest
 LOSSES = ("cross-entropy", "mse")
 INPUT_DTYPES = ("float32", "int64", "int32")  # features, or token ids
 OLDEST_RUNTIME = "1.14"  # manifests before it was recorded were all made at opset 18
@@ -241,12 +242,14 @@ def write_manifest(folder: Path, manifest: Manifest) -> tuple[Manifest, str]:
 
 
 def copy(folder: str | Path, dest: Path) -> str:
-    """Copy the compiled model in `folder` (checked) into the new folder `dest`: its manifest
-    and the files it names, nothing else; the digest."""
+    """Copy the compiled model in `folder` (checked) into the new folder `dest`: its manifest,
+    the files it names and its measured footprint (MEMORY), nothing else; the digest."""
     artifact = read(folder)
     dest.mkdir(parents=True)
     for name in (MANIFEST, *artifact.manifest.files):
         shutil.copyfile(Path(folder) / name, dest / name)
+    if (Path(folder) / MEMORY).is_file():  # a measurement, outside the digest: it travels too
+        shutil.copyfile(Path(folder) / MEMORY, dest / MEMORY)
     if read(dest).digest != artifact.digest:  # changed while we copied
         raise ArtifactError(f"{folder}: changed while it was copied; copy it again")
     return artifact.digest

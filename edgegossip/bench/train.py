@@ -176,6 +176,23 @@ def against(
     return result
 
 
+def step_peaks(folder: str, batches: tuple[int, ...], steps: int = 1) -> dict[str, list]:
+    """A compiled model's training step, as its agent runs it (one thread), in a fresh process
+    per batch: {way: [(batch, peak RSS in MB)]}, for its whole graph and, with a frozen prefix,
+    for the part after it on the prefix's outputs (models/footprint.py's ways)."""
+    from edgegossip.artifact import read
+    from edgegossip.models.footprint import CACHED, WHOLE
+
+    ways = (WHOLE, CACHED) if read(folder).has_prefix else (WHOLE,)
+    out: dict[str, list] = {}
+    for way in ways:
+        for batch in batches:
+            argv = [sys.executable, "-c", _CHILD, folder, way, str(batch), str(steps), "1", "0"]
+            row = _child(argv, f"{folder} at batch {batch}", _ONE_BLAS_THREAD)
+            out.setdefault(way, []).append((batch, row["peak_rss_mb"]))
+    return out
+
+
 def run(
     cases=CASES, batches=BATCHES, steps: int = 60, threads: int = 1, profile: bool = False
 ) -> dict:

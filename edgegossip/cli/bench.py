@@ -211,9 +211,10 @@ def train(
     cases = t.CASES
     if folder:  # with a frozen prefix, also as a device trains it: on the prefix's outputs
         from edgegossip import artifact
+        from edgegossip.models.footprint import CACHED, WHOLE
 
         prefix = artifact.read(folder).has_prefix
-        cases = [(folder, "compiled")] + ([(folder, "compiled-prefix")] if prefix else [])
+        cases = [(folder, WHOLE)] + ([(folder, CACHED)] if prefix else [])
     if profile and not folder:
         raise UsageError("--profile times a compiled model's ops: give --model DIR")
     result = t.run(cases=cases, steps=steps, threads=threads, profile=profile)

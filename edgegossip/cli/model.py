@@ -48,13 +48,21 @@ def model() -> None:
     "loss only through an op the compiler does not differentiate); the manifest lists them.",
 )
 @click.option(
+    "--batch",
+    type=click.IntRange(1, 65536),
+    help="Also measure a training step's peak memory at this batch (and at batch 1), as a "
+    "device's agent runs it, and keep both in OUT/memory.json: an agent refuses a batch its "
+    "board cannot hold.",
+)
+@click.option(
     "--json",
     "as_json",
     is_flag=True,
     help='Print the manifest: {"format", "source": {"file", "sha256"}, "loss", "input": '
     '{"name", "shape", "dtype"}, "output": {"shape"}, "classes", "params": {"count", '
     '"layout"}, "state", "untrained", "frozen", "exporter_changes" (one line each), "ops", '
-    '"opset", "onnxruntime", "files", "digest", "out"}.',
+    '"opset", "onnxruntime", "files", "digest", "out"} (with --batch, "memory": '
+    '{"compiled" [, "compiled-prefix"]: {BATCH: peak MB}}).',
 )
 def compile(
     source: Path,
@@ -63,6 +71,7 @@ def compile(
     freeze: tuple[str, ...],
     train_only: tuple[str, ...],
     accept_untrained: bool,
+    batch: int | None,
     as_json: bool,
 ) -> None:
     """Compile SOURCE, an inference ONNX model (torch.onnx.export's, opset 13 or later, its
@@ -79,6 +88,12 @@ def compile(
 
     choice = Choice(freeze, train_only, accept_untrained)
     manifest = compile_file(source, loss, out, choice)  # CompileError: one line, exit 2
+    if batch is not None:
+        from edgegossip.bench.train import step_peaks
+        from edgegossip.models import footprint
+
+        fp = footprint.write(out, step_peaks(str(out), tuple(sorted({1, batch}))))
+        manifest["memory"] = fp.to_json()
     if as_json:
         emit(manifest, True)
         return
@@ -96,6 +111,13 @@ def compile(
         click.echo("left as exported (--accept-untrained): " + _listed(manifest["untrained"]))
     for line in manifest["exporter_changes"]:
         click.echo(f"note: {line}")
+    for way, peaks in manifest.get("memory", {}).items():
+        how = "on its prefix's outputs" if way == "compiled-prefix" else "whole"
+        click.echo(
+            f"memory: a training step {how} at batch {batch} peaks at {peaks[str(batch)]:.0f} MB "
+            f"(batch 1: {peaks['1']:.0f} MB), onnxruntime on one thread here; kept in "
+            f"{out / 'memory.json'}"
+        )
 
 
 def _listed(names: list[str], most: int = 8) -> str:

@@ -8,7 +8,16 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from edgegossip.artifact import FILES, PREFIX_FILES, Manifest, Prefix, Slot, State, write_manifest
+from edgegossip.artifact import (
+    FILES,
+    MEMORY,
+    PREFIX_FILES,
+    Manifest,
+    Prefix,
+    Slot,
+    State,
+    write_manifest,
+)
 from edgegossip.compiler.build import (
     RUNTIMES,
     Choice,
@@ -39,6 +48,7 @@ def compile_file(source: Path, loss: str, out: Path, choice: Choice | None = Non
         raise CompileError(f"{source}: {model.ByteSize()} bytes with its data; too large")
     c = compile_model(model, loss, choice or Choice())
     out.mkdir(parents=True, exist_ok=True)
+    (out / MEMORY).unlink(missing_ok=True)  # measured for what was here before, not this model
     onnx.save(c.train, str(out / "train.onnx"))
     onnx.save(inference_graph(c), str(out / "infer.onnx"))
     np.save(out / "initial.npy", c.initial.astype(np.float32))
