@@ -23,7 +23,7 @@ from edgegossip.agent import report
 from edgegossip.agent.checkpoints import Checkpoints
 from edgegossip.agent.keys import link_keys
 from edgegossip.agent.reload import Live, Reader, apply, config_hash
-from edgegossip.agent.shard import Shard, after_prefix, load_data
+from edgegossip.agent.shard import Shard, after_prefix, held, load_data
 from edgegossip.algorithms.base import CLOSING_ALPHA, SNAPSHOTS
 from edgegossip.config import AgentConfig, ConfigError
 from edgegossip.control.server import Controls
@@ -32,7 +32,7 @@ from edgegossip.dataplane import payload
 from edgegossip.dataplane.plane import DataPlane, PlaneSpec
 from edgegossip.dataplane.sender import Snapshots
 from edgegossip.metrics import peak_rss_mb
-from edgegossip.models import ONNX_MISSING, make_model, onnx_available
+from edgegossip.models import ONNX_MISSING, footprint, make_model, onnx_available
 from edgegossip.models.base import Model
 from edgegossip.models.optim import NesterovSGD
 from edgegossip.protocol import Context, Protocol, make_protocol
@@ -69,6 +69,16 @@ def _check_digest(cfg: AgentConfig, digest: str | None) -> None:
         )
 
 
+def _check_fits(cfg: AgentConfig, model, data: device.DeviceData) -> None:
+    """A compiled model whose step, as model compile measured it, and data exceed this device's
+    memory is refused before it trains, not killed by the kernel mid-run (models/footprint.py)."""
+    if model.digest is None:
+        return
+    why = footprint.refusal(cfg.model, cfg.batch, *held(model, data))
+    if why is not None:
+        raise ConfigError(f"train.batch: {why}")
+
+
 class Agent:
     def __init__(self, cfg: AgentConfig, data: device.DeviceData | None = None):
         self.model = make_model(cfg.model, cfg.seed, cfg.inputs, cfg.classes)
@@ -83,8 +93,7 @@ class Agent:
         self.restart = False  # stopped to restart on a changed config
         self.live: Live | None = None  # what a reload reaches, while run() runs
         self.reader: Reader | None = None  # reads agent.toml on SIGHUP, while run() runs
-        self.data = data if data is not None else load_data(cfg, self.model)
-        self.data = after_prefix(self.model, self.data)  # a frozen prefix: computed once
+        self.data = self._data(cfg, data)
         self.codec = payload.codec(cfg.payload)
         self.plan = self.codec.plan(self.model.n_params, cfg.chunk_bytes)
         self.shard = Shard(cfg, self.data)
@@ -123,6 +132,13 @@ class Agent:
         self.keys = link_keys(cfg) if self.algorithm.datagrams else None
         if self.keys is not None and self.model.digest is not None:
             self.keys = self.keys.bound(self.model.digest)
+
+    def _data(self, cfg: AgentConfig, data: device.DeviceData | None) -> device.DeviceData:
+        """This device's data (loaded here unless given), checked to fit beside the model's
+        step, as a frozen prefix computes it where the model has one (computed once)."""
+        data = data if data is not None else load_data(cfg, self.model)
+        _check_fits(cfg, self.model, data)
+        return after_prefix(self.model, data)
 
     def _trainer(self, cfg: AgentConfig) -> None:
         """What computes loss and gradient (NumPy, or onnxruntime), and its gradient buffer."""

@@ -8,6 +8,7 @@ import numpy as np
 
 from edgegossip.config import AgentConfig
 from edgegossip.data import device, mnist
+from edgegossip.models import footprint
 
 
 class Shard:
@@ -71,11 +72,25 @@ def after_prefix(model, data: device.DeviceData) -> device.DeviceData:
     the model then trained on them, where it has such a prefix, the rows have labels or
     targets of their own and their outputs fit in PREFIX_BUDGET_MB; else data as it was. The
     held-out rows stay as they are: evaluation runs the whole model."""
-    shape = getattr(model, "prefix_shape", None)
-    if shape is None or data.y is None:
-        return data
-    if data.rows * 4 * int(np.prod(shape)) > PREFIX_BUDGET_MB * 2**20:
+    if not _caches_prefix(model, data):
         return data
     parts = [model.features(device.ready(data.x[i : i + 256])) for i in range(0, data.rows, 256)]
     model.use_prefix()
-    return replace(data, x=np.concatenate(parts), row_shape=tuple(shape))
+    return replace(data, x=np.concatenate(parts), row_shape=tuple(model.prefix_shape))
+
+
+def _caches_prefix(model, data: device.DeviceData) -> bool:
+    shape = getattr(model, "prefix_shape", None)
+    if shape is None or data.y is None:
+        return False
+    return data.rows * 4 * int(np.prod(shape)) <= PREFIX_BUDGET_MB * 2**20
+
+
+def held(model, data: device.DeviceData) -> tuple[str, float]:
+    """How the agent will train (footprint.WHOLE or CACHED, as after_prefix decides) and the MB
+    it holds beside a step: its data, and the prefix's outputs where it caches them."""
+    arrays = (data.x, data.y, data.x_eval, data.y_eval)
+    mb = sum(a.nbytes for a in arrays if a is not None) / 2**20
+    if not _caches_prefix(model, data):
+        return footprint.WHOLE, mb
+    return footprint.CACHED, mb + data.rows * 4 * int(np.prod(model.prefix_shape)) / 2**20
