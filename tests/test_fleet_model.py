@@ -17,11 +17,12 @@ from helpers.onnx_models import compile_to, softmax_regression
 from test_inbox import PLAN, _collect, _datagrams
 
 from edgegossip.agent.agent import Agent
+from edgegossip.artifact import MEMORY
 from edgegossip.config import AgentConfig, ConfigError
 from edgegossip.dataplane.inbox import Inbox
 from edgegossip.dataplane.keys import LinkKeys
 from edgegossip.fleet import agentconf, deploy, inventory
-from edgegossip.models import writeback
+from edgegossip.models import footprint, writeback
 from edgegossip.models.compiled import CompiledModel
 
 FIXTURES = Path(__file__).parent / "fixtures" / "onnx"
@@ -70,6 +71,25 @@ def test_deploy_ships_the_model_only_to_a_device_that_holds_another(tmp_path, ar
     assert shipped == sorted(f"model/{n}" for n in ["manifest.json", *names])
     files = deploy.device_files(fleet, d, {"model_sha": digest}, False, tmp_path, {"wheels": []})
     assert not [n for n in files if n.startswith("model/")]
+
+
+def test_deploy_ships_the_measured_footprint_and_refuses_a_device_it_cannot_fit(tmp_path, artifact):
+    """Issue 68, item 1: a memory.json as `model compile --batch 32` writes it (the figures are
+    a MobileNetV2's order; the measuring is tests/test_footprint.py's) travels with the model,
+    and a device whose RAM is below the step at its batch is refused before anything ships;
+    one with room is not."""
+    fleet = _init(tmp_path, artifact)
+    footprint.write(tmp_path / "f" / "model", {footprint.WHOLE: [(1, 133.0), (32, 656.0)]})
+    d = fleet.devices[0]
+    files = deploy.device_files(fleet, d, {"model_sha": ""}, False, tmp_path, {"wheels": []})
+    assert files[f"model/{MEMORY}"] == tmp_path / "f" / "model" / MEMORY
+    assert deploy.memory_problem(fleet, d, 427) == (
+        "a training step of the fleet's model at batch 32 needs about 656 MB (as model compile "
+        "measured it) and the device has 427 MB: set a smaller train.batch for it, or freeze "
+        "more of the model"
+    )
+    assert deploy.memory_problem(fleet, d, 3796) is None
+    assert deploy.memory_problem(fleet, d, None) is None  # a device that did not say
 
 
 def test_an_altered_model_in_the_fleet_folder_is_one_line(tmp_path, artifact):

@@ -7,12 +7,13 @@ import json
 import time
 from pathlib import Path
 
-from edgegossip import paths
+from edgegossip import artifact, paths
 from edgegossip.catalog import RUNNING
 from edgegossip.data import mnist
 from edgegossip.fleet import agentconf, bundle, remote, secrets, targets
 from edgegossip.fleet.query import ask
 from edgegossip.fleet.ssh import Ssh, SshError
+from edgegossip.models import footprint
 
 # room an install needs beyond the shipped files: a venv with numpy, pyzmq and edgegossip
 VENV_MB = 200
@@ -53,10 +54,32 @@ def device_files(
     if folder is not None and agentconf.model_digest(fleet) != info.get("model_sha"):
         for name in ("manifest.json", *json.loads((folder / "manifest.json").read_text())["files"]):
             files[f"model/{name}"] = folder / name
+        if (folder / artifact.MEMORY).is_file():  # the agent's check at start reads it
+            files[f"model/{artifact.MEMORY}"] = folder / artifact.MEMORY
     if include_wheels:
         for w in manifest["wheels"]:
             files[f"wheels/{w}"] = wheelhouse / w
     return files
+
+
+def memory_problem(fleet, device, mem_mb: int | None) -> str | None:
+    """Why the device's RAM cannot hold a step of the fleet's compiled model at its batch, as
+    `model compile --batch` measured it (models/footprint.py), or None. The least of the ways
+    the agent may train it: which one it takes depends on the device's data, and its agent
+    checks again at start with its data counted."""
+    folder = agentconf.model_folder(fleet)
+    fp = footprint.read(folder) if folder is not None else None
+    if fp is None or mem_mb is None:
+        return None
+    batch = agentconf.render(fleet, device).batch
+    need = min(mb for way in fp.points if (mb := fp.at(batch, way)) is not None)
+    if need <= mem_mb:
+        return None
+    return (
+        f"a training step of the fleet's model at batch {batch} needs about {need:.0f} MB "
+        f"(as model compile measured it) and the device has {mem_mb} MB: set a smaller "
+        "train.batch for it, or freeze more of the model"
+    )
 
 
 def _size(content) -> int:
@@ -88,6 +111,9 @@ def deploy_one(
             "(RADIO/DISH): run `make venv` (it builds one) and `fleet wheelhouse` "
             "again, or use transport udp"
         )
+    why = memory_problem(fleet, device, info.get("mem_mb"))
+    if why is not None:
+        raise ValueError(f"{why}; nothing was changed")
     new_release = manifest["release"] not in info["releases"]
     files = device_files(fleet, device, info, new_release, wheelhouse, manifest)
     shipped = sum(_size(c) for c in files.values())

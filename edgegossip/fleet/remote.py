@@ -40,8 +40,9 @@ python3 - "$free" "$rel" "$ver" "$(sha /var/lib/edgegossip/data/device.npz)" \
   DATASET_SHAS <<'PY'
 import json, platform, sys
 a = sys.argv[1:]
+mem = [l.split()[1] for l in open("/proc/meminfo") if l.startswith("MemTotal:")]
 print(json.dumps({"machine": platform.machine(), "python": "%d.%d" % sys.version_info[:2],
-                  "glibc": platform.libc_ver()[1],
+                  "glibc": platform.libc_ver()[1], "mem_mb": int(mem[0]) // 1024 if mem else None,
                   "free_mb": int(a[0] or 0), "release": a[1], "version": a[2], "data_sha": a[3],
                   "service": a[4], "releases": a[5].split(), "model_sha": a[6],
                   "dataset_sha": dict(zip(DATASET_NAMES, a[7:]))}))
