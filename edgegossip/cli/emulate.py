@@ -445,9 +445,8 @@ def _watch(fleet, out: Path, as_json: bool, t0: float, curve_every_s: float | No
         for e in timeline.due(fleet, time.monotonic() - t0):
             if not as_json:
                 click.echo(f"[{time.monotonic() - t0:6.0f} s] node {e.node}: {e.action} {e.value}")
-        if fleet.failed():
-            i = fleet.failed()[0]
-            raise RuntimeError(f"agent {i} stopped: {fleet.why(i)}")
+        if failed := fleet.failed():
+            raise RuntimeError(f"agent {failed[0]} stopped: {fleet.why(failed[0])}")
         time.sleep(0.5)
         if not as_json and time.monotonic() - last_print > 5:
             last_print = time.monotonic()
@@ -460,9 +459,8 @@ def _watch(fleet, out: Path, as_json: bool, t0: float, curve_every_s: float | No
         if fleet.overdue():
             break
     fleet.stop()
-    if fleet.failed():
-        i = fleet.failed()[0]
-        raise RuntimeError(f"agent {i} exited with an error: {fleet.why(i)}")
+    if failed := fleet.failed():
+        raise RuntimeError(f"agent {failed[0]} exited with an error: {fleet.why(failed[0])}")
 
 
 def _show(summary: dict, loss: float) -> None:
