@@ -562,6 +562,12 @@ def closing_problem(algorithm: str, closing: bool) -> str | None:
     return None
 
 
+# the algorithms whose every datagram carries the model itself (a snapshot of it), which a
+# relative payload sends as its distance from the initial model; push-sum, RPS and all-reduce
+# send sums, blocks of a reduce and gradients
+RELATIVE_ALGORITHMS = ("elastic-gossip", "gossip-pull")
+
+
 def validate(c: AgentConfig) -> None:
     def need(ok: bool, key: str, msg: str) -> None:
         if not ok:
@@ -586,6 +592,14 @@ def validate(c: AgentConfig) -> None:
     problem = models.backend_problem(c.model, c.backend)
     need(problem is None, "train.backend", str(problem))
     need(c.source != "file" or bool(c.path), "data.path", "needed when data.source is file")
+    need(
+        c.payload not in payload.CODECS
+        or not payload.CODECS[c.payload].relative
+        or c.algorithm in RELATIVE_ALGORITHMS,
+        "net.payload",
+        f"{c.payload} sends the model's distance from its initial one, which "
+        f"{c.algorithm} does not exchange: use it with {' or '.join(RELATIVE_ALGORITHMS)}",
+    )
     problem = models.shape_problem(c.model, c.inputs, c.classes)
     need(problem is None, "train.model", str(problem))
     need(0 <= c.id < c.workers, "agent.id", f"must be in 0..{c.workers - 1}")

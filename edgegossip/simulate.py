@@ -83,7 +83,7 @@ class _Net:
         seed: int = 0,
     ):
         self.plan, self.loss, self.rng, self.codec = plan, network.loss, rng, codec
-        self.overhead = wire.framing_overhead() + codec.prefix
+        self.overhead = wire.framing_overhead()
         # independent loss is drawn as datagrams go; any other model is each sender's own
         # pattern (transport/lossmodel.py), replayed in the order its datagrams go out:
         # [its pattern, datagrams sent so far]
@@ -105,7 +105,9 @@ class _Net:
             arrived = self.rng.random(n) >= self.loss if self.loss else np.ones(n, bool)
         mask[chunks.start : chunks.stop] = arrived
         a, b = self.plan.elem_range(chunks)
-        self.bytes_sent[sender] += self.codec.itemsize * (b - a) + n * self.overhead
+        self.bytes_sent[sender] += (
+            self.codec.encoded_bytes(b - a, self.plan.chunk_elems) + n * self.overhead
+        )
         self.datagrams_sent += n
         self.datagrams_lost += n - int(arrived.sum())
         return mask
@@ -117,7 +119,7 @@ class _Net:
 
     def request(self, sender: int) -> None:
         """A payload-less REQUEST datagram (Gossiping SGD pull); its loss is not modelled."""
-        self.bytes_sent[sender] += self.overhead - self.codec.prefix
+        self.bytes_sent[sender] += self.overhead
         self.datagrams_sent += 1
 
 
@@ -181,10 +183,10 @@ def _world(cfg: Simulation, model) -> tuple:
     """The W workers (one shared initialisation, as in the reference runs), the lossy network
     between them, and each worker's random stream: (world, net, rngs)."""
     W = cfg.nodes
-    codec = payload.codec(cfg.setting("payload"))
+    init = model.init(cfg.setting("seed"))
+    codec = payload.codec(cfg.setting("payload"), reference=init.copy())
     plan = codec.plan(model.n_params, cfg.setting("chunk_bytes"))
     wire_copy = payload.Roundtrip(codec, model.n_params, plan.chunk_elems)
-    init = model.init(cfg.setting("seed"))
     xs = [init.copy() for _ in range(W)]
     opts = [
         NesterovSGD(model.n_params, cfg.setting("lr"), cfg.setting("momentum")) for _ in range(W)

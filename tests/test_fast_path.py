@@ -55,7 +55,7 @@ def _encoder(seq=1000, codec="float32"):
 
 @pytest.mark.parametrize("chunks", [None, range(4, 20), range(28, 29), [5, 2, 9]])
 @pytest.mark.parametrize("batch", [1, 7, 64])
-@pytest.mark.parametrize("codec", payload.NAMES)
+@pytest.mark.parametrize("codec", payload.COMPILED)
 def test_batches_frame_the_same_bytes_as_chunks(chunks, batch, codec):
     x = np.random.default_rng(0).standard_normal(PLAN.n_params, dtype=np.float32)
     if codec != "float32" and chunks is not None and max(chunks) >= _plan(codec).n_chunks:
@@ -163,7 +163,7 @@ def _feed(inbox, stream, fast):
     return len(slow)
 
 
-@pytest.mark.parametrize("codec", payload.NAMES)
+@pytest.mark.parametrize("codec", payload.COMPILED)
 def test_fast_path_leaves_the_inbox_as_the_python_path_does(codec):
     stream = _stream(codec)
     a, slow_a = _run(stream, False, codec)

@@ -94,10 +94,12 @@ class Agent:
         self.live: Live | None = None  # what a reload reaches, while run() runs
         self.reader: Reader | None = None  # reads agent.toml on SIGHUP, while run() runs
         self.data = self._data(cfg, data)
-        self.codec = payload.codec(cfg.payload)
+        self.x = self.model.init(cfg.seed)  # one shared initialisation across the fleet
+        # a relative payload (delta4) sends against that initialisation: a copy of its own
+        x0 = self.x.copy() if payload.CODECS[cfg.payload].relative else None
+        self.codec = payload.codec(cfg.payload, reference=x0)
         self.plan = self.codec.plan(self.model.n_params, cfg.chunk_bytes)
         self.shard = Shard(cfg, self.data)
-        self.x = self.model.init(cfg.seed)  # one shared initialisation across the fleet
         self.opt = NesterovSGD(self.model.n_params, cfg.lr, cfg.momentum)
         self.algorithm = algorithms.get(cfg.algorithm)
         if self.algorithm.datagrams and cfg.transport == "zmq":  # refused before the data loads

@@ -112,7 +112,7 @@ class Gate:
             return "out_of_bounds"
         if self.codec.dtype != wire.DTYPE_F32:
             out = self._decoded[:elems]
-            self.codec.decode(payload, out, elems)
+            self.codec.decode(payload, out, elems, h.byte_offset // 4, (h.weight,))
             payload = memoryview(out.view(np.uint8))
         if not kernels.all_finite(payload):
             return "non_finite"

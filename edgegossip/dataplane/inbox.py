@@ -165,7 +165,7 @@ class Inbox:
         rows[i, :lengths[i]]) not yet taken, in order, while they continue a round ingest()
         already opened, filing them, or one it refused, dropping them as it would; marks them
         in taken and returns how many (a FastPath)."""
-        if _wire_c is None:
+        if _wire_c is None or self.gate.codec.relative:  # decoded against x0, in Python
             return 0
         gate, rounds = self.gate, self.rounds
         run = self._run_over(rows, lengths, prefix, taken)

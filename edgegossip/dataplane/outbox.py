@@ -63,6 +63,7 @@ class Encoder:
         self.plan = plan
         self.codec = codec
         self._encoded = np.zeros(encoded, np.uint8)
+        self._step = np.zeros(1, np.uint16)  # a relative codec's chunk step (payload.py)
         self.keys = LinkKeys.of(keys)
         self.encrypt = encrypt
         self.fleet = fleet
@@ -164,15 +165,18 @@ class Encoder:
             if codec.dtype == wire.DTYPE_F32:
                 payload = raw[start:stop]
             else:
-                payload = enc[
-                    : codec.encode(vec[start // 4 : stop // 4], self._encoded, plan.chunk_elems)
-                ]
+                x = vec[start // 4 : stop // 4]
+                n = codec.encode(x, self._encoded, plan.chunk_elems, start // 4, self._step)
+                payload = enc[:n]
+                if codec.relative:  # its step rides in the weight field (payload.py)
+                    weight = int(self._step[0])
             yield self._frame(msg_type, round, block, flags, c, payload, receiver, weight)
 
     def _compiled(self, vec: np.ndarray, span) -> bool:
         """The compiled framer takes this vector and chunk span (a contiguous run)."""
         return (
             _wire_c is not None
+            and not self.codec.relative  # its reference is in Python (payload.py)
             and isinstance(span, range)
             and span.step == 1
             and vec.dtype == np.float32

@@ -8,7 +8,8 @@ RADIO/DISH use over udp://, so a plain UDP socket and a DISH read the same bytes
     1      1     msg_type     PARAMS, REQUEST, REDUCE, GATHER or FEEDBACK (MsgType)
     2      1     dtype        payload encoding (payload.py): DTYPE_F32 (1) little-endian float32,
                               DTYPE_F16 (2) float16, DTYPE_BF16 (3) bfloat16, DTYPE_I8 (4) a
-                              float32 scale then int8 elements
+                              float32 scale then int8 elements, DTYPE_D4 (5) 4-bit
+                              distances from the initial model, the step in `weight`
     3      1     flags        FLAG_REPLY: the sender wants our parameters back (Elastic Gossip);
                               FLAG_ENCRYPTED: the payload is encrypted
     4      4     fleet        fleet id; datagrams of another fleet are dropped
@@ -18,8 +19,8 @@ RADIO/DISH use over udp://, so a plain UDP socket and a DISH read the same bytes
                               Gossip PARAMS carries (train.slices; 0 for whole-model messages)
     14     2     weight       push-sum running sum of the link (sender, receiver) within the
                               session, in counts modulo 2^16 whose unit the algorithm sets
-                              (algorithms/gossip_push.py; gossip-push PARAMS; 0 in every other
-                              message)
+                              (algorithms/gossip_push.py; gossip-push PARAMS); a delta4 chunk's
+                              step, bfloat16 bits (payload.py); 0 in every other message
     16     4     session      the sender's incarnation, persisted and raised at every start
     20     4     round        the sender's model round (exchange number) within its session
     24     4     chunk_index  index of this chunk in the whole model, 0 .. chunk_count - 1
@@ -63,6 +64,7 @@ DTYPE_F32 = 1
 DTYPE_F16 = 2
 DTYPE_BF16 = 3
 DTYPE_I8 = 4
+DTYPE_D4 = 5
 FLAG_REPLY = 0x01
 FLAG_ENCRYPTED = 0x02
 
@@ -188,5 +190,5 @@ def nonce(h: Header) -> bytes:
 
 _NONCE = struct.Struct("<IQ")
 _MSG_TYPES = frozenset(int(t) for t in MsgType)
-_DTYPES = frozenset((DTYPE_F32, DTYPE_F16, DTYPE_BF16, DTYPE_I8))
+_DTYPES = frozenset((DTYPE_F32, DTYPE_F16, DTYPE_BF16, DTYPE_I8, DTYPE_D4))
 _make_header = Header._make

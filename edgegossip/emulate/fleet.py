@@ -168,7 +168,7 @@ class EmulatedFleet:
         if "deadline_s" in s.settings:
             return {"rate_mbps": pace}
         codec = payload.codec(s.setting("payload"))
-        model_bits = 8 * codec.itemsize * self._model_params / s.setting("slices")
+        model_bits = codec.bits * self._model_params / s.setting("slices")
         # three times one model's transfer time at the link's rate, and at least 5 s
         return {"rate_mbps": pace, "deadline_s": max(5.0, 3 * model_bits / ((link or pace) * 1e6))}
 
