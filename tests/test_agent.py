@@ -9,6 +9,8 @@ import sys
 import time
 from dataclasses import replace
 
+import pytest
+
 from edgegossip import config
 from edgegossip.config import AgentConfig, Peer
 from edgegossip.metrics import read
@@ -406,14 +408,17 @@ def test_agents_with_keyfiles_and_encryption_exchange(tmp_path, free_udp_port, m
     assert p.returncode == 2 and err.count("\n") == 1 and "agent.keys" in err
 
 
+@pytest.mark.parametrize("payload,slices", [("int8", 4), ("delta4", 2)])
 def test_two_agents_exchange_slices_and_report_on_each_others_links(
-    tmp_path, free_udp_port, mnist_data, procs
+    tmp_path, free_udp_port, mnist_data, procs, payload, slices
 ):
-    """Issue 66: real agents with train.slices = 4 complete their exchanges (a round is its
-    slice, not a partial model), each receiver reports on the link from its peer, and the
-    sender's controller measured that link."""
+    """Issue 66: real agents sending slices of the model complete their exchanges (a round is
+    its slice, not a partial model), each receiver reports on the link from its peer, and the
+    sender's controller measured that link; in int8, and in delta4 (the step in the header,
+    each chunk decoded against the receiver's own initial model), nothing refused."""
     p0, p1 = free_udp_port(), free_udp_port()
-    common = dict(workers=2, model="logreg", eval_every=50, deadline_s=2.0, p=0.2, slices=4)
+    common = dict(workers=2, model="logreg", eval_every=50, deadline_s=2.0, p=0.2)
+    common.update(slices=slices, payload=payload)
     common.update(key="agent-test-fleet-secret", duration_s=6.0)
     cfgs = [
         AgentConfig(
