@@ -71,6 +71,7 @@ def test_the_line_through_two_points_and_a_file_that_is_not_one(tmp_path):
     assert fp.at(5) == pytest.approx(140.0)
     assert fp.at(33) == pytest.approx(420.0)  # beyond the points: the same line
     assert fp.at(5, footprint.CACHED) is None
-    for bad in ("", "[]", '{"compiled": {"x": 1}}', '{"compiled": {"8": -1}}', "{}"):
+    huge = '{"compiled": {' + ",".join(f'"{b}": 1' for b in range(1, 2000)) + "}}"
+    for bad in ("", "[]", '{"compiled": {"x": 1}}', '{"compiled": {"8": -1}}', "{}", huge):
         (tmp_path / artifact.MEMORY).write_text(bad)
         assert footprint.read(tmp_path) is None, bad

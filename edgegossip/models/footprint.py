@@ -21,6 +21,7 @@ from pathlib import Path
 from edgegossip.artifact import MEMORY as FILE
 
 _UNLIMITED = 1 << 60  # cgroup v1 writes "no limit" as a page-rounded 2^63 - 1
+_MOST_BYTES = 4096  # a footprint is a few points; a larger file is not one
 
 
 # the two ways an agent trains a compiled model: its whole training graph, or the part after a
@@ -58,7 +59,11 @@ def read(folder: str | Path) -> Footprint | None:
     """The folder's measured footprint; None where none was measured or the file is not one
     (a footprint only ever refuses a start: a bad file refuses nothing)."""
     try:
-        doc = json.loads((Path(folder) / FILE).read_text())
+        with open(Path(folder) / FILE, "rb") as f:
+            raw = f.read(_MOST_BYTES + 1)
+        if len(raw) > _MOST_BYTES:
+            return None
+        doc = json.loads(raw)
         points = {
             way: tuple(sorted((int(b), float(mb)) for b, mb in doc[way].items()))
             for way in (WHOLE, CACHED)
