@@ -7,13 +7,14 @@ header checks, ChaCha20-Poly1305 verification, replay window, finiteness check a
 the model buffer (for `udp`, the compiled fast path of edgegossip/dataplane/inbox.py once a round
 is open). The sender frames and seals each batch in C and, for `udp`, hands it to the kernel with
 sendmmsg and UDP GSO, exactly as the agent's sender thread does. `udp-enc` is `udp` with the
-payloads encrypted (`net.encrypt`); `udp-f16`, `udp-bf16` and `udp-int8` are `udp` with
-compressed payloads (`net.payload`): those datagrams take the receiver's one-at-a-time path, which
-decodes each chunk, so `params_per_s` (model parameters accepted per second) is the figure to
-compare across payloads. Goodput counts payload bytes accepted per
-second between the first and last datagram. The raw loop sends unpaced (its delivered fraction
-says what an unpaced sender loses); ours send unpaced first and are paced, lower step by step,
-only if no trial delivered at least 99.9%. Every row is the best of several trials (run()).
+payloads encrypted (`net.encrypt`); `udp-f16`, `udp-bf16`, `udp-int8` and `udp-d4` (delta4) are
+`udp` with compressed payloads (`net.payload`): those datagrams take the receiver's one-at-a-time
+path, which decodes each chunk (delta4's sender also encodes each in Python), so
+`params_per_s` (model parameters accepted per second) is the figure to compare across payloads.
+Goodput counts payload bytes accepted per second between the first and last datagram. The raw
+loop sends unpaced (its delivered fraction says what an unpaced sender loses); ours send unpaced
+first and are paced, lower step by step, only if no trial delivered at least 99.9%. Every row is
+the best of several trials (run()).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ DATAGRAMS = 40_000  # per measurement: long enough that socket buffers do not fl
 KEY = b"bench-key-0123456789abcdef012345"
 FLEET = 1
 IDLE_S = 0.5
-CODEC_KINDS = {"f16": "float16", "bf16": "bfloat16", "int8": "int8"}
+CODEC_KINDS = {"f16": "float16", "bf16": "bfloat16", "int8": "int8", "d4": "delta4"}
 # the rows a run measures unless told; KINDS are all it can
 DEFAULT_KINDS = ("raw", "udp", "udp-enc", "zmq")
 KINDS = (*DEFAULT_KINDS, *(f"udp-{k}" for k in CODEC_KINDS))
@@ -41,7 +42,10 @@ KINDS = (*DEFAULT_KINDS, *(f"udp-{k}" for k in CODEC_KINDS))
 def _kind(kind: str) -> tuple[str, payload.Codec, bool]:
     """(transport, payload codec, encrypt) of a benchmark row name like udp, udp-enc, udp-f16."""
     name, _, suffix = kind.partition("-")
-    return name, payload.codec(CODEC_KINDS.get(suffix, "float32")), suffix == "enc"
+    codec = payload.codec(CODEC_KINDS.get(suffix, "float32"))
+    if codec.relative:  # sender and receiver hold the same initial model: here, zeros
+        codec = codec.with_reference(np.zeros(N_PARAMS, np.float32))
+    return name, codec, suffix == "enc"
 
 
 def _plan(kind: str, chunk_bytes: int) -> ChunkPlan:

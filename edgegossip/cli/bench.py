@@ -72,7 +72,7 @@ def kernels(as_json: bool, repeat: int, sizes: tuple[int, ...]) -> None:
     multiple=True,
     type=click.Choice(transport_bench.KINDS),
     help="Limit to these (default: raw, udp, udp-enc, zmq; udp-enc encrypts the "
-    "payloads, udp-f16/bf16/int8 compress them).",
+    "payloads, udp-f16/bf16/int8/d4 compress them).",
 )
 @click.option("--datagrams", default=40_000, show_default=True, help="Datagrams per measurement.")
 @click.option(
