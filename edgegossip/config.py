@@ -562,10 +562,17 @@ def closing_problem(algorithm: str, closing: bool) -> str | None:
     return None
 
 
-# the algorithms whose every datagram carries the model itself (a snapshot of it), which a
-# relative payload sends as its distance from the initial model; push-sum, RPS and all-reduce
-# send sums, blocks of a reduce and gradients
-RELATIVE_ALGORITHMS = ("elastic-gossip", "gossip-pull")
+def payload_problem(algorithm: str, name: str) -> str | None:
+    """Why `algorithm` cannot send payload `name`, or None: a relative payload needs an
+    algorithm that sends the model itself (Algorithm.sends_model)."""
+    codec = payload.CODECS.get(name)
+    if codec is None or not codec.relative or algorithms.get(algorithm).sends_model:
+        return None
+    able = " or ".join(n for n in algorithms.NAMES if algorithms.get(n).sends_model)
+    return (
+        f"{name} sends the model's distance from its initial one, which {algorithm} does not "
+        f"exchange: use it with {able}"
+    )
 
 
 def validate(c: AgentConfig) -> None:
@@ -592,14 +599,8 @@ def validate(c: AgentConfig) -> None:
     problem = models.backend_problem(c.model, c.backend)
     need(problem is None, "train.backend", str(problem))
     need(c.source != "file" or bool(c.path), "data.path", "needed when data.source is file")
-    need(
-        c.payload not in payload.CODECS
-        or not payload.CODECS[c.payload].relative
-        or c.algorithm in RELATIVE_ALGORITHMS,
-        "net.payload",
-        f"{c.payload} sends the model's distance from its initial one, which "
-        f"{c.algorithm} does not exchange: use it with {' or '.join(RELATIVE_ALGORITHMS)}",
-    )
+    problem = payload_problem(c.algorithm, c.payload)
+    need(problem is None, "net.payload", str(problem))
     problem = models.shape_problem(c.model, c.inputs, c.classes)
     need(problem is None, "train.model", str(problem))
     need(0 <= c.id < c.workers, "agent.id", f"must be in 0..{c.workers - 1}")

@@ -79,11 +79,17 @@ def after_prefix(model, data: device.DeviceData) -> device.DeviceData:
     return replace(data, x=np.concatenate(parts), row_shape=tuple(model.prefix_shape))
 
 
-def _caches_prefix(model, data: device.DeviceData) -> bool:
+def _prefix_bytes(model, data: device.DeviceData) -> int | None:
+    """What the prefix's outputs of data's rows take, where after_prefix caches them; else None."""
     shape = getattr(model, "prefix_shape", None)
     if shape is None or data.y is None:
-        return False
-    return data.rows * 4 * int(np.prod(shape)) <= PREFIX_BUDGET_MB * 2**20
+        return None
+    size = data.rows * 4 * int(np.prod(shape))
+    return size if size <= PREFIX_BUDGET_MB * 2**20 else None
+
+
+def _caches_prefix(model, data: device.DeviceData) -> bool:
+    return _prefix_bytes(model, data) is not None
 
 
 def held(model, data: device.DeviceData) -> tuple[str, float]:
@@ -91,6 +97,7 @@ def held(model, data: device.DeviceData) -> tuple[str, float]:
     it holds beside a step: its data, and the prefix's outputs where it caches them."""
     arrays = (data.x, data.y, data.x_eval, data.y_eval)
     mb = sum(a.nbytes for a in arrays if a is not None) / 2**20
-    if not _caches_prefix(model, data):
+    cached = _prefix_bytes(model, data)
+    if cached is None:
         return footprint.WHOLE, mb
-    return footprint.CACHED, mb + data.rows * 4 * int(np.prod(model.prefix_shape)) / 2**20
+    return footprint.CACHED, mb + cached / 2**20

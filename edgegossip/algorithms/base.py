@@ -121,6 +121,9 @@ class Algorithm:
     messages: ClassVar[frozenset[int]] = frozenset({wire.MsgType.PARAMS})
     rps_blocks: ClassVar[bool] = False  # the inbox keeps one buffer per RPS block instead
     push_weight: ClassVar[bool] = False  # a push-sum weight in every header
+    # every datagram carries the model itself (a snapshot of it), so a relative payload
+    # (delta4) can send its distance from the initial model; sums, blocks and gradients cannot
+    sends_model: ClassVar[bool] = False
     whole_gradient: ClassVar[bool] = False  # needs the whole gradient at once (no fused step)
     # the protocol class that drives it on an agent, "module:Class", imported when it runs
     protocol: ClassVar[str] = "edgegossip.protocol.base:Protocol"

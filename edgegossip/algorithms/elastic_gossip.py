@@ -41,6 +41,7 @@ def apply(
 
 class ElasticGossip(GossipAlgorithm):
     name = "elastic-gossip"
+    sends_model = True
     settings = ("p", "alpha", "slices")
     protocol = "edgegossip.protocol.elastic_gossip:ElasticGossipProtocol"
 

@@ -27,6 +27,7 @@ def apply(
 
 class GossipPull(GossipAlgorithm):
     name = "gossip-pull"
+    sends_model = True
     protocol = "edgegossip.protocol.gossip_pull:PullProtocol"
     messages = frozenset({wire.MsgType.PARAMS, wire.MsgType.REQUEST})
 

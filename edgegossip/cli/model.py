@@ -83,8 +83,10 @@ def compile(
 
     if not onnx_available():
         fail(ONNX_MISSING, exit_codes.USAGE)
+    from edgegossip.artifact import MEMORY
     from edgegossip.compiler.build import Choice
     from edgegossip.compiler.write import compile_file
+    from edgegossip.models.footprint import CACHED
 
     choice = Choice(freeze, train_only, accept_untrained)
     manifest = compile_file(source, loss, out, choice)  # CompileError: one line, exit 2
@@ -112,11 +114,11 @@ def compile(
     for line in manifest["exporter_changes"]:
         click.echo(f"note: {line}")
     for way, peaks in manifest.get("memory", {}).items():
-        how = "on its prefix's outputs" if way == "compiled-prefix" else "whole"
+        how = "on its prefix's outputs" if way == CACHED else "whole"
         click.echo(
             f"memory: a training step {how} at batch {batch} peaks at {peaks[str(batch)]:.0f} MB "
             f"(batch 1: {peaks['1']:.0f} MB), onnxruntime on one thread here; kept in "
-            f"{out / 'memory.json'}"
+            f"{out / MEMORY}"
         )
 
 

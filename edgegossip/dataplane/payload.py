@@ -195,9 +195,7 @@ class Roundtrip:
     def __init__(self, c: Codec, n_params: int, chunk: int):
         self.codec, self.chunk = c, chunk
         if c.name != "float32":
-            self.raw = np.empty(
-                c.encoded_len(n_params) + c.prefix * (-(-n_params // chunk)), np.uint8
-            )
+            self.raw = np.empty(c.encoded_bytes(n_params, chunk), np.uint8)
             self.out = np.empty(n_params, np.float32)
             self.steps = np.zeros(-(-n_params // chunk), np.uint16)  # a relative codec's
 
